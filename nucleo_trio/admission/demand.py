@@ -1,0 +1,191 @@
+"""A job's whole demand, and the grant that settles it exactly once (DG-01..10).
+
+A :class:`Demand` is the ordered list of accounts a job must hold at once, with its amounts on
+each. ``add(limiter, amount)`` resolves the account the amount debits with
+``limiter.account_for(amount)``; amounts that land on the same account (the same limiter
+instance *and* the same identity) merge into one entry, so the account sees the whole ask at
+once: two bindings on one model become one entry ``[300, 300]`` that must fit together. Entries
+keep the order in which their first amount was added.
+
+A :class:`Grant` is what admission hands back: the entries it took, how long the job waited in
+all (``wall_wait``) and, per account name, how long that account kept the job waiting
+(``wait_times_ms``; these overlap, so they can add up to more than the wall wait). It is settled
+exactly once, by ``Admission.release`` or ``Admission.rollback``; a second settlement is a no-op,
+so a close that overlaps a force-close cannot return a permit twice.
+"""
+
+from __future__ import annotations
+
+import decimal
+import numbers
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .limiter import LimiterIdentity, RateLimiter
+
+if TYPE_CHECKING:
+    from ..jobs.snapshot import JobSnapshot
+
+__all__ = ["Demand", "DemandEntry", "Grant", "units_of"]
+
+
+def units_of(amounts: tuple[Any, ...] | list[Any]) -> int | float:
+    """How many units a list of amounts moves, as limiter events report it (EVT-13).
+
+    Numbers add up; anything else (a unit permit's ``None``, a routing key) counts as 1; a
+    ``bool`` counts as 1, not as a number. ``[300, 300]`` is 600, three ``None`` are 3, and an
+    empty list is 0. A whole float comes back as an ``int``.
+    """
+    total: int | float = 0
+    for amount in amounts:
+        if isinstance(amount, bool):
+            total += 1
+        elif isinstance(amount, int):
+            total += amount
+        elif isinstance(amount, numbers.Real | decimal.Decimal):
+            total += float(amount)
+        else:
+            total += 1
+    if isinstance(total, float) and total.is_integer():
+        return int(total)
+    return total
+
+
+@attrs.frozen
+class DemandEntry:
+    """One account of a demand: the limiter, the identity it debits, and the amounts on it.
+
+    ``amounts`` is a tuple (read-only); an amount may be ``None`` (a unit permit).
+    """
+
+    limiter: RateLimiter
+    key: LimiterIdentity
+    amounts: tuple[Any, ...]
+
+    @property
+    def units(self) -> int | float:
+        """The entry's amounts as one number of units (see :func:`units_of`)."""
+        return units_of(self.amounts)
+
+
+class Demand:
+    """The accounts a job must hold at once, assembled in order, merged by account (DG-01..04).
+
+    ``add`` returns the demand, so a demand reads as one expression::
+
+        Demand().add(bucket, 400).add(http_gate).add(db_gate)
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: list[DemandEntry] = []
+
+    def add(self, limiter: RateLimiter, amount: Any = None) -> Demand:
+        """Add ``amount`` on ``limiter``: merged into the entry for the same account, if any."""
+        if limiter is None or not callable(getattr(limiter, "account_for", None)):
+            raise TypeError(
+                f"Demand.add: limiter must be a RateLimiter, got {type(limiter).__name__}"
+            )
+        key = limiter.account_for(amount)
+        if key is None:
+            raise TypeError(
+                f"Demand.add: {limiter!r}.account_for({amount!r}) returned None; an account "
+                "must resolve every amount to the identity it debits"
+            )
+        for index, entry in enumerate(self._entries):
+            # Identity, not equality: two limiters that compare equal are still two accounts.
+            if entry.limiter is limiter and entry.key is key:
+                self._entries[index] = DemandEntry(limiter, key, (*entry.amounts, amount))
+                return self
+        self._entries.append(DemandEntry(limiter, key, (amount,)))
+        return self
+
+    @property
+    def entries(self) -> tuple[DemandEntry, ...]:
+        """The entries, in the order their first amount was added (a read-only tuple)."""
+        return tuple(self._entries)
+
+    @property
+    def is_empty(self) -> bool:
+        """True for a demand with no entries: an orchestrator's, which holds nothing."""
+        return not self._entries
+
+    def amounts_on(self, entry: DemandEntry) -> tuple[Any, ...]:
+        """This demand's amounts on the same account as ``entry`` (by identity), else ``()``.
+
+        This is how admission builds the head's reservation for a follower (DG-06).
+        """
+        for mine in self._entries:
+            if mine.limiter is entry.limiter and mine.key is entry.key:
+                return mine.amounts
+        return ()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{_name_of(e.key)}: {list(e.amounts)!r}" for e in self._entries)
+        return f"Demand([{parts}])"
+
+
+def _name_of(identity: LimiterIdentity) -> str:
+    try:
+        return identity.limiter_name
+    except Exception:  # noqa: BLE001 - a name read for a repr or a wait map must never raise
+        return type(identity).__name__
+
+
+def _frozen_waits(value: Mapping[str, int]) -> Mapping[str, int]:
+    return MappingProxyType(dict(value))
+
+
+@attrs.define(eq=False)
+class Grant:
+    """What admission granted one job; built by :class:`~nucleo_trio.admission.Admission`.
+
+    ``wall_wait`` is the seconds from the ``admit`` call to the grant (0 on the fast path) and
+    ``wall_wait_ms`` the same in whole milliseconds, truncated (DG-07). ``wait_times_ms`` maps
+    the name of every account that refused the job at some point (memory included) to the
+    milliseconds from its first refusal to the grant; values for one name add up, and the map
+    is empty for an immediate grant (DG-08, DG-09).
+    """
+
+    entries: tuple[DemandEntry, ...]
+    snapshot: JobSnapshot | None = attrs.field(default=None, repr=False)
+    wall_wait: float = 0.0
+    wait_times_ms: Mapping[str, int] = attrs.field(
+        factory=dict, converter=_frozen_waits, repr=False
+    )
+    _owner: object = attrs.field(default=None, repr=False)
+    _settled: bool = attrs.field(default=False, init=False)
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the demand had no entries (DG-10): nothing to give back."""
+        return not self.entries
+
+    @property
+    def resourceful(self) -> bool:
+        """True when the grant holds anything, and so counts as a completion for memory."""
+        return bool(self.entries)
+
+    @property
+    def wall_wait_ms(self) -> int:
+        # Whole nanoseconds first, so 1.001 s reads 1001 ms and not 1000.999...
+        return round(self.wall_wait * 1_000_000_000) // 1_000_000
+
+    @property
+    def is_settled(self) -> bool:
+        """True once released or rolled back."""
+        return self._settled
+
+    def _claim(self) -> bool:
+        """Mark the grant settled; True only for the first caller (ADM-49)."""
+        if self._settled:
+            return False
+        self._settled = True
+        return True

@@ -1,0 +1,145 @@
+"""Counting gates: the shape of every unit-permit account.
+
+A :class:`CountingGate` is a capacity and an in-use count. Each amount in a demand is one permit
+(the amount itself is usually ``None``), so a job asking ``[None]`` takes one slot and a
+merged ask ``[None, None]`` takes two. A permit comes back only when a job gives it back, which
+is why ``earliest_fit`` is always ``None``: the clock alone never frees a slot.
+
+Database gates, model gates, MCP subprocess slots and the HTTP gate are counting gates; a new
+concurrency cap is a subclass with a name::
+
+    class RenderSlots(CountingGate):
+        def __init__(self) -> None:
+            super().__init__("render", 4)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+
+from ..errors import UncorrectableError
+from .limiter import AbstractRateLimiter
+from .status import SemaphoreLimiterStatus
+
+__all__ = ["CountingGate"]
+
+
+def _trio_now() -> float | None:
+    """The trio clock, or ``None`` outside a trio run (a gate built at configuration time)."""
+    try:
+        return trio.current_time()
+    except RuntimeError:
+        return None
+
+
+def _check_capacity(owner: str, capacity: object) -> int:
+    if isinstance(capacity, bool) or not isinstance(capacity, int):
+        raise TypeError(f"{owner}: capacity must be an int, got {type(capacity).__name__}")
+    if capacity <= 0:
+        raise ValueError(f"{owner}: capacity must be positive, got {capacity}")
+    return capacity
+
+
+class CountingGate(AbstractRateLimiter):
+    """A concurrency cap of ``capacity`` unit permits (ACC-13..18), category ``semaphore``.
+
+    ``fits`` and ``try_take`` refuse with :class:`~nucleo_trio.errors.UncorrectableError` when a
+    job asks for more permits than the gate will ever have; otherwise the question is
+    ``in_use + len(mine) + len(reserved_ahead) <= capacity``. ``give`` returns permits and never
+    runs the wake: admission wakes itself after settling, so a second wake would only cost a
+    pass. Raising the capacity with :meth:`set_capacity` does wake, since parked jobs may now fit.
+    """
+
+    def __init__(self, name: str, capacity: int) -> None:
+        owner = type(self).__name__
+        if not isinstance(name, str):
+            raise TypeError(f"{owner}: name must be a str, got {type(name).__name__}")
+        if not name.strip():
+            raise ValueError(f"{owner}: name must not be blank")
+        self._name = name
+        self._capacity = _check_capacity(f"{owner} {name!r}", capacity)
+        self._in_use = 0
+        self._last_activity = _trio_now()
+
+    # -- identity ---------------------------------------------------------------------------------
+    @property
+    def limiter_name(self) -> str:
+        return self._name
+
+    @property
+    def limiter_category(self) -> str:
+        return "semaphore"
+
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def in_use(self) -> int:
+        return self._in_use
+
+    @property
+    def available(self) -> int:
+        """Permits free right now (never negative, even after the capacity was lowered)."""
+        return max(0, self._capacity - self._in_use)
+
+    @property
+    def last_activity(self) -> float | None:
+        """The instant of the last successful take or give; construction time until then."""
+        return self._last_activity
+
+    def status(self) -> SemaphoreLimiterStatus:
+        return SemaphoreLimiterStatus(self._capacity, self.available, self._last_activity)
+
+    # -- the account questions ---------------------------------------------------------------------
+    def _fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        asked = len(mine)
+        if asked > self._capacity:
+            raise UncorrectableError(
+                f"{self._name}: {asked} permits can never fit a gate of {self._capacity}",
+                llm_message=(
+                    f"The job asks for {asked} permits on {self._name}, which only ever has "
+                    f"{self._capacity}."
+                ),
+            )
+        return self._in_use + asked + len(reserved_ahead) <= self._capacity
+
+    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        return self._fits(mine, reserved_ahead)
+
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        if not self._fits(mine, reserved_ahead):
+            return False
+        self._in_use += len(mine)
+        self._last_activity = _trio_now()
+        return True
+
+    def give(self, amounts: Sequence[Any]) -> None:
+        returned = len(amounts)
+        if returned > self._in_use:
+            # Over-giving would hand out permits that do not exist; that is a settlement bug
+            # upstream, and hiding it here would turn it into an overdraw later.
+            raise ValueError(
+                f"{self._name}: give of {returned} permits exceeds the {self._in_use} in use"
+            )
+        self._in_use -= returned
+        self._last_activity = _trio_now()
+
+    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
+        return None
+
+    # -- configuration ---------------------------------------------------------------------------
+    def set_capacity(self, capacity: int) -> None:
+        """Resize the gate. A raise wakes admission; a cut never does (it frees nothing).
+
+        Permits already held above a lowered capacity stay held; new takes wait until enough
+        come back.
+        """
+        new = _check_capacity(f"{type(self).__name__} {self._name!r}", capacity)
+        grew = new > self._capacity
+        self._capacity = new
+        if grew:
+            self._capacity_changed()

@@ -1,0 +1,231 @@
+"""The account contract every gate, bucket, window and memory line implements.
+
+An *account* is anything a job must hold capacity on before it runs: a concurrency cap, a
+token bucket, a sliding window of requests, the process's memory. Admission does not care which:
+it asks every account the same five questions, and none of them ever blocks.
+
+* ``fits(mine, reserved_ahead)``: would the asking job's amounts fit right now, with the amounts
+  of the head of the line set aside? It raises :class:`~nucleo_trio.errors.UncorrectableError`
+  to refuse what can never fit (more permits than the gate has) or to refuse everyone (an open
+  circuit); "fits alone but not beside the head" is a plain ``False``.
+* ``try_take(mine, reserved_ahead)``: the same check and the debit, as one step.
+* ``give(amounts)``: credit amounts back.
+* ``earliest_fit(mine, reserved_ahead)``: the :func:`trio.current_time` instant at which the clock
+  alone closes the shortfall, or ``None`` when only an event (a give, a raised cap) can help.
+* ``on_capacity_change(wake)``: install the one wake-up the account runs after any change of its
+  own that can only *increase* capacity. Admission installs it; decreases never wake anyone.
+
+Because trio runs one task at a time, "atomic" needs no lock here: an account that answers
+synchronously is one critical section by construction.
+
+Two ways a permit comes back (:class:`Replenishment`): a RELEASE account (a slot, a connection,
+retained heap) gets its permit back when the job's resources close; a TIME account (tokens per
+minute, requests per second) only as the clock moves on, so releasing it at close would make
+throughput a function of job duration and silently defeat throttling. A roll-back returns
+both, because work that never ran never spent its window.
+
+:class:`AbstractRateLimiter` is the base most accounts build on: it is its own identity, it is
+RELEASE, it is nominal (no status indicator), and it holds the one wake slot.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, final, runtime_checkable
+
+if TYPE_CHECKING:
+    from .status import RateLimiterStatus
+
+__all__ = [
+    "AbstractRateLimiter",
+    "LimiterEventType",
+    "LimiterIdentity",
+    "RateLimiter",
+    "Replenishment",
+]
+
+
+class Replenishment(enum.Enum):
+    """How a permit comes back: at release (a held thing) or only with time (a window)."""
+
+    RELEASE = "RELEASE"
+    TIME = "TIME"
+
+
+class LimiterEventType(enum.Enum):
+    """The five transitions admission reports per account (EVT-01)."""
+
+    HELD = "HELD"
+    GRANTED_IMMEDIATE = "GRANTED_IMMEDIATE"
+    GRANTED_FROM_HOLD = "GRANTED_FROM_HOLD"
+    REJECTED = "REJECTED"
+    RELEASED = "RELEASED"
+
+
+@runtime_checkable
+class LimiterIdentity(Protocol):
+    """What an account is, as events, status rows and wait times name it (ACC-11).
+
+    ``limiter_category`` is one of ``"memory"``, ``"token_bucket"``, ``"elastic_window"`` and
+    ``"semaphore"``. ``status_indicator`` is ``None`` while the account is nominal, otherwise a
+    short word such as ``"blocked"``, ``"probing"``, ``"throttle:2.0x"`` or ``"pace:1500ms"``
+    (ACC-12).
+    """
+
+    @property
+    def limiter_name(self) -> str: ...
+
+    @property
+    def limiter_category(self) -> str: ...
+
+    @property
+    def capacity(self) -> int | float: ...
+
+    @property
+    def in_use(self) -> int | float: ...
+
+    @property
+    def status_indicator(self) -> str | None: ...
+
+    def status(self) -> RateLimiterStatus:
+        """A frozen snapshot of the account, with a one-line ``summary``."""
+        ...
+
+
+@runtime_checkable
+class RateLimiter(LimiterIdentity, Protocol):
+    """An account admission can grant from; see the module docstring for the contract.
+
+    ``amounts`` are whatever the account understands: token counts for a bucket, ``None`` per
+    permit for a unit gate, a routing key for a limiter with several buckets. ``account_for``
+    resolves one amount to the :class:`LimiterIdentity` it debits, so a demand can merge the
+    amounts that land on the same account. ``replenishment`` has no default on purpose: every
+    account must say how its permits come back.
+    """
+
+    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool: ...
+
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool: ...
+
+    def give(self, amounts: Sequence[Any]) -> None: ...
+
+    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None: ...
+
+    def on_capacity_change(self, wake: Callable[[], None] | None) -> None: ...
+
+    def account_for(self, amount: Any) -> LimiterIdentity: ...
+
+    def replenishment(self) -> Replenishment: ...
+
+    def on_success(self, input: Any = None) -> None:
+        """The upstream answered; ``input`` is the request when the account wants it."""
+        ...
+
+    def on_rate_limit_error(self, failure: BaseException, input: Any = None) -> None:
+        """The upstream pushed back (a 429, an overload); the account may tighten."""
+        ...
+
+    @property
+    def requires_http_connection(self) -> bool: ...
+
+    def observe_held(self, supplier: Callable[[], int]) -> None:
+        """Admission hands over a reader of how many waiters it holds on this account."""
+        ...
+
+
+class AbstractRateLimiter(abc.ABC):
+    """The base for accounts: the defaults of the contract (ACC-08..10).
+
+    A subclass supplies its identity (``limiter_name``, ``limiter_category``, ``capacity``,
+    ``in_use``), ``status`` and the four account questions. It inherits:
+
+    * ``account_for(amount)`` is ``self``: every amount debits this one account;
+    * ``replenishment()`` is RELEASE; clocked families override it with TIME;
+    * ``status_indicator`` is ``None`` (nominal);
+    * one wake slot: ``on_capacity_change(wake)`` installs it, ``None`` clears it, and
+      :meth:`_capacity_changed` runs it. Call it only after a change that can *increase*
+      capacity: a decrease never helps a waiter, so it never wakes anyone;
+    * ``on_success``, ``on_rate_limit_error`` and ``observe_held`` do nothing (``observe_held``
+      never calls the supplier), and ``requires_http_connection`` is ``False``.
+    """
+
+    # A class-level default keeps the slot valid for subclasses that skip ``super().__init__``.
+    _wake: Callable[[], None] | None = None
+
+    @property
+    @abc.abstractmethod
+    def limiter_name(self) -> str: ...
+
+    @property
+    @abc.abstractmethod
+    def limiter_category(self) -> str: ...
+
+    @property
+    @abc.abstractmethod
+    def capacity(self) -> int | float: ...
+
+    @property
+    @abc.abstractmethod
+    def in_use(self) -> int | float: ...
+
+    @abc.abstractmethod
+    def status(self) -> RateLimiterStatus: ...
+
+    @abc.abstractmethod
+    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool: ...
+
+    @abc.abstractmethod
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool: ...
+
+    @abc.abstractmethod
+    def give(self, amounts: Sequence[Any]) -> None: ...
+
+    @abc.abstractmethod
+    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None: ...
+
+    @property
+    def status_indicator(self) -> str | None:
+        return None
+
+    def account_for(self, amount: Any) -> LimiterIdentity:
+        return self
+
+    def replenishment(self) -> Replenishment:
+        return Replenishment.RELEASE
+
+    def on_capacity_change(self, wake: Callable[[], None] | None) -> None:
+        if wake is not None and not callable(wake):
+            raise TypeError(
+                f"{type(self).__name__}.on_capacity_change: wake must be callable or None, "
+                f"got {type(wake).__name__}"
+            )
+        self._wake = wake
+
+    @final
+    def _capacity_changed(self) -> None:
+        """Run the installed wake, if any. Call only after capacity may have grown."""
+        wake = self._wake
+        if wake is not None:
+            wake()
+
+    def on_success(self, input: Any = None) -> None:
+        return None
+
+    def on_rate_limit_error(self, failure: BaseException, input: Any = None) -> None:
+        return None
+
+    @property
+    def requires_http_connection(self) -> bool:
+        return False
+
+    def observe_held(self, supplier: Callable[[], int]) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        try:
+            name = self.limiter_name
+        except Exception:  # noqa: BLE001 - a repr must never raise
+            name = "?"
+        return f"<{type(self).__name__} {name!r}>"

@@ -1,0 +1,72 @@
+"""The memory account's seam, and its default when no memory gate is configured.
+
+Memory is the one resource nothing declares, so admission treats it apart from a demand's
+entries: every *resourceful* demand (one with at least one entry) asks the memory account
+``fits([], [])`` before anything else and ``try_take([], [])`` after every entry is taken, a
+job short on memory is held on the memory account (memory's line), and every release or
+roll-back of a resourceful grant calls ``give([])`` as a *completion*. Admission also hands
+the memory account ``observe_held(supplier)``, a reader of how many waiters it holds on memory.
+An empty demand (an orchestrator's) never meets the memory account at all.
+
+The real gate, which latches near the heap limit and drains its line at a pace the heap can
+take, plugs in here as any :class:`~nucleo_trio.admission.limiter.RateLimiter` named
+``"memory"`` with category ``"memory"``. :class:`UnboundedMemory` is what a dispatcher uses
+without one: it always fits, so it never holds anyone and never emits an event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import psutil
+
+from .limiter import AbstractRateLimiter
+from .status import UnboundedMemoryStatus
+
+__all__ = ["UnboundedMemory"]
+
+
+class UnboundedMemory(AbstractRateLimiter):
+    """A memory account that never gates: always fits, never short, ``earliest_fit`` ``None``.
+
+    It is RELEASE, like every memory account. ``capacity`` is the machine's physical memory
+    (read once) and ``in_use`` the process's resident memory (read on each call); both are
+    informational only.
+    """
+
+    def __init__(self) -> None:
+        self._total = int(psutil.virtual_memory().total)
+        self._process = psutil.Process()
+
+    @property
+    def limiter_name(self) -> str:
+        return "memory"
+
+    @property
+    def limiter_category(self) -> str:
+        return "memory"
+
+    @property
+    def capacity(self) -> int:
+        return self._total
+
+    @property
+    def in_use(self) -> int:
+        return int(self._process.memory_info().rss)
+
+    def status(self) -> UnboundedMemoryStatus:
+        return UnboundedMemoryStatus(used_bytes=self.in_use, total_bytes=self._total)
+
+    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        return True
+
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        return True
+
+    def give(self, amounts: Sequence[Any]) -> None:
+        # A completion: a gate that paces would look again; an unbounded one has nothing to do.
+        return None
+
+    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
+        return None

@@ -1,0 +1,1079 @@
+"""The typed events the runtime tells on its message bus.
+
+Every event is a frozen, slotted attrs class: what varies is given at construction, and no event
+exposes a mutator (OBS-03). Every event answers ``snapshot`` (the job it is about, or ``None``),
+``timestamp`` (wall-clock seconds, ``time.time()``, when it was built) and ``message`` (its log
+line, built from what it carries; ``None`` when it has nothing to say).
+
+Events come in *families*, plain marker classes under :class:`JobEvent` (OBS-01)::
+
+    JobEvent                         the root; applications may subclass it for their own events
+    |-- LifecycleEvent               JobScheduled, JobStartedEvent, OrchestratorIdleEvent,
+    |   |                            OrchestratorResumedEvent
+    |   `-- TerminalEvent            DependencyFailureEvent
+    |       |-- AbstractTerminalEvent  JobCompletedEvent, JobFailedEvent, JobTimedOut, JobCancelled
+    |       |-- SuccessEvent         JobCompletedEvent
+    |       `-- FailureEvent         JobFailedEvent, JobTimedOut, DependencyFailureEvent
+    |-- WorkflowTerminationEvent     WorkflowCompleteEvent (parallel to lifecycle, not under it)
+    |-- ProgressEvent                JobProgressEvent and its subclass ContentStreamEvent
+    |-- RetryEvent                   the four *RetryEvent classes
+    |-- NotificationEvent            UserNotificationEvent
+    |-- OperationalEvent             LimiterEvent
+    |-- SystemEvent                  SchedulerEvent
+    `-- HeartbeatEvent               (the heartbeat events arrive with the Heart)
+
+A family is a class, so ``isinstance(event, LifecycleEvent)`` and subscribing to the bus with
+``event_type=LifecycleEvent`` both reach every member and nothing else. :class:`HumanReadable`
+is an orthogonal marker for events written for a person (OBS-12); :class:`MessageCompleteEvent`
+is human-readable and in no family. A family or marker class cannot be built on its own, and
+a concrete event marked ``@final`` cannot be subclassed (only :class:`JobProgressEvent`,
+:class:`ContentStreamEvent` and :class:`MessageCompleteEvent` are open).
+
+Job-scoped families (lifecycle, workflow termination, progress, retry, notification) refuse to
+be built without a snapshot; system and heartbeat events refuse to carry one (OBS-04); a
+:class:`LimiterEvent` carries one when the transition has an owning job.
+"""
+
+import decimal
+import enum
+import numbers
+import time
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar, Final, final
+
+import attrs
+
+from nucleo_trio.admission.limiter import LimiterEventType
+from nucleo_trio.jobs.snapshot import JobSnapshot
+from nucleo_trio.jobs.state import JobState
+
+__all__ = [
+    "EVENT_FAMILIES",
+    "AbstractTerminalEvent",
+    "ContentStreamEvent",
+    "DependencyFailureEvent",
+    "FailureEvent",
+    "HeartbeatEvent",
+    "HumanReadable",
+    "JobCancelled",
+    "JobCompletedEvent",
+    "JobEvent",
+    "JobFailedEvent",
+    "JobProgressEvent",
+    "JobScheduled",
+    "JobStartedEvent",
+    "JobTimedOut",
+    "LifecycleEvent",
+    "LimiterEvent",
+    "MessageCompleteEvent",
+    "MsgType",
+    "NotificationEvent",
+    "OperationalEvent",
+    "OrchestratorIdleEvent",
+    "OrchestratorResumedEvent",
+    "OutputTruncationRetryEvent",
+    "ProgressEvent",
+    "RateLimitRetryEvent",
+    "ResponseCorrectionRetryEvent",
+    "RetryEvent",
+    "ScheduledState",
+    "SchedulerEvent",
+    "SchedulerEventType",
+    "Severity",
+    "SuccessEvent",
+    "SystemEvent",
+    "TerminalEvent",
+    "TransientErrorRetryEvent",
+    "UserNotificationEvent",
+    "WorkflowCompleteEvent",
+    "WorkflowTerminationEvent",
+    "amount_of",
+    "family_of",
+]
+
+
+# --------------------------------------------------------------------------------------------
+# Enumerations
+# --------------------------------------------------------------------------------------------
+
+
+class MsgType(enum.Enum):
+    """What a person-facing event is, for a UI that shows it (OBS-09).
+
+    Four lifecycle phases (``STARTING``, ``PROGRESSING``, ``COMPLETING``, ``FAILING``) and three
+    general-purpose values (``STATUS_UPDATE``, ``MESSAGE``, ``ERROR``).
+    """
+
+    STARTING = "STARTING"
+    PROGRESSING = "PROGRESSING"
+    COMPLETING = "COMPLETING"
+    FAILING = "FAILING"
+    STATUS_UPDATE = "STATUS_UPDATE"
+    MESSAGE = "MESSAGE"
+    ERROR = "ERROR"
+
+
+class Severity(enum.Enum):
+    """How much a :class:`UserNotificationEvent` asks of the person reading it."""
+
+    INFO = "INFO"
+    SUCCESS = "SUCCESS"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+
+
+class ScheduledState(enum.Enum):
+    """What a :class:`JobScheduled` announces: acceptance alone, or a place in a queue (OBS-10)."""
+
+    ACCEPTED = "ACCEPTED"
+    QUEUED = "QUEUED"
+
+
+class SchedulerEventType(enum.Enum):
+    """The transitions a :class:`SchedulerEvent` reports, each with its default message."""
+
+    STARTED = "STARTED"
+    STOPPING = "STOPPING"
+    STOPPED = "STOPPED"
+    ERROR = "ERROR"
+
+    @property
+    def default_message(self) -> str:
+        return _SCHEDULER_MESSAGES[self]
+
+
+_SCHEDULER_MESSAGES: Final = {
+    SchedulerEventType.STARTED: "Job scheduler started",
+    SchedulerEventType.STOPPING: "Job scheduler stopping",
+    SchedulerEventType.STOPPED: "Job scheduler stopped",
+    SchedulerEventType.ERROR: "Scheduler error",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Small helpers shared by the event classes
+# --------------------------------------------------------------------------------------------
+
+_EMPTY_METADATA: Mapping[str, Any] = MappingProxyType({})
+
+
+def _freeze_metadata(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    # A read-only copy: the publisher keeps no handle through which a delivered event changes.
+    if not value:
+        return _EMPTY_METADATA
+    if not isinstance(value, Mapping):
+        raise TypeError(f"metadata must be a mapping, got {type(value).__name__}")
+    return MappingProxyType(dict(value))
+
+
+def _freeze_responses(value: Iterable[Any] | None) -> tuple[Any, ...]:
+    # "Empty, never null" (OBS-11): None becomes the empty tuple.
+    if value is None:
+        return ()
+    if isinstance(value, str | bytes):
+        raise TypeError("llm_responses must be a sequence of responses, not a string")
+    return tuple(value)
+
+
+def _seconds(value: float) -> str:
+    # 30.0 reads "30", 0.5 reads "0.5": the number a person would write.
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:g}"
+
+
+def _error_text(error: BaseException | None) -> str:
+    return str(error) if error is not None else ""
+
+
+_non_negative_int = attrs.validators.and_(attrs.validators.instance_of(int), attrs.validators.ge(0))
+_positive_int = attrs.validators.and_(attrs.validators.instance_of(int), attrs.validators.ge(1))
+_optional_str = attrs.validators.optional(attrs.validators.instance_of(str))
+_optional_error = attrs.validators.optional(attrs.validators.instance_of(BaseException))
+
+
+def _optional_non_negative_seconds(instance: object, attribute: Any, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise TypeError(f"{attribute.name} must be seconds as a number, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{attribute.name} must not be negative, got {value!r}")
+
+
+def _non_negative_seconds(instance: object, attribute: Any, value: Any) -> None:
+    if value is None:
+        raise TypeError(f"{attribute.name} must be seconds as a number, got None")
+    _optional_non_negative_seconds(instance, attribute, value)
+
+
+def _abstract(cls: type) -> type:
+    """Mark a family or base class: it classifies events and is never built on its own."""
+    cls._abstract_event = True  # type: ignore[attr-defined]
+    return cls
+
+
+class _SnapshotRule(enum.Enum):
+    REQUIRED = "required"  # a job-scoped family: no job, no event
+    OPTIONAL = "optional"
+    ABSENT = "absent"  # system and heartbeat events belong to no job (OBS-04)
+
+
+# --------------------------------------------------------------------------------------------
+# The root and the families
+# --------------------------------------------------------------------------------------------
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class JobEvent:
+    """The root of every event the bus carries.
+
+    ``snapshot`` is the job the event is about (``None`` for system and heartbeat events and
+    for a limiter transition with no owning job); ``timestamp`` is the wall-clock instant it was
+    built (``time.time()``). ``message`` is the event's log line, ``None`` when it has none.
+
+    ``JobEvent`` is deliberately open: an application defines its own events as frozen attrs
+    subclasses of it (or of a family), and the bus delivers them like any other.
+    """
+
+    _snapshot_rule: ClassVar[_SnapshotRule] = _SnapshotRule.OPTIONAL
+
+    snapshot: JobSnapshot | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(JobSnapshot)),
+    )
+    timestamp: float = attrs.field(
+        factory=time.time,
+        validator=attrs.validators.instance_of((float, int)),
+    )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in cls.__bases__:
+            if base.__dict__.get("__final__", False):
+                raise TypeError(
+                    f"{base.__name__} is a final event and cannot be subclassed; "
+                    f"subclass JobEvent or one of its families instead"
+                )
+
+    def __attrs_pre_init__(self) -> None:
+        if type(self).__dict__.get("_abstract_event", False):
+            raise TypeError(
+                f"{type(self).__name__} classifies events and cannot be built on its own; "
+                f"build one of its members"
+            )
+
+    def __attrs_post_init__(self) -> None:
+        rule = type(self)._snapshot_rule
+        if rule is _SnapshotRule.REQUIRED and self.snapshot is None:
+            raise ValueError(f"{type(self).__name__} is about a job and needs its snapshot")
+        if rule is _SnapshotRule.ABSENT and self.snapshot is not None:
+            raise ValueError(f"{type(self).__name__} belongs to no job and carries no snapshot")
+
+    @property
+    def message(self) -> str | None:
+        """The event's log line, or ``None`` when the event has nothing to say."""
+        return None
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class HumanReadable(JobEvent):
+    """Marker for an event written for a person to read (OBS-12).
+
+    Progress and streaming events, the four retry events, user notifications, the workflow's
+    completion, a chat message's completion and the two orchestrator transitions carry it;
+    telemetry (scheduling, start, terminal, scheduler, limiter and heartbeat events) does not.
+    Subscribe with ``event_type=HumanReadable`` to reach "anything a user can read" across
+    families.
+    """
+
+    @property
+    def human_message(self) -> str | None:
+        """The text to show the person; the log line unless the event says otherwise."""
+        return self.message
+
+    @property
+    def title(self) -> str | None:
+        """A short heading for the text; the job's display name unless the event names one."""
+        return self.snapshot.name if self.snapshot is not None else None
+
+    @property
+    def msg_type(self) -> MsgType:
+        """What kind of message this is for a UI (OBS-09)."""
+        return MsgType.STATUS_UPDATE
+
+    @property
+    def job_state(self) -> JobState | None:
+        """The job's state as the snapshot recorded it."""
+        return self.snapshot.state if self.snapshot is not None else None
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class LifecycleEvent(JobEvent):
+    """A job's state transitions as the runtime fires them: scheduled, started, terminal, idle."""
+
+    _snapshot_rule: ClassVar[_SnapshotRule] = _SnapshotRule.REQUIRED
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class TerminalEvent(LifecycleEvent):
+    """The one event that ends a job's run.
+
+    Every terminal event answers the run's attempts, LLM responses, metadata, completion time,
+    duration, result and error. :class:`AbstractTerminalEvent` carries them for a job the
+    dispatcher ran; :class:`DependencyFailureEvent` (a job that never ran) answers the defaults
+    defined here: no responses, no metadata, timing from the snapshot.
+    """
+
+    @property
+    def attempts(self) -> int:
+        """How many attempts the run made."""
+        return self.snapshot.attempt_number if self.snapshot is not None else 0
+
+    @property
+    def llm_responses(self) -> tuple[Any, ...]:
+        """The LLM responses recorded during the run; empty, never ``None``."""
+        return ()
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        """The run's metadata (wait times, costs...); empty, never ``None``."""
+        return _EMPTY_METADATA
+
+    @property
+    def completion_time(self) -> float:
+        """Wall-clock seconds at which the terminal state was reached."""
+        if self.snapshot is not None and self.snapshot.ended_at is not None:
+            return self.snapshot.ended_at
+        return self.timestamp
+
+    @property
+    def duration(self) -> float:
+        """Seconds from the snapshot's start to :attr:`completion_time`; 0.0 if never started."""
+        if self.snapshot is None or self.snapshot.started_at is None:
+            return 0.0
+        return max(0.0, self.completion_time - self.snapshot.started_at)
+
+    @property
+    def result(self) -> Any:
+        """The job's result, present on a completion only."""
+        return None
+
+    @property
+    def error(self) -> BaseException | None:
+        """The failure's exception, when the event carries one."""
+        return None
+
+    @property
+    def cause(self) -> BaseException | None:
+        """The error on a :class:`FailureEvent`; ``None`` otherwise, so a cancellation has none."""
+        return self.error if isinstance(self, FailureEvent) else None
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class SuccessEvent(TerminalEvent):
+    """Verdict marker: the run succeeded. Only :class:`JobCompletedEvent` carries it (OBS-02)."""
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class FailureEvent(TerminalEvent):
+    """Verdict marker: the run failed (a failure, a timeout, a failed dependency; OBS-02).
+
+    A cancellation is a deliberate stop, neither a success nor a failure.
+    """
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class WorkflowTerminationEvent(JobEvent):
+    """A workflow has ended: workflow-scoped observers may clean themselves up.
+
+    Parallel to :class:`LifecycleEvent`, not under it.
+    """
+
+    _snapshot_rule: ClassVar[_SnapshotRule] = _SnapshotRule.REQUIRED
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class ProgressEvent(JobEvent):
+    """User-visible progress and streamed content."""
+
+    _snapshot_rule: ClassVar[_SnapshotRule] = _SnapshotRule.REQUIRED
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class RetryEvent(JobEvent):
+    """A job is being re-run transparently after an upstream signal."""
+
+    _snapshot_rule: ClassVar[_SnapshotRule] = _SnapshotRule.REQUIRED
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class NotificationEvent(JobEvent):
+    """A discrete notification for the person behind a job."""
+
+    _snapshot_rule: ClassVar[_SnapshotRule] = _SnapshotRule.REQUIRED
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class OperationalEvent(JobEvent):
+    """High-volume operational telemetry (admission's per-account transitions)."""
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class SystemEvent(JobEvent):
+    """Framework-internal state changes; tied to no job, so never carries a snapshot."""
+
+    _snapshot_rule: ClassVar[_SnapshotRule] = _SnapshotRule.ABSENT
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class HeartbeatEvent(JobEvent):
+    """The heartbeat control plane; tied to no job, so never carries a snapshot."""
+
+    _snapshot_rule: ClassVar[_SnapshotRule] = _SnapshotRule.ABSENT
+
+
+EVENT_FAMILIES: Final[tuple[type[JobEvent], ...]] = (
+    LifecycleEvent,
+    WorkflowTerminationEvent,
+    ProgressEvent,
+    RetryEvent,
+    NotificationEvent,
+    OperationalEvent,
+    SystemEvent,
+    HeartbeatEvent,
+)
+"""The eight families every framework event belongs to exactly one of (OBS-01)."""
+
+
+def family_of(event: JobEvent | type[JobEvent]) -> type[JobEvent] | None:
+    """The family an event (or event class) belongs to, or ``None`` for one in no family.
+
+    :class:`MessageCompleteEvent` and an application's direct ``JobEvent`` subclasses answer
+    ``None``.
+    """
+    cls = event if isinstance(event, type) else type(event)
+    for family in EVENT_FAMILIES:
+        if issubclass(cls, family):
+            return family
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Lifecycle
+# --------------------------------------------------------------------------------------------
+
+
+@final
+@attrs.frozen(kw_only=True)
+class JobScheduled(LifecycleEvent):
+    """A job was accepted, or queued for execution (OBS-10).
+
+    The dispatcher publishes it with ``state=ScheduledState.QUEUED``, the job's requirements and
+    its priority. Built from a snapshot alone it is acceptance: ``ACCEPTED``, no requirements,
+    priority 0. It has no message.
+    """
+
+    state: ScheduledState = attrs.field(
+        default=ScheduledState.ACCEPTED, validator=attrs.validators.instance_of(ScheduledState)
+    )
+    requirements: object | None = None
+    priority: int = attrs.field(default=0, validator=attrs.validators.instance_of(int))
+
+
+@final
+@attrs.frozen(kw_only=True)
+class JobStartedEvent(LifecycleEvent):
+    """An attempt of the job started; a job re-run three times publishes three of these."""
+
+    attempt: int = attrs.field(validator=_positive_int)
+
+    @property
+    def message(self) -> str:
+        return f"Job started (attempt {self.attempt})"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class OrchestratorIdleEvent(LifecycleEvent, HumanReadable):
+    """An orchestrator finished its current exchange and went idle; reads "Ready".
+
+    Carries the exchange's LLM responses and metadata as given.
+    """
+
+    llm_responses: tuple[Any, ...] = attrs.field(default=(), converter=_freeze_responses)
+    metadata: Mapping[str, Any] = attrs.field(default=_EMPTY_METADATA, converter=_freeze_metadata)
+
+    @property
+    def message(self) -> str:
+        return "Ready"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class OrchestratorResumedEvent(LifecycleEvent, HumanReadable):
+    """An idle orchestrator took up work again; reads "Processing"."""
+
+    @property
+    def message(self) -> str:
+        return "Processing"
+
+
+# --------------------------------------------------------------------------------------------
+# Terminal
+# --------------------------------------------------------------------------------------------
+
+
+def _default_attempts(self: "AbstractTerminalEvent") -> int:
+    return self.snapshot.attempt_number if self.snapshot is not None else 0
+
+
+def _default_completion_time(self: "AbstractTerminalEvent") -> float:
+    return float(self.timestamp)
+
+
+@_abstract
+@attrs.frozen(kw_only=True)
+class AbstractTerminalEvent(TerminalEvent):
+    """The base of the four terminal events the dispatcher fires for a job it ran (OBS-11).
+
+    Carries the attempt count (the snapshot's attempt number unless given), the LLM responses
+    and metadata collected during the run (empty when none were given, never ``None``; both
+    frozen at construction) and ``completion_time``, the wall-clock instant the terminal state
+    was reached (the event's timestamp unless given). ``duration`` runs from the snapshot's
+    ``started_at`` to that instant and is 0.0 for a job that never started.
+    """
+
+    attempts: int = attrs.field(
+        default=attrs.Factory(_default_attempts, takes_self=True), validator=_non_negative_int
+    )
+    llm_responses: tuple[Any, ...] = attrs.field(default=(), converter=_freeze_responses)
+    metadata: Mapping[str, Any] = attrs.field(default=_EMPTY_METADATA, converter=_freeze_metadata)
+    completion_time: float = attrs.field(
+        default=attrs.Factory(_default_completion_time, takes_self=True),
+        validator=attrs.validators.instance_of((float, int)),
+    )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class JobCompletedEvent(AbstractTerminalEvent, SuccessEvent):
+    """The job completed; carries its result."""
+
+    result: Any = None
+
+    @property
+    def message(self) -> str:
+        return f"Job completed successfully (attempt {self.attempts})"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class JobFailedEvent(AbstractTerminalEvent, FailureEvent):
+    """The job failed with an error (not a timeout, not a cancellation).
+
+    Published for every failure, root or child, including a refusal at the door.
+    """
+
+    error: BaseException | None = attrs.field(default=None, validator=_optional_error)
+
+    @property
+    def message(self) -> str:
+        return f"Job failed: {_error_text(self.error) or 'unknown error'}"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class JobTimedOut(AbstractTerminalEvent, FailureEvent):
+    """The job exceeded its timeout. A failure with no error: what it carries is the budget."""
+
+    timeout: float = attrs.field(validator=_non_negative_seconds)
+
+    @property
+    def message(self) -> str:
+        return f"Job timed out after {_seconds(self.timeout)} seconds"
+
+
+def _default_cancel_message(self: "JobCancelled") -> str:
+    return "Job forcefully cancelled" if self.force else "Job cancelled"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class JobCancelled(AbstractTerminalEvent):
+    """The job was cancelled: a deliberate stop, neither success nor failure (OBS-02, OBS-06).
+
+    Its message is "Job cancelled", or "Job forcefully cancelled" when ``force`` is set, unless
+    the publisher states its own: the dispatcher says "Cancelled while queued: <reason>",
+    "Workflow cancelled: <reason>" or "Cancelled by shutdown" for a job it takes out of a queue.
+    """
+
+    force: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    message: str = attrs.field(
+        default=attrs.Factory(_default_cancel_message, takes_self=True),
+        validator=attrs.validators.instance_of(str),
+    )
+
+
+@final
+@attrs.frozen(kw_only=True)
+class DependencyFailureEvent(FailureEvent):
+    """The job failed because a job it depended on failed, before it ran.
+
+    The one terminal event outside :class:`AbstractTerminalEvent`: no responses, no metadata,
+    timing from the snapshot.
+    """
+
+    error: BaseException | None = attrs.field(default=None, validator=_optional_error)
+
+    @property
+    def message(self) -> str:
+        if self.error is None:
+            return "Job failed due to dependency failure: Unknown"
+        return (
+            "Job failed due to dependency failure: "
+            f"{type(self.error).__name__}: {_error_text(self.error)}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Workflow termination
+# --------------------------------------------------------------------------------------------
+
+
+def _default_workflow_reason(self: "WorkflowCompleteEvent") -> str:
+    return "Workflow completed successfully" if self.successful else "Workflow failed"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class WorkflowCompleteEvent(WorkflowTerminationEvent, HumanReadable):
+    """A root job settled and so its workflow ended; published for roots only.
+
+    Carries the outcome and the reason, which is its message. Built from a snapshot alone it is
+    a success reading "Workflow completed successfully" (OBS-07).
+    """
+
+    successful: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    reason: str = attrs.field(
+        default=attrs.Factory(_default_workflow_reason, takes_self=True),
+        validator=attrs.validators.instance_of(str),
+    )
+
+    @property
+    def message(self) -> str:
+        return self.reason
+
+    @property
+    def msg_type(self) -> MsgType:
+        return MsgType.COMPLETING if self.successful else MsgType.FAILING
+
+    @property
+    def title(self) -> str:
+        return "Workflow Complete" if self.successful else "Workflow Failed"
+
+
+# --------------------------------------------------------------------------------------------
+# Progress
+# --------------------------------------------------------------------------------------------
+
+
+def _percent(instance: object, attribute: Any, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"percent must be an int from 0 to 100 or None, got {value!r}")
+    if not 0 <= value <= 100:
+        raise ValueError(f"percent must be from 0 to 100, got {value}")
+
+
+def _display_name(self: JobEvent) -> str | None:
+    return self.snapshot.name if self.snapshot is not None else None
+
+
+@attrs.frozen(kw_only=True)
+class JobProgressEvent(ProgressEvent, HumanReadable):
+    """A job reported progress: a payload and, optionally, a percent.
+
+    The message is the payload's text (``None`` for no payload); ``title`` is the job's display
+    name unless given. ``msg_type`` follows the percent (OBS-09): none is ``STATUS_UPDATE``, 0
+    ``STARTING``, 1-99 ``PROGRESSING``, 100 ``COMPLETING``. Open for subclassing, so an
+    application can give its progress a payload of its own.
+    """
+
+    payload: Any = None
+    percent: int | None = attrs.field(default=None, validator=_percent)
+    title: str | None = attrs.field(
+        default=attrs.Factory(_display_name, takes_self=True), validator=_optional_str
+    )
+
+    @property
+    def has_progress(self) -> bool:
+        """Whether a percent was given."""
+        return self.percent is not None
+
+    @property
+    def message(self) -> str | None:
+        return None if self.payload is None else str(self.payload)
+
+    @property
+    def msg_type(self) -> MsgType:
+        if self.percent is None:
+            return MsgType.STATUS_UPDATE
+        if self.percent == 0:
+            return MsgType.STARTING
+        if self.percent >= 100:
+            return MsgType.COMPLETING
+        return MsgType.PROGRESSING
+
+
+def _chunk_payload(self: "ContentStreamEvent") -> str | None:
+    return self.chunk
+
+
+def _chunk_percent(self: "ContentStreamEvent") -> int | None:
+    return 100 if self.last else None
+
+
+def _chunk_title(self: "ContentStreamEvent") -> str:
+    return "Streaming Complete" if self.last else "Streaming Content"
+
+
+@attrs.frozen(kw_only=True)
+class ContentStreamEvent(JobProgressEvent):
+    """One chunk of content streamed to the person watching a job.
+
+    ``chunk`` is the text (also the payload) and ``last`` marks the final chunk, which is 100%.
+    The log message is "Streaming chunk: <first 50 characters>", or "Streaming complete" on the
+    last chunk; the human message is the chunk itself.
+    """
+
+    chunk: str | None = attrs.field(default=None, validator=_optional_str)
+    last: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    # Redeclared after chunk and last so their defaults can read them: the payload is the
+    # chunk, the last chunk is 100%, and the title says which kind of chunk it is.
+    payload: Any = attrs.field(init=False, default=attrs.Factory(_chunk_payload, takes_self=True))
+    percent: int | None = attrs.field(
+        init=False, default=attrs.Factory(_chunk_percent, takes_self=True)
+    )
+    title: str | None = attrs.field(
+        init=False, default=attrs.Factory(_chunk_title, takes_self=True)
+    )
+
+    @property
+    def message(self) -> str:
+        if self.last:
+            return "Streaming complete"
+        return f"Streaming chunk: {(self.chunk or '')[:50]}"
+
+    @property
+    def human_message(self) -> str:
+        if self.chunk is not None:
+            return self.chunk
+        return "Stream completed" if self.last else "Streaming..."
+
+    @property
+    def msg_type(self) -> MsgType:
+        return MsgType.COMPLETING if self.last else MsgType.PROGRESSING
+
+
+# --------------------------------------------------------------------------------------------
+# Retry
+# --------------------------------------------------------------------------------------------
+
+
+def _delay_text(delay: float | None) -> str:
+    # An estimated delay that is not known reads as zero seconds.
+    return _seconds(delay if delay is not None else 0)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class RateLimitRetryEvent(RetryEvent, HumanReadable):
+    """An upstream rate limit (a 429) is being waited out before the attempt re-runs.
+
+    ``attempt`` is the attempt about to run, ``delay`` the estimated wait in seconds (``None``
+    when unknown), ``reason`` the limit in the upstream's words, ``model`` the model hit.
+    """
+
+    attempt: int = attrs.field(validator=_positive_int)
+    delay: float | None = attrs.field(default=None, validator=_optional_non_negative_seconds)
+    reason: str = attrs.field(default="rate limited", validator=attrs.validators.instance_of(str))
+    model: str | None = attrs.field(default=None, validator=_optional_str)
+
+    @property
+    def message(self) -> str:
+        on = f" for {self.model}" if self.model else ""
+        return (
+            f"Hit rate limit{on}: {self.reason}. "
+            f"Retrying in ~{_delay_text(self.delay)} seconds (attempt {self.attempt})"
+        )
+
+    @property
+    def title(self) -> str:
+        return "Rate Limit Retry"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class TransientErrorRetryEvent(RetryEvent, HumanReadable):
+    """A transient upstream fault (a 5xx, or a 529 overload) is being retried.
+
+    ``reason`` carries the upstream's words, which say which kind of fault it was.
+    """
+
+    attempt: int = attrs.field(validator=_positive_int)
+    delay: float | None = attrs.field(default=None, validator=_optional_non_negative_seconds)
+    reason: str = attrs.field(default="server error", validator=attrs.validators.instance_of(str))
+    provider: str | None = attrs.field(default=None, validator=_optional_str)
+
+    @property
+    def message(self) -> str:
+        source = f" from {self.provider}" if self.provider else ""
+        return (
+            f"Server error{source}: {self.reason}. "
+            f"Retrying in ~{_delay_text(self.delay)} seconds (attempt {self.attempt})"
+        )
+
+    @property
+    def title(self) -> str:
+        return "Server Error Retry"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class OutputTruncationRetryEvent(RetryEvent, HumanReadable):
+    """A reply stopped at its token budget; the attempt re-runs with a larger one."""
+
+    attempt: int = attrs.field(validator=_positive_int)
+    reason: str = attrs.field(
+        default="output truncated", validator=attrs.validators.instance_of(str)
+    )
+    model: str | None = attrs.field(default=None, validator=_optional_str)
+    previous_budget: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_positive_int)
+    )
+    new_budget: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_positive_int)
+    )
+
+    @property
+    def message(self) -> str:
+        at = f" at {self.previous_budget} tokens" if self.previous_budget is not None else ""
+        on = f" on {self.model}" if self.model else ""
+        budget = f" with budget {self.new_budget}" if self.new_budget is not None else ""
+        return (
+            f"Output truncated{at}{on} ({self.reason}). Retrying{budget} (attempt {self.attempt})"
+        )
+
+    @property
+    def title(self) -> str:
+        return "Output Truncation Retry"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ResponseCorrectionRetryEvent(RetryEvent, HumanReadable):
+    """A reply failed to parse or validate; the attempt re-runs with a correction appended."""
+
+    attempt: int = attrs.field(validator=_positive_int)
+    reason: str = attrs.field(
+        default="invalid response", validator=attrs.validators.instance_of(str)
+    )
+    model: str | None = attrs.field(default=None, validator=_optional_str)
+
+    @property
+    def message(self) -> str:
+        on = f" on {self.model}" if self.model else ""
+        return (
+            f"Response{on} failed to parse or validate ({self.reason}). "
+            f"Retrying with correction (attempt {self.attempt})"
+        )
+
+    @property
+    def title(self) -> str:
+        return "Response Correction Retry"
+
+
+# --------------------------------------------------------------------------------------------
+# Notification
+# --------------------------------------------------------------------------------------------
+
+
+@final
+@attrs.frozen(kw_only=True)
+class UserNotificationEvent(NotificationEvent, HumanReadable):
+    """A discrete notification for the person behind a job, at a given severity.
+
+    The message is ``text``; ``msg_type`` follows the severity (OBS-09): an error is ``ERROR``,
+    a success ``COMPLETING``, a warning or an info ``MESSAGE``. ``details`` is optional
+    structured data.
+    """
+
+    severity: Severity = attrs.field(validator=attrs.validators.instance_of(Severity))
+    title: str = attrs.field(validator=attrs.validators.instance_of(str))
+    text: str = attrs.field(validator=attrs.validators.instance_of(str))
+    details: object | None = None
+
+    @property
+    def message(self) -> str:
+        return self.text
+
+    @property
+    def msg_type(self) -> MsgType:
+        return _SEVERITY_MSG_TYPES[self.severity]
+
+
+_SEVERITY_MSG_TYPES: Final = {
+    Severity.ERROR: MsgType.ERROR,
+    Severity.SUCCESS: MsgType.COMPLETING,
+    Severity.WARNING: MsgType.MESSAGE,
+    Severity.INFO: MsgType.MESSAGE,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Operational
+# --------------------------------------------------------------------------------------------
+
+
+def _reject_reason(instance: "LimiterEvent", attribute: Any, value: str | None) -> None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"reject_reason must be a string or None, got {value!r}")
+    if instance.type is LimiterEventType.REJECTED and not value:
+        raise ValueError("a REJECTED limiter event needs its reject_reason")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class LimiterEvent(OperationalEvent):
+    """One admission transition on one account (OBS-13, EVT-02).
+
+    Fields, in order: ``snapshot`` (the waiting job's, ``None`` when no job owns the
+    transition), ``timestamp``, ``limiter_name``, ``limiter_category`` (``memory``,
+    ``token_bucket``, ``elastic_window`` or ``semaphore``), ``capacity``, ``in_use`` and
+    ``waiters`` (both after the transition), ``type``, ``wait`` (seconds held; non-zero only on
+    ``GRANTED_FROM_HOLD`` and on a ``REJECTED`` after ``HELD``), ``reject_reason`` (``cancelled``,
+    ``shutdown``, ``circuit_blocked`` or ``aborted`` on a refusal), ``status_indicator``
+    (``None`` when nominal, else e.g. ``blocked`` or ``throttle:2.0x``) and ``amount`` (units
+    moved: tokens granted or asked, 1 per permit). Only admission builds these.
+    """
+
+    limiter_name: str = attrs.field(validator=attrs.validators.instance_of(str))
+    limiter_category: str = attrs.field(validator=attrs.validators.instance_of(str))
+    capacity: int = attrs.field(validator=attrs.validators.instance_of(int))
+    in_use: int = attrs.field(validator=attrs.validators.instance_of(int))
+    waiters: int = attrs.field(validator=_non_negative_int)
+    type: LimiterEventType = attrs.field(validator=attrs.validators.instance_of(LimiterEventType))
+    wait: float = attrs.field(default=0.0, validator=_non_negative_seconds)
+    reject_reason: str | None = attrs.field(default=None, validator=_reject_reason)
+    status_indicator: str | None = attrs.field(default=None, validator=_optional_str)
+    amount: int = attrs.field(default=1, validator=attrs.validators.instance_of(int))
+
+    @property
+    def message(self) -> str:
+        name, kind = self.limiter_name, self.type
+        if kind is LimiterEventType.HELD:
+            return f"{name} HELD ({self.in_use}/{self.capacity}, waiters={self.waiters})"
+        if kind is LimiterEventType.GRANTED_IMMEDIATE:
+            return f"{name} GRANTED ({self.in_use}/{self.capacity})"
+        if kind is LimiterEventType.GRANTED_FROM_HOLD:
+            # Whole milliseconds, truncated; the rounding keeps 0.07 s from reading 69 ms.
+            return f"{name} GRANTED after {int(round(self.wait * 1000, 6))}ms"
+        if kind is LimiterEventType.REJECTED:
+            return f"{name} REJECTED ({self.reject_reason})"
+        return f"{name} RELEASED ({self.in_use}/{self.capacity})"
+
+
+def amount_of(amounts: Iterable[object]) -> int | float:
+    """Add up the amounts of a demand the way limiter events report them (EVT-13).
+
+    Numbers add up; anything else (a routing key, a unit permit's ``None``) counts as 1. So
+    ``[300, 300]`` gives 600, three ``None`` give 3 and an empty list gives 0. ``bool`` is not
+    counted as a number.
+    """
+    total: int | float = 0
+    for amount in amounts:
+        if isinstance(amount, bool):
+            total += 1
+        elif isinstance(amount, int):
+            total += amount
+        elif isinstance(amount, numbers.Real | decimal.Decimal):
+            total += float(amount)
+        else:
+            total += 1
+    return total
+
+
+# --------------------------------------------------------------------------------------------
+# System
+# --------------------------------------------------------------------------------------------
+
+
+def _default_scheduler_message(self: "SchedulerEvent") -> str:
+    if self.type is SchedulerEventType.ERROR:
+        return f"Scheduler error: {_error_text(self.error) or 'Unknown'}"
+    return self.type.default_message
+
+
+@final
+@attrs.frozen(kw_only=True)
+class SchedulerEvent(SystemEvent):
+    """The scheduler started, is stopping, stopped, or hit an error (OBS-07).
+
+    Each type has a default message ("Job scheduler started", ...); an error reads
+    "Scheduler error: <message>" (or "Unknown"). A caller may state its own message.
+    """
+
+    type: SchedulerEventType = attrs.field(
+        validator=attrs.validators.instance_of(SchedulerEventType)
+    )
+    error: BaseException | None = attrs.field(default=None, validator=_optional_error)
+    message: str = attrs.field(
+        default=attrs.Factory(_default_scheduler_message, takes_self=True),
+        validator=attrs.validators.instance_of(str),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Outside every family
+# --------------------------------------------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class MessageCompleteEvent(HumanReadable):
+    """One message exchange of a chat session is done; the conversation continues.
+
+    In no family, so it reaches only subscribers that ask for it by type (or for
+    :class:`HumanReadable`) and those that take every event. Reads "Message processed" or
+    "Message processing failed", with the error's description on a failure.
+    """
+
+    successful: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    error_message: str | None = attrs.field(default=None, validator=_optional_str)
+
+    @property
+    def message(self) -> str:
+        return "Message processed" if self.successful else "Message processing failed"
+
+    @property
+    def msg_type(self) -> MsgType:
+        return MsgType.COMPLETING if self.successful else MsgType.FAILING
+
+    @property
+    def title(self) -> str:
+        return "Message Complete" if self.successful else "Message Failed"

@@ -1,0 +1,929 @@
+"""The dispatcher: the door every job passes, the lanes, and the one attempt in order.
+
+A submission crosses the door's walls (authority, parent/thread, scope), is routed to a lane
+(or straight to a task when it declines queueing), and runs as one trio task in the
+dispatcher's job nursery. That task awaits the job's dependencies holding nothing, runs the
+input guards, captures the attempt's requirements, and asks :class:`~nucleo_trio.admission.Admission`
+for the whole demand at once. With the grant in hand it opens the job's own nursery, where a
+watchdog arms the two-phase timeout around the attempt's cancel scope, and runs
+``pre_execute``, ``execute``, the limiter signals and the release. Then the output guards,
+``post_execute``, the terminal event, the workflow event, the teardown, and last of all the
+handle settles. Upstream signals re-run the attempt with jittered pacing against the job's own
+budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import warnings
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from ..admission import Admission, CountingGate, Demand, Grant
+from ..admission.limiter import LimiterEventType, LimiterIdentity, RateLimiter
+from ..bus import events as ev
+from ..bus.bus import MessageBus
+from ..errors import (
+    MAX_PACING_SECONDS,
+    CancellationRequested,
+    DependencyFailedError,
+    ExternalServiceError,
+    JobCancelledError,
+    JobTimeoutError,
+    LLMReadableError,
+    NucleoSystemError,
+    OutputTruncationRetry,
+    RateLimitRetry,
+    RerunSignal,
+    ResponseCorrectionRetry,
+    UncorrectableError,
+    UpstreamFailure,
+    UpstreamRetry,
+    is_fatal_crash,
+    log_failure,
+)
+from ..jobs.context import JobContext, _current, current_job
+from ..jobs.handle import JobHandle
+from ..jobs.job import AbstractJob, ScopeAuthority
+from ..jobs.snapshot import JobSnapshot
+from ..jobs.state import JobState
+from ..jobs.stoppable import AbstractStoppable
+from .lanes import PRIORITY_LANE_MAX_TIMEOUT, Lane, QueuedJob, grace_period
+from .seams import DemandAssembler, GuardrailEnforcer, NoGuardrails, StandardDemandAssembler
+
+__all__ = [
+    "MAX_CORRECTION_RETRIES",
+    "OBS_CALLER_CLASS",
+    "DelayedSubmission",
+    "DispatcherConfig",
+    "JobDispatcher",
+    "open_dispatcher",
+]
+
+log = logging.getLogger("nucleo_trio.dispatcher")
+
+OBS_CALLER_CLASS = "obs.caller_class"
+"""Metadata key: the fully qualified class of the job that submitted this one (SUB-12)."""
+
+MAX_CORRECTION_RETRIES = 4
+"""The dispatcher's backstop behind a job's own correction budget (EXEC-16)."""
+
+MAX_TRUNCATION_RETRIES = 1
+
+
+@attrs.frozen(kw_only=True)
+class DispatcherConfig:
+    """Settings of one dispatcher.
+
+    ``http_connections`` sizes the ``http`` gate (one permit per admitted HTTP-using job).
+    ``shutdown_timeout`` is how long :meth:`JobDispatcher.shutdown` waits for running jobs before
+    interrupting them. ``seed`` makes re-run pacing reproducible.
+    """
+
+    http_connections: int = attrs.field(default=64)
+    shutdown_timeout: float = attrs.field(default=30.0)
+    seed: int | None = None
+
+    @http_connections.validator
+    def _check_http(self, attribute: attrs.Attribute[int], value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"DispatcherConfig.http_connections must be a positive int, got {value!r}")
+
+    @shutdown_timeout.validator
+    def _check_shutdown(self, attribute: attrs.Attribute[float], value: float) -> None:
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+            raise ValueError(
+                f"DispatcherConfig.shutdown_timeout must be seconds >= 0, got {value!r}"
+            )
+
+
+@attrs.define
+class _Verdict:
+    """How one execution ended, before anything is published."""
+
+    state: JobState
+    result: Any = None
+    error: BaseException | None = None
+    dependency_failure: bool = False
+    cancel_message: str | None = None
+    forced: bool = False
+
+
+class _AttemptResources:
+    """What one attempt holds: the grant (and, later, materialized handles). Settles once.
+
+    ``close`` is the cooperative close (a release when the work ran, a rollback when it never
+    did); ``force_close`` is phase two's. Whichever comes first settles; the other is a no-op,
+    so a permit never comes back twice.
+    """
+
+    def __init__(self, admission: Admission, grant: Grant) -> None:
+        self._admission = admission
+        self.grant = grant
+        self.executed = False
+        self.closed = False
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.executed:
+            self._admission.release(self.grant)
+        else:
+            self._admission.rollback(self.grant)
+
+    def force_close(self) -> None:
+        self.close()
+
+
+class DelayedSubmission:
+    """The answer of :meth:`JobDispatcher.submit_with_delay`: await :meth:`handle`."""
+
+    def __init__(self) -> None:
+        self._done = trio.Event()
+        self._handle: JobHandle[Any] | None = None
+        self._error: BaseException | None = None
+
+    async def handle(self) -> JobHandle[Any]:
+        """The handle once the delay has passed, or the refusal the submission met."""
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._handle is not None
+        return self._handle
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+
+class JobDispatcher:
+    """Runs a tree of jobs: the door, the lanes, admission, the attempt, the bus.
+
+    Start it with ``async with open_dispatcher() as dispatcher`` (or
+    ``await nursery.start(dispatcher.run)``), then :meth:`submit` jobs and await their handles.
+    """
+
+    def __init__(
+        self,
+        config: DispatcherConfig | None = None,
+        *,
+        memory: RateLimiter | None = None,
+        bus: MessageBus | None = None,
+        guardrails: GuardrailEnforcer | None = None,
+        demand_assembler: DemandAssembler | None = None,
+    ) -> None:
+        self.config = config or DispatcherConfig()
+        self.bus = bus or MessageBus()
+        self.admission = Admission(memory, emit=self._emit_limiter_event)
+        self.http_gate: RateLimiter = CountingGate("http", self.config.http_connections)
+        self.guardrails: GuardrailEnforcer = guardrails or NoGuardrails()
+        self.demand_assembler: DemandAssembler = demand_assembler or StandardDemandAssembler()
+        self._rng = random.Random(self.config.seed)
+        self._fast = Lane("fast", prioritized=True)
+        self._standard = Lane("standard", prioritized=False)
+        self._live: dict[str, QueuedJob] = {}
+        self._running: dict[str, QueuedJob] = {}
+        self._edges: dict[str, tuple[str, ...]] = {}
+        self._stoppables: list[AbstractStoppable] = []
+        self._started = False
+        self._stopping = False
+        self._stopped = False
+        self._jobs: trio.Nursery | None = None
+        self._system: trio.Nursery | None = None
+        self._lanes_scope: trio.CancelScope | None = None
+        self._tasks = 0
+        self._idle = trio.Event()
+        self._idle.set()
+        self._closed = trio.Event()
+        self._submitted_waiters: dict[str, list[trio.Event]] = {}
+
+    # -- life -----------------------------------------------------------------------------------
+    @property
+    def is_running(self) -> bool:
+        return self._started and not self._stopped
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the dispatcher until :meth:`shutdown`. A second start is a no-op with a warning."""
+        if self._started:
+            warnings.warn(
+                "JobDispatcher is already started; the second start does nothing",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            log.warning("JobDispatcher.run: already started, ignoring the second start")
+            task_status.started()
+            return
+        self._started = True
+        async with trio.open_nursery() as system:
+            self._system = system
+            await system.start(self.bus.run)
+            await system.start(self.admission.run)
+            self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STARTED))
+            async with trio.open_nursery() as jobs:
+                self._jobs = jobs
+                with trio.CancelScope() as lanes_scope:
+                    self._lanes_scope = lanes_scope
+                    jobs.start_soon(self._fast.serve, self._start_queued)
+                    jobs.start_soon(self._standard.serve, self._start_queued)
+                    task_status.started()
+                    await trio.sleep_forever()
+            await self._closed.wait()
+            system.cancel_scope.cancel()
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """Stop in the seed's order.
+
+        Every parked waiter is refused first, then the lanes stop; running jobs get ``timeout``
+        seconds (the config's, 30 s when zero) before they are interrupted; every job still queued
+        is settled as cancelled; each registered stoppable stops; the bus stops last, delivering
+        what was published before it.
+        """
+        if not self._started:
+            raise RuntimeError("JobDispatcher.shutdown: the dispatcher was never started")
+        if self._stopping:
+            await self._closed.wait()
+            return
+        self._stopping = True
+        self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STOPPING))
+        wait = self.config.shutdown_timeout if timeout is None else timeout
+        if not wait:
+            wait = 30.0
+        self.admission.stop()
+        if self._lanes_scope is not None:
+            self._lanes_scope.cancel()
+        with trio.move_on_after(wait):
+            await self._idle.wait()
+        for queued in list(self._running.values()):
+            if queued.hard_scope is not None:
+                queued.hard_scope.cancel()
+        await self._idle.wait()
+        for lane in (self._fast, self._standard):
+            for queued in lane.drain():
+                self._finish(queued, self._cancelled(queued, "Cancelled by shutdown"))
+        for stoppable in self._stoppables:
+            try:
+                await stoppable.stop()
+            except Exception:
+                log.exception("stopping %r failed", stoppable)
+        self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STOPPED))
+        self._stopped = True
+        await self.bus.stop()
+        if self._jobs is not None:
+            self._jobs.cancel_scope.cancel()
+        self._closed.set()
+
+    def register_stoppable(self, stoppable: AbstractStoppable) -> None:
+        """Stop ``stoppable`` at shutdown, after the jobs and before the bus."""
+        self._stoppables.append(stoppable)
+
+    # -- the door -------------------------------------------------------------------------------
+    def submit(
+        self,
+        job: AbstractJob[Any],
+        dependencies: Iterable[JobHandle[Any] | AbstractJob[Any]] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> JobHandle[Any]:
+        """Submit ``job`` and return its handle at once; never awaits.
+
+        A refusal at the door is a handle born failed, never an exception (SUB-01). A dependency
+        list that would close a cycle is a programming error and raises :class:`ValueError`.
+        """
+        if not self._started:
+            raise RuntimeError(
+                "JobDispatcher.submit: the dispatcher is not started; use "
+                "`async with open_dispatcher() as dispatcher:` or `await nursery.start(dispatcher.run)`"
+            )
+        if not isinstance(job, AbstractJob):
+            raise TypeError(f"submit() takes a job (an AbstractJob), got {type(job).__name__}")
+        if job._context is not None:
+            raise RuntimeError(f"{job.name} was already submitted; a job instance runs once")
+        deps = tuple(dependencies)
+        for dep in deps:
+            if not isinstance(dep, JobHandle | AbstractJob):
+                raise TypeError(
+                    f"{job.name}: a dependency must be a JobHandle or a job, got {type(dep).__name__}"
+                )
+        self._refuse_cycle(job, deps)
+
+        caller = current_job()
+        context = JobContext(job, job.user_id, dispatcher=self, metadata=metadata, publish=self.bus.publish)
+        if caller is not None:
+            caller_cls = type(caller.job)
+            context.metadata[OBS_CALLER_CLASS] = f"{caller_cls.__module__}.{caller_cls.__qualname__}"
+        job._context = context
+        handle: JobHandle[Any] = JobHandle(job, context)
+        handle._canceller = self.cancel
+        context.handle = handle
+        for waiter in self._submitted_waiters.pop(job.job_id, ()):
+            waiter.set()
+
+        refusal = self._door(job, caller, context)
+        if refusal is not None:
+            self._born_failed(context, handle, refusal)
+            return handle
+        requirements = job.requirements()
+        if requirements.has_resources and job.timeout is None:
+            self._born_failed(
+                context,
+                handle,
+                NucleoSystemError(
+                    "dispatcher",
+                    f"{job.name} declares resources but no timeout; admission's progress rests on "
+                    "every permit returning in finite time, so set a timeout on the job",
+                ),
+            )
+            return handle
+
+        queued = QueuedJob(job, context, handle, deps, requirements)
+        self._live[job.job_id] = queued
+        self._edges[job.job_id] = tuple(self._id_of(d) for d in deps)
+        self.bus.publish(
+            ev.JobScheduled(
+                snapshot=context.snapshot(),
+                state=ev.ScheduledState.QUEUED,
+                requirements=requirements,
+                priority=job.priority,
+            )
+        )
+        if not requirements.requires_queueing:
+            self._start_now(queued)
+        elif job.timeout is not None and job.timeout <= PRIORITY_LANE_MAX_TIMEOUT:
+            self._fast.offer(queued)
+        else:
+            self._standard.offer(queued)
+        return handle
+
+    def submit_with_delay(self, job: AbstractJob[Any], delay: float | None) -> DelayedSubmission:
+        """Submit ``job`` as a root after ``delay`` seconds (none, zero or negative: at once).
+
+        The submission happens on a fresh task outside any job, so it can only create roots: a
+        delayed child of a live job is refused at the door (SUB-13).
+        """
+        if not self._started or self._system is None:
+            raise RuntimeError("JobDispatcher.submit_with_delay: the dispatcher is not started")
+        answer = DelayedSubmission()
+
+        async def later() -> None:
+            _current.set(None)
+            try:
+                if delay is not None and delay > 0:
+                    await trio.sleep(delay)
+                answer._handle = self.submit(job)
+            except Exception as exc:
+                answer._error = exc
+            finally:
+                answer._done.set()
+
+        self._system.start_soon(later)
+        return answer
+
+    def _door(
+        self, job: AbstractJob[Any], caller: JobContext | None, context: JobContext
+    ) -> BaseException | None:
+        """The three walls, in order; the first refusal, or ``None``."""
+        if caller is not None and not isinstance(caller.job, ScopeAuthority):
+            return NucleoSystemError(
+                "dispatcher",
+                f"Only orchestrators may submit jobs from inside a job: {caller.job.name} "
+                f"({type(caller.job).__qualname__}) is not a ScopeAuthority and tried to submit {job.name}",
+            )
+        parent_id = job.parent_job_id
+        if parent_id is not None and parent_id in self._live:
+            if caller is None:
+                return NucleoSystemError(
+                    "dispatcher",
+                    f"{job.name} names the live job {parent_id} as its parent, but code outside any "
+                    "job may only create new roots",
+                )
+            if caller.job_id != parent_id:
+                return NucleoSystemError(
+                    "dispatcher",
+                    f"{job.name} names the live job {parent_id} as its parent, but that job "
+                    f"runs on the thread of its own task, not {caller.job.name}'s",
+                )
+        if self._stopping:
+            return NucleoSystemError(
+                "dispatcher", f"{job.name} was submitted while the dispatcher is shutting down"
+            )
+        return self.guardrails.judge_submission(job, caller, context.metadata)
+
+    @staticmethod
+    def _id_of(dep: JobHandle[Any] | AbstractJob[Any]) -> str:
+        return dep.job_id
+
+    def _refuse_cycle(self, job: AbstractJob[Any], deps: tuple[Any, ...]) -> None:
+        target = job.job_id
+        for dep in deps:
+            path = self._path_to(self._id_of(dep), target, [target])
+            if path is not None:
+                raise ValueError(
+                    f"Cycle detected: submitting {target} with these dependencies closes the cycle "
+                    + " -> ".join(path)
+                )
+
+    def _path_to(self, node: str, target: str, path: list[str]) -> list[str] | None:
+        path = [*path, node]
+        if node == target:
+            return path
+        for nxt in self._edges.get(node, ()):
+            found = self._path_to(nxt, target, path)
+            if found is not None:
+                return found
+        return None
+
+    def _born_failed(self, context: JobContext, handle: JobHandle[Any], error: BaseException) -> None:
+        context.set_state(JobState.FAILED)
+        snapshot = context.snapshot()
+        log_failure(log, error)
+        self.bus.publish(ev.JobFailedEvent(snapshot=snapshot, error=error, attempts=0))
+        if snapshot.is_root:
+            self.bus.publish(
+                ev.WorkflowCompleteEvent(snapshot=snapshot, successful=False, reason=str(error))
+            )
+        handle._settle(error=error)
+
+    # -- lanes and tasks ------------------------------------------------------------------------
+    def _start_now(self, queued: QueuedJob) -> None:
+        assert self._jobs is not None
+        self._mark_busy()
+        self._jobs.start_soon(self._run_job, queued)
+
+    async def _start_queued(self, queued: QueuedJob) -> None:
+        assert self._jobs is not None
+        self._mark_busy()
+        await self._jobs.start(self._run_job, queued)
+
+    def _mark_busy(self) -> None:
+        self._tasks += 1
+        if self._idle.is_set():
+            self._idle = trio.Event()
+
+    async def _run_job(
+        self, queued: QueuedJob, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        context = queued.context
+        _current.set(context)
+        self._running[queued.job.job_id] = queued
+        context.try_transition(JobState.SCHEDULED)
+        verdict: _Verdict | None = None
+        try:
+            try:
+                with trio.CancelScope() as queued.hard_scope:
+                    task_status.started()
+                    verdict = await self._execute(queued)
+            except BaseException as exc:  # noqa: BLE001 - what a scope let through
+                if isinstance(exc, KeyboardInterrupt | SystemExit) or (
+                    _is_cancellation(exc) and not queued.hard_scope.cancel_called
+                ):
+                    raise
+                verdict = self._verdict_for(queued, exc)
+            if verdict is None:
+                verdict = self._cancelled(queued, None)
+                verdict.forced = True
+            self._finish(queued, verdict)
+        finally:
+            self._running.pop(queued.job.job_id, None)
+            self._tasks -= 1
+            if self._tasks == 0:
+                self._idle.set()
+
+    # -- one execution --------------------------------------------------------------------------
+    async def _execute(self, queued: QueuedJob) -> _Verdict:
+        job, context = queued.job, queued.context
+        try:
+            await self._await_dependencies(queued)
+            await self.guardrails.before_resources(job, context)
+            result = await self._run_attempts(queued)
+            context.set_result(result)
+            await self.guardrails.after_release(job, context, result)
+            await job.post_execute(context)
+        except BaseException as exc:  # noqa: BLE001 - every failure becomes the job's verdict
+            if _is_cancellation(exc):
+                raise
+            return self._verdict_for(queued, exc)
+        return self._settled_verdict(queued, _Verdict(JobState.COMPLETED, result=result))
+
+    def _settled_verdict(self, queued: QueuedJob, verdict: _Verdict) -> _Verdict:
+        """A cancel or a timeout that landed while the job ran outranks what it returned."""
+        context = queued.context
+        if context.timed_out:
+            timeout = queued.job.timeout or 0.0
+            return _Verdict(JobState.TIMED_OUT, error=JobTimeoutError(max(timeout, 1e-9)))
+        if context.is_cancelled:
+            return self._cancelled(queued, None)
+        return verdict
+
+    def _verdict_for(self, queued: QueuedJob, exc: BaseException) -> _Verdict:
+        context = queued.context
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise exc
+        if context.timed_out:
+            timeout = max(queued.job.timeout or 0.0, 1e-9)
+            if isinstance(exc, LLMReadableError) and not isinstance(exc, CancellationRequested):
+                return _Verdict(JobState.TIMED_OUT, error=exc)
+            return _Verdict(JobState.TIMED_OUT, error=JobTimeoutError(timeout, exc))
+        if context.is_cancelled or isinstance(exc, CancellationRequested):
+            cause = exc if isinstance(exc, CancellationRequested) else None
+            return self._cancelled(queued, None, cause)
+        if isinstance(exc, DependencyFailedError):
+            return _Verdict(JobState.FAILED, error=exc, dependency_failure=True)
+        if is_fatal_crash(exc):
+            error: BaseException = NucleoSystemError(
+                "job", f"{queued.job.name} crashed with {type(exc).__name__}: {exc}", exc
+            )
+            return _Verdict(JobState.FAILED, error=error)
+        return _Verdict(JobState.FAILED, error=exc)
+
+    def _cancelled(
+        self, queued: QueuedJob, message: str | None, cause: CancellationRequested | None = None
+    ) -> _Verdict:
+        context = queued.context
+        reason = context.cancel_reason or message or "Job cancelled"
+        if cause is None:
+            cause = CancellationRequested(reason)
+        return _Verdict(
+            JobState.CANCELLED,
+            error=JobCancelledError(f"{queued.job.name} was cancelled: {reason}", cause=cause),
+            cancel_message=message or queued.cancel_message,
+        )
+
+    async def _wait_holding_nothing(self, context: JobContext, event: trio.Event) -> None:
+        """Wait for ``event``; a cancel of the job ends the wait with CancellationRequested."""
+        with trio.CancelScope() as scope:
+            unregister = context.on_cancel(scope.cancel)
+            try:
+                await event.wait()
+            finally:
+                unregister()
+        if scope.cancelled_caught:
+            raise CancellationRequested(context.cancel_reason or "Job cancelled")
+
+    async def _await_dependencies(self, queued: QueuedJob) -> None:
+        """Wait for each dependency holding nothing; key the outcomes by final snapshot."""
+        if not queued.dependencies:
+            return
+        context = queued.context
+        results: dict[JobSnapshot, Any] = {}
+        errors: dict[JobSnapshot, BaseException] = {}
+        for dep in queued.dependencies:
+            dep_handle = dep if isinstance(dep, JobHandle) else await self._handle_of(context, dep)
+            await self._wait_holding_nothing(context, dep_handle._settled)
+            snapshot = dep_handle.context.snapshot()
+            if dep_handle.error is None:
+                results[snapshot] = dep_handle._result
+                continue
+            if not queued.job.tolerates_dependency_failures:
+                raise DependencyFailedError(dep_handle.job_id, dep_handle.error)
+            results[snapshot] = None
+            errors[snapshot] = dep_handle.error
+        context.set_dependency_outcomes(results, errors)
+
+    async def _handle_of(self, context: JobContext, job: AbstractJob[Any]) -> JobHandle[Any]:
+        """A dependency named by its job: wait until it is submitted, then use its handle."""
+        while job._context is None or job._context.handle is None:
+            submitted = trio.Event()
+            self._submitted_waiters.setdefault(job.job_id, []).append(submitted)
+            await self._wait_holding_nothing(context, submitted)
+        handle = job._context.handle
+        assert handle is not None
+        return handle
+
+    async def _run_attempts(self, queued: QueuedJob) -> Any:
+        """Attempts until one answers, re-running on the three signals within their budgets."""
+        job, context = queued.job, queued.context
+        upstream = truncations = corrections = 0
+        first_truncation: OutputTruncationRetry | None = None
+        while True:
+            context.check_cancellation()
+            # The door's capture served routing; every attempt captures afresh (SUB-10).
+            requirements = job.requirements()
+            try:
+                return await self._attempt(queued, requirements)
+            except RerunSignal as signal:
+                if context.timed_out or context.is_cancelled:
+                    raise  # a cancellation or a timeout is never re-run (SIG-06)
+                if isinstance(signal, UpstreamRetry):
+                    upstream += 1
+                    budget = job.upstream_retries
+                    if upstream > budget:
+                        raise UncorrectableError(
+                            f"{job.name} exhausted its transparent retry budget ({budget}) on "
+                            f"upstream signals; the last one: {signal}",
+                            cause=signal,
+                        ) from signal
+                    delay = type(signal).pacing_delay(upstream, self._rng)
+                    if signal.retry_after is not None:
+                        delay = min(max(delay, signal.retry_after), MAX_PACING_SECONDS)
+                    self._publish_retry(context, signal, delay)
+                    await self._pace(context, delay)
+                elif isinstance(signal, OutputTruncationRetry):
+                    truncations += 1
+                    if truncations > MAX_TRUNCATION_RETRIES:
+                        first = first_truncation.model if first_truncation else None
+                        if first is not None and signal.model is not None and signal.model != first:
+                            how = f"after failover from {first}"
+                        else:
+                            how = "after the job rebuilt its conversation at the escalated budget"
+                        raise UncorrectableError(
+                            f"{job.name}: the model's output was truncated again {how}",
+                            cause=signal,
+                        ) from signal
+                    first_truncation = signal
+                    self._publish_retry(context, signal, None)
+                else:
+                    corrections += 1
+                    if corrections > MAX_CORRECTION_RETRIES:
+                        raise UncorrectableError(
+                            f"{job.name}: Exceeded max response correction retries "
+                            f"({MAX_CORRECTION_RETRIES}); the last: {signal}",
+                            cause=signal,
+                        ) from signal
+                    self._publish_retry(context, signal, None)
+
+    async def _pace(self, context: JobContext, delay: float) -> None:
+        """The pacing sleep between re-runs, holding nothing; a cancel ends it."""
+        done = trio.Event()
+        with trio.move_on_after(delay):
+            await self._wait_holding_nothing(context, done)
+
+    def _publish_retry(
+        self, context: JobContext, signal: RerunSignal, delay: float | None
+    ) -> None:
+        snapshot = context.snapshot()
+        event: ev.JobEvent
+        attempt = max(context.attempt, 1)
+        if isinstance(signal, RateLimitRetry):
+            event = ev.RateLimitRetryEvent(
+                snapshot=snapshot, attempt=attempt, delay=delay, reason=str(signal)
+            )
+        elif isinstance(signal, UpstreamRetry):
+            event = ev.TransientErrorRetryEvent(
+                snapshot=snapshot, attempt=attempt, delay=delay, reason=str(signal)
+            )
+        elif isinstance(signal, OutputTruncationRetry):
+            event = ev.OutputTruncationRetryEvent(
+                snapshot=snapshot,
+                attempt=attempt,
+                reason=str(signal),
+                model=signal.model,
+                previous_budget=signal.previous_max_tokens,
+                new_budget=signal.escalated_max_tokens,
+            )
+        else:
+            assert isinstance(signal, ResponseCorrectionRetry)
+            event = ev.ResponseCorrectionRetryEvent(
+                snapshot=snapshot, attempt=attempt, reason=str(signal), model=signal.model
+            )
+        self.bus.publish(event)
+
+    async def _attempt(self, queued: QueuedJob, requirements: Any) -> Any:
+        """One attempt: admit, arm the timeout, run, signal, release."""
+        job, context = queued.job, queued.context
+        demand = self.demand_assembler.assemble(requirements, context, self.http_gate)
+        context.attempt += 1
+        grant = await self.admission.admit(demand, context)
+        context.record_admission_wait(grant.wall_wait_ms)
+        for account, ms in grant.wait_times_ms.items():
+            context.record_resource_wait(account, ms)
+        resources = _AttemptResources(self.admission, grant)
+        limiters = [need.limiter for need in requirements.limiters]
+        outcome: Any = None
+        failure: BaseException | None = None
+        try:
+            async with trio.open_nursery() as job_nursery:
+                with trio.CancelScope() as attempt_scope:
+                    if job.timeout is not None:
+                        context.arm_deadline(job.timeout)
+                        job_nursery.start_soon(
+                            self._watchdog, context, attempt_scope, resources, job.timeout, job_nursery
+                        )
+                    context.is_executing_job_with_resources = not demand.is_empty
+                    try:
+                        await job.pre_execute(context)
+                        if not context.try_transition(JobState.RUNNING):
+                            context.check_cancellation()
+                        self.bus.publish(
+                            ev.JobStartedEvent(snapshot=context.snapshot(), attempt=context.attempt)
+                        )
+                        resources.executed = True
+                        outcome = await job.execute(context)
+                    except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
+                        if _is_cancellation(exc):
+                            raise
+                        failure = exc
+                job_nursery.cancel_scope.cancel()
+            if failure is None and not context.timed_out and not context.is_cancelled:
+                for limiter in limiters:
+                    self._signal(limiter.on_success, limiter)
+            elif failure is not None and not context.is_cancelled:
+                if _upstream_in_chain(failure):
+                    upstream_failure = UpstreamFailure.from_exception(failure)
+                    for limiter in limiters:
+                        self._signal(lambda lim=limiter: lim.on_rate_limit_error(upstream_failure), limiter)
+        finally:
+            context.is_executing_job_with_resources = False
+            resources.close()
+        if failure is not None:
+            raise failure
+        if context.timed_out or attempt_scope.cancelled_caught:
+            raise JobTimeoutError(max(job.timeout or 0.0, 1e-9))
+        return outcome
+
+    @staticmethod
+    def _signal(call: Any, limiter: RateLimiter) -> None:
+        try:
+            call()
+        except Exception:
+            log.exception("limiter %s raised from its upstream signal", getattr(limiter, "limiter_name", limiter))
+
+    async def _watchdog(
+        self,
+        context: JobContext,
+        attempt_scope: trio.CancelScope,
+        resources: _AttemptResources,
+        timeout: float,
+        nursery: trio.Nursery,
+    ) -> None:
+        """The two-phase timeout. Phase one at the deadline: flags, callbacks, and the resources
+        closed on a task of their own. Phase two after the grace: cancel the attempt's scope and
+        force-close."""
+        assert context.deadline is not None
+        await trio.sleep_until(context.deadline)
+        context.time_out()
+
+        async def close_cooperatively() -> None:
+            resources.close()
+
+        nursery.start_soon(close_cooperatively)
+        await trio.sleep(grace_period(timeout))
+        attempt_scope.cancel()
+        resources.force_close()
+
+    # -- endings --------------------------------------------------------------------------------
+    def _finish(self, queued: QueuedJob, verdict: _Verdict) -> None:
+        """Terminal event, workflow event, teardown, and last the handle."""
+        job, context, handle = queued.job, queued.context, queued.handle
+        if context.state.is_terminal and context.state is not verdict.state:
+            if context.state is JobState.CANCELLED:
+                verdict = self._cancelled(queued, verdict.cancel_message)
+        else:
+            context.try_transition(verdict.state)
+        if verdict.state is JobState.COMPLETED:
+            context.complete(verdict.result)
+        snapshot = context.snapshot()
+        ended = context.completed_at or time.time()
+        common: dict[str, Any] = {
+            "snapshot": snapshot,
+            "attempts": context.attempt,
+            "llm_responses": tuple(context.llm_responses),
+            "metadata": dict(context.metadata),
+            "completion_time": ended,
+        }
+        event: ev.JobEvent
+        if verdict.state is JobState.COMPLETED:
+            event = ev.JobCompletedEvent(result=verdict.result, **common)
+        elif verdict.state is JobState.TIMED_OUT:
+            event = ev.JobTimedOut(timeout=job.timeout or 0.0, **common)
+        elif verdict.state is JobState.CANCELLED:
+            if verdict.cancel_message is None:
+                event = ev.JobCancelled(force=verdict.forced, **common)
+            else:
+                event = ev.JobCancelled(message=verdict.cancel_message, **common)
+        elif verdict.dependency_failure:
+            event = ev.DependencyFailureEvent(snapshot=snapshot, error=verdict.error)
+        else:
+            event = ev.JobFailedEvent(error=verdict.error, **common)
+        if verdict.error is not None and verdict.state is not JobState.CANCELLED:
+            log_failure(log, verdict.error)
+        self.bus.publish(event)
+        if snapshot.is_root:
+            reason = "Workflow completed successfully" if verdict.state is JobState.COMPLETED else (
+                f"Workflow ended {verdict.state.value}: {verdict.error}"
+            )
+            self.bus.publish(
+                ev.WorkflowCompleteEvent(
+                    snapshot=snapshot,
+                    successful=verdict.state is JobState.COMPLETED,
+                    reason=reason,
+                )
+            )
+        # teardown: out of the running set, conversations released, recorded calls released
+        self._live.pop(job.job_id, None)
+        self._edges.pop(job.job_id, None)
+        context.clear_completion_data()
+        handle._settle(result=verdict.result, error=verdict.error)
+
+    # -- cancelling -----------------------------------------------------------------------------
+    def cancel(self, job_id: str, reason: str = "Job cancelled") -> bool:
+        """Cooperatively cancel a job: a queued one is settled CANCELLED at once, a running one is
+        signalled (it finds out at its next ``check_cancellation()``). Answers whether the job
+        was found queued or running."""
+        queued = self._live.get(job_id)
+        if queued is None:
+            return False
+        lane = queued.lane
+        if lane is not None and lane.remove(queued):
+            message = f"Cancelled while queued: {reason}"
+            queued.context.cancel(message)
+            self._finish(queued, self._cancelled(queued, message))
+            return True
+        queued.context.cancel(reason)
+        return True
+
+    def cancel_workflow(self, workflow_id: str, reason: str = "Workflow cancelled") -> int:
+        """Cancel every queued or running job of a workflow; answers how many were cancelled."""
+        message = f"Workflow cancelled: {reason}"
+        count = 0
+        for queued in list(self._live.values()):
+            if queued.job.workflow_id == workflow_id and not queued.context.is_cancelled:
+                queued.cancel_message = message
+                if self.cancel(queued.job.job_id, message):
+                    count += 1
+        return count
+
+    # -- status ---------------------------------------------------------------------------------
+    @property
+    def running_jobs(self) -> int:
+        return len(self._running)
+
+    @property
+    def queued_jobs(self) -> tuple[int, int]:
+        """(standard lane, fast lane) sizes."""
+        return (len(self._standard), len(self._fast))
+
+    # -- events ---------------------------------------------------------------------------------
+    def _emit_limiter_event(
+        self,
+        account: LimiterIdentity,
+        snapshot: JobSnapshot | None,
+        waiters: int,
+        type: LimiterEventType,
+        wait: float,
+        reject_reason: str | None,
+        amount: Any,
+    ) -> None:
+        self.bus.publish(
+            ev.LimiterEvent(
+                snapshot=snapshot,
+                limiter_name=account.limiter_name,
+                limiter_category=account.limiter_category,
+                capacity=account.capacity,
+                in_use=account.in_use,
+                waiters=waiters,
+                type=type,
+                wait=wait,
+                reject_reason=reject_reason,
+                status_indicator=account.status_indicator,
+                amount=amount,
+            )
+        )
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    """trio's own cancellation, bare or inside a group from a nursery: never swallowed."""
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[0] is not None
+    return False
+
+
+def _upstream_in_chain(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        link = stack.pop()
+        if id(link) in seen:
+            continue
+        seen.add(id(link))
+        if isinstance(link, ExternalServiceError | UpstreamRetry):
+            return True
+        if isinstance(link, BaseExceptionGroup):
+            stack.extend(link.exceptions)
+        for nxt in (link.__cause__, link.__context__):
+            if nxt is not None:
+                stack.append(nxt)
+    return False
+
+
+@asynccontextmanager
+async def open_dispatcher(
+    config: DispatcherConfig | None = None, **kwargs: Any
+) -> AsyncIterator[JobDispatcher]:
+    """Run a :class:`JobDispatcher` for the duration of the block; leaving it shuts down."""
+    dispatcher = JobDispatcher(config, **kwargs)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dispatcher.run)
+        try:
+            yield dispatcher
+        finally:
+            with trio.CancelScope(shield=True):
+                await dispatcher.shutdown()
+

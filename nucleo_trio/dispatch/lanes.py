@@ -1,0 +1,115 @@
+"""The two queues a submitted job waits in before its task starts.
+
+A job whose timeout is five seconds or less enters the priority lane, served by the higher
+priority first and by submission order among equals; every other job enters the FIFO lane.
+Each lane is served by one task that is woken the instant a job is offered: nothing polls.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+if TYPE_CHECKING:
+    from ..jobs.context import JobContext
+    from ..jobs.handle import JobHandle
+    from ..jobs.job import AbstractJob
+
+__all__ = ["PRIORITY_LANE_MAX_TIMEOUT", "Lane", "QueuedJob", "grace_period"]
+
+PRIORITY_LANE_MAX_TIMEOUT = 5.0
+"""A job with a timeout at or under this many seconds goes to the priority lane (ROUTE-02)."""
+
+_sequence = itertools.count()
+
+
+def grace_period(timeout: float) -> float:
+    """The time between the two phases of a timeout: 10 % of it, within [0.5 s, 30 s] (ROUTE-05)."""
+    return min(30.0, max(0.5, timeout * 0.1))
+
+
+@attrs.define(eq=False)
+class QueuedJob:
+    """A submitted job on its way to a task: what the lanes hold and the dispatcher tracks."""
+
+    job: AbstractJob[Any]
+    context: JobContext
+    handle: JobHandle[Any]
+    dependencies: tuple[JobHandle[Any] | AbstractJob[Any], ...]
+    requirements: Any
+    seq: int = attrs.field(factory=lambda: next(_sequence))
+    lane: Lane | None = None
+    hard_scope: trio.CancelScope | None = None
+    cancel_message: str | None = None
+
+    def sort_key(self) -> tuple[int, int]:
+        """The priority lane's order: the higher priority first, then submission order (ROUTE-03)."""
+        return (-self.job.priority, self.seq)
+
+
+class Lane:
+    """One queue and the task that serves it."""
+
+    def __init__(self, name: str, *, prioritized: bool) -> None:
+        self.name = name
+        self.prioritized = prioritized
+        self._heap: list[tuple[tuple[int, int], QueuedJob]] = []
+        self._fifo: deque[QueuedJob] = deque()
+        self._removed: set[int] = set()
+        self._size = 0
+        self._wake = trio.Event()
+
+    def __len__(self) -> int:
+        return self._size
+
+    def offer(self, queued: QueuedJob) -> None:
+        queued.lane = self
+        if self.prioritized:
+            heapq.heappush(self._heap, (queued.sort_key(), queued))
+        else:
+            self._fifo.append(queued)
+        self._size += 1
+        self._wake.set()
+
+    def remove(self, queued: QueuedJob) -> bool:
+        """Take ``queued`` out of the lane if it is still there."""
+        if queued.lane is not self or queued.seq in self._removed:
+            return False
+        self._removed.add(queued.seq)
+        queued.lane = None
+        self._size -= 1
+        return True
+
+    def _pop(self) -> QueuedJob | None:
+        while self._heap or self._fifo:
+            queued = heapq.heappop(self._heap)[1] if self.prioritized else self._fifo.popleft()
+            if queued.seq in self._removed:
+                self._removed.discard(queued.seq)
+                continue
+            queued.lane = None
+            self._size -= 1
+            return queued
+        return None
+
+    def drain(self) -> list[QueuedJob]:
+        """Everything still waiting, in serving order, leaving the lane empty."""
+        out: list[QueuedJob] = []
+        while (queued := self._pop()) is not None:
+            out.append(queued)
+        return out
+
+    async def serve(self, start: Callable[[QueuedJob], Awaitable[None]]) -> None:
+        """Hand each job to ``start`` in lane order, one at a time, as soon as it is offered."""
+        while True:
+            queued = self._pop()
+            if queued is None:
+                self._wake = trio.Event()
+                await self._wake.wait()
+                continue
+            await start(queued)

@@ -1,0 +1,81 @@
+"""The dispatcher's seams: where guardrails, scope and demand assembly plug into the door and
+the attempt.
+
+The kernel ships the plain implementations: no guards, and a demand built from the custom
+limiters and the HTTP gate. The guardrails, accounts and models layers replace them without
+touching the dispatch path, so every route a job can take crosses the same seats.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..admission import Demand
+
+if TYPE_CHECKING:
+    from ..admission.limiter import RateLimiter
+    from ..jobs.context import JobContext
+    from ..jobs.job import AbstractJob
+    from ..jobs.requirements import JobRequirements
+
+__all__ = ["DemandAssembler", "GuardrailEnforcer", "NoGuardrails", "StandardDemandAssembler"]
+
+
+class GuardrailEnforcer(Protocol):
+    """The guardrail and scope seats of the dispatch path."""
+
+    def judge_submission(
+        self, job: AbstractJob[Any], caller: JobContext | None, metadata: dict[str, Any]
+    ) -> BaseException | None:
+        """The door's third wall (scope): the refusal for ``job`` submitted by ``caller``, or
+        ``None`` to let it in. Runs after the authority and parent/thread walls."""
+        ...
+
+    async def before_resources(self, job: AbstractJob[Any], context: JobContext) -> None:
+        """Input-side guards: after dependencies, before any resource. Raise to refuse."""
+        ...
+
+    async def after_release(self, job: AbstractJob[Any], context: JobContext, result: Any) -> None:
+        """Output-side guards: after the resources are released, before delivery. Raise to
+        turn the success into a failure."""
+        ...
+
+
+class NoGuardrails:
+    """The kernel's enforcer: every submission passes and no guard runs."""
+
+    def judge_submission(
+        self, job: AbstractJob[Any], caller: JobContext | None, metadata: dict[str, Any]
+    ) -> BaseException | None:
+        return None
+
+    async def before_resources(self, job: AbstractJob[Any], context: JobContext) -> None:
+        return None
+
+    async def after_release(self, job: AbstractJob[Any], context: JobContext, result: Any) -> None:
+        return None
+
+
+class DemandAssembler(Protocol):
+    """Turns one attempt's captured requirements into the whole demand admission grants."""
+
+    def assemble(
+        self, requirements: JobRequirements, context: JobContext, http_gate: RateLimiter
+    ) -> Demand:
+        """Build the demand. Raise to fail the attempt before anything is held (a model that
+        cannot be resolved, a spend gate that refuses)."""
+        ...
+
+
+class StandardDemandAssembler:
+    """Each custom limiter with its amount, then the HTTP gate when anything needs it."""
+
+    def assemble(
+        self, requirements: JobRequirements, context: JobContext, http_gate: RateLimiter
+    ) -> Demand:
+        demand = Demand()
+        for need in requirements.limiters:
+            demand.add(need.limiter, need.amount)
+        if requirements.needs_http:
+            demand.add(http_gate, None)
+        return demand

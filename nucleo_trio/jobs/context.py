@@ -1,0 +1,468 @@
+"""A job's context: its state, progress, cancellation, deadline and what it waited on."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import time
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..errors import CancellationRequested
+from .snapshot import JobSnapshot
+from .state import JobState
+
+if TYPE_CHECKING:
+    from ..bus.events import JobEvent, Severity
+    from ..dispatch.dispatcher import JobDispatcher
+    from .handle import JobHandle
+    from .job import AbstractJob
+
+__all__ = [
+    "META_ADMISSION_WAIT_MS",
+    "META_WAIT_TIMES",
+    "CancellationToken",
+    "JobContext",
+    "current_job",
+]
+
+log = logging.getLogger("nucleo_trio.context")
+
+META_WAIT_TIMES = "wait_times"
+"""Metadata key: milliseconds waited per account, summed (CTX-12)."""
+
+META_ADMISSION_WAIT_MS = "admission_wait_ms"
+"""Metadata key: the wall wait in admission, in milliseconds, summed (CTX-12)."""
+
+_current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
+    "nucleo_trio_current_job", default=None
+)
+
+
+def current_job() -> JobContext | None:
+    """The context of the job whose task is running, or ``None`` outside any job (CTX-13).
+
+    Tasks a job starts in its own nursery inherit it, as trio copies context into child tasks.
+    """
+    return _current.get()
+
+
+def _run_callback(callback: Callable[[], object], what: str) -> None:
+    try:
+        callback()
+    except Exception:
+        log.exception("a %s callback raised; the others still run", what)
+
+
+class _OnceCallbacks:
+    """Callbacks that fire once; one registered after (or during) the firing runs at once.
+
+    trio runs one task at a time, so registration and firing cannot interleave except through
+    a callback registering another while the firing is under way: that one sees ``fired`` and is
+    run by its registrar, never also by the firing loop.
+    """
+
+    __slots__ = ("_callbacks", "_what", "fired")
+
+    def __init__(self, what: str) -> None:
+        self._callbacks: list[Callable[[], object]] = []
+        self._what = what
+        self.fired = False
+
+    def add(self, callback: Callable[[], object]) -> Callable[[], None]:
+        if self.fired:
+            _run_callback(callback, self._what)
+            return _noop
+        self._callbacks.append(callback)
+
+        def remove() -> None:
+            try:
+                self._callbacks.remove(callback)
+            except ValueError:
+                pass
+
+        return remove
+
+    def fire(self) -> bool:
+        if self.fired:
+            return False
+        self.fired = True
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            _run_callback(callback, self._what)
+        return True
+
+    def drop(self) -> None:
+        self._callbacks.clear()
+
+    def __len__(self) -> int:
+        return len(self._callbacks)
+
+
+def _noop() -> None:
+    return None
+
+
+class CancellationToken:
+    """A one-shot cancellation signal with callbacks (CTX-14).
+
+    The first :meth:`cancel` wins and keeps its reason; callbacks run once, and a callback
+    registered after the cancel runs at once. A token of its own touches no job context.
+    """
+
+    def __init__(self) -> None:
+        self._callbacks = _OnceCallbacks("cancellation")
+        self._reason: str | None = None
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._callbacks.fired
+
+    @property
+    def reason(self) -> str | None:
+        return self._reason
+
+    def cancel(self, reason: str = "Job cancelled") -> bool:
+        """Signal cancellation; answers whether this call was the one that did it."""
+        if self._callbacks.fired:
+            return False
+        self._reason = reason
+        return self._callbacks.fire()
+
+    def on_cancellation(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Run ``callback`` once when cancelled (at once if already). Returns an unregister."""
+        return self._callbacks.add(callback)
+
+    def check(self) -> None:
+        """Raise :class:`CancellationRequested` if cancelled."""
+        if self._callbacks.fired:
+            raise CancellationRequested(self._reason or "Job cancelled")
+
+
+class JobContext:
+    """Everything a running job can ask of the runtime about itself.
+
+    The dispatcher creates one per submission. Inside :meth:`AbstractJob.execute` it is the job's
+    argument and also :func:`current_job`. State transitions are first-terminal-wins: a cancel
+    racing a completion has one winner and raises on neither side (ST-01..03).
+    """
+
+    def __init__(
+        self,
+        job: AbstractJob[Any],
+        user_id: str,
+        *,
+        dispatcher: JobDispatcher | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        publish: Callable[[JobEvent], None] | None = None,
+    ) -> None:
+        if not isinstance(user_id, str) or not user_id.strip():
+            raise ValueError(f"a job context needs a non-blank user id, got {user_id!r}")
+        self.job = job
+        self.user_id = user_id
+        self.dispatcher: JobDispatcher = dispatcher  # type: ignore[assignment]
+        self.metadata: dict[str, Any] = dict(metadata or {})
+        self._publish = publish
+        self._state = JobState.QUEUED
+        self.token = CancellationToken()
+        self._cancel_callbacks = _OnceCallbacks("cancel")
+        self._timeout_callbacks = _OnceCallbacks("timeout")
+        self._timed_out = False
+        self._completed = False
+        self.deadline: float | None = None
+        self.attempt = 0
+        self.created_at = time.time()
+        self.started_at: float | None = None
+        self.completed_at: float | None = None
+        self.progress_percent: int | None = None
+        self.progress_message: str | None = None
+        self.description: str | None = None
+        self._result: Any = None
+        self._has_result = False
+        self.is_executing_job_with_resources = False
+        self.llm_responses: list[Any] = []
+        self._dependency_results: dict[JobSnapshot, Any] = {}
+        self._dependency_errors: dict[JobSnapshot, BaseException] = {}
+        self.handle: JobHandle[Any] | None = None
+
+    # -- identity -----------------------------------------------------------------------------
+    @property
+    def job_id(self) -> str:
+        return self.job.job_id
+
+    @property
+    def workflow_id(self) -> str:
+        return self.job.workflow_id
+
+    @property
+    def parent_job_id(self) -> str | None:
+        return self.job.parent_job_id
+
+    def snapshot(self) -> JobSnapshot:
+        """The job as it stands now, named by the naming rule (ID-08)."""
+        job = self.job
+        cls = type(job)
+        name = job.display_name or getattr(cls, "__nucleo_display_name__", None) or cls.__name__
+        description = self.description or getattr(cls, "__nucleo_description__", None)
+        return JobSnapshot(
+            job_id=job.job_id,
+            workflow_id=job.workflow_id,
+            parent_job_id=job.parent_job_id,
+            user_id=self.user_id,
+            job_class=cls.__name__,
+            job_class_qualname=f"{cls.__module__}.{cls.__qualname__}",
+            kind=job.job_type,
+            name=name,
+            action=getattr(cls, "__nucleo_action__", ""),
+            description=description,
+            state=self._state,
+            attempt_number=self.attempt,
+            priority=job.priority,
+            timeout=job.timeout,
+            metadata=self.metadata,
+            created_at=self.created_at,
+            started_at=self.started_at,
+            ended_at=self.completed_at,
+        )
+
+    # -- state --------------------------------------------------------------------------------
+    @property
+    def state(self) -> JobState:
+        return self._state
+
+    def set_state(self, state: JobState) -> None:
+        """Move to ``state``; leaving a terminal state is refused with RuntimeError (ST-04)."""
+        if self._state.is_terminal:
+            raise RuntimeError(
+                f"illegal state transition for {self.job.name}: {self._state.value} -> {state.value}"
+            )
+        self._enter(state)
+
+    def try_transition(self, state: JobState) -> bool:
+        """Move to ``state`` unless the job is already terminal; answers whether it moved."""
+        if self._state.is_terminal:
+            return False
+        self._enter(state)
+        return True
+
+    def _enter(self, state: JobState) -> None:
+        self._state = state
+        if state is JobState.RUNNING and self.started_at is None:
+            self.started_at = time.time()
+        if state.is_terminal:
+            self._completed = True
+            self._timeout_callbacks.drop()
+            if self.completed_at is None:
+                self.completed_at = time.time()
+
+    def complete(self, result: Any) -> bool:
+        """Record the result and turn COMPLETED unless a terminal state won first (ST-03)."""
+        self._result = result
+        self._has_result = True
+        moved = self.try_transition(JobState.COMPLETED)
+        self._completed = True
+        self._timeout_callbacks.drop()
+        if self.completed_at is None:
+            self.completed_at = time.time()
+        return moved
+
+    def set_result(self, result: Any) -> None:
+        """Hold the result before the job turns COMPLETED (post_execute reads it, EXEC-02)."""
+        self._result = result
+        self._has_result = True
+
+    @property
+    def result(self) -> Any:
+        return self._result
+
+    @property
+    def has_result(self) -> bool:
+        return self._has_result
+
+    # -- cancellation -------------------------------------------------------------------------
+    @property
+    def is_cancelled(self) -> bool:
+        return self._cancel_callbacks.fired
+
+    @property
+    def cancel_reason(self) -> str | None:
+        return self.token.reason
+
+    def cancel(self, reason: str = "Job cancelled") -> bool:
+        """Signal cancellation. An active job turns CANCELLED; a terminal one keeps its state but
+        reads as cancelled (ST-02). Callbacks run once. Answers whether this call cancelled it."""
+        if self._cancel_callbacks.fired:
+            return False
+        self.token.cancel(reason)
+        self.try_transition(JobState.CANCELLED)
+        return self._cancel_callbacks.fire()
+
+    def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Run ``callback`` once when the job is cancelled, at once if it already is (CTX-02)."""
+        return self._cancel_callbacks.add(callback)
+
+    def check_cancellation(self) -> None:
+        """Raise :class:`CancellationRequested` if the job was cancelled; call it often."""
+        if self._cancel_callbacks.fired:
+            raise CancellationRequested(self.token.reason or "Job cancelled")
+
+    # -- deadline -----------------------------------------------------------------------------
+    def arm_deadline(self, timeout: float | None) -> None:
+        self.deadline = None if timeout is None else trio.current_time() + timeout
+
+    @property
+    def remaining_time(self) -> float | None:
+        """Seconds left before the deadline (negative once past), ``None`` without one (CTX-08)."""
+        if self.deadline is None:
+            return None
+        return self.deadline - trio.current_time()
+
+    @property
+    def is_timed_out(self) -> bool:
+        """True once the deadline has passed; the first observation fires the timeout callbacks."""
+        if self._timed_out:
+            return True
+        if self._completed or self.deadline is None:
+            return False
+        if trio.current_time() >= self.deadline:
+            self._mark_timed_out()
+            return True
+        return False
+
+    def _mark_timed_out(self) -> None:
+        if self._timed_out or self._completed:
+            return
+        self._timed_out = True
+        self._timeout_callbacks.fire()
+
+    def time_out(self) -> None:
+        """Phase one of the timeout: set the timeout and cancel flags and run both callbacks."""
+        self._mark_timed_out()
+        if not self._cancel_callbacks.fired:
+            self.token.cancel("Job timed out")
+            self._cancel_callbacks.fire()
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the timeout fired (without observing the clock)."""
+        return self._timed_out
+
+    def on_timeout(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Run ``callback`` once when the job times out; at once if it already has. A job that
+        completed never times out, so a late registration is dropped (CTX-05/06)."""
+        if self._completed and not self._timed_out:
+            return _noop
+        # Observing the clock here fires the timeout if the deadline has passed, so the new
+        # callback is then run at once by add() below rather than queued.
+        _ = self.is_timed_out
+        return self._timeout_callbacks.add(callback)
+
+    @property
+    def pending_timeout_callbacks(self) -> int:
+        return len(self._timeout_callbacks)
+
+    # -- progress and notifications -----------------------------------------------------------
+    def publish(self, data: Any, percent: int | None = None) -> None:
+        """Report progress: a QUEUED or SCHEDULED job turns RUNNING (ST-05); a terminal one
+        changes nothing."""
+        if self._state.is_terminal:
+            return
+        if self._state in (JobState.QUEUED, JobState.SCHEDULED):
+            self._enter(JobState.RUNNING)
+        self._record_progress(data, percent)
+
+    def publish_user_progress(self, title: str, message: str, percent: int | None = None) -> None:
+        """Publish ``"<title>: <message>"`` as progress (CTX-09)."""
+        self.publish(f"{title}: {message}", percent)
+
+    def publish_user_notification(self, severity: Severity, title: str, message: str) -> None:
+        """Publish a :class:`UserNotificationEvent` of ``severity`` (CTX-10)."""
+        from ..bus.events import UserNotificationEvent
+
+        self._emit(
+            UserNotificationEvent(
+                snapshot=self.snapshot(), severity=severity, title=title, text=message
+            )
+        )
+
+    def _record_progress(self, data: Any, percent: int | None) -> None:
+        from ..bus.events import JobProgressEvent
+
+        if percent is not None:
+            if not 0 <= percent <= 100:
+                raise ValueError(f"progress percent must be within 0..100, got {percent}")
+            self.progress_percent = percent
+        self.progress_message = str(data)
+        snapshot = self.snapshot()
+        self._emit(JobProgressEvent(snapshot=snapshot, payload=data, percent=percent, title=snapshot.name))
+
+    def _emit(self, event: JobEvent) -> None:
+        if self._publish is not None:
+            self._publish(event)
+
+    # -- waits ----------------------------------------------------------------------------------
+    def record_resource_wait(self, account: str, ms: int) -> None:
+        """Add ``ms`` to the wait recorded for ``account`` under ``wait_times`` (CTX-12)."""
+        if not isinstance(account, str) or not account.strip():
+            raise ValueError(f"record_resource_wait needs an account name, got {account!r}")
+        if ms < 0:
+            raise ValueError(f"record_resource_wait: a wait cannot be negative, got {ms!r} ms")
+        waits = dict(self.metadata.get(META_WAIT_TIMES) or {})
+        waits[account] = waits.get(account, 0) + int(ms)
+        self.metadata[META_WAIT_TIMES] = waits
+
+    def record_admission_wait(self, ms: int) -> None:
+        """Add ``ms`` to the wall wait in admission under ``admission_wait_ms`` (CTX-12)."""
+        if ms < 0:
+            raise ValueError(f"record_admission_wait: a wait cannot be negative, got {ms!r} ms")
+        self.metadata[META_ADMISSION_WAIT_MS] = self.metadata.get(META_ADMISSION_WAIT_MS, 0) + int(ms)
+
+    # -- dependencies ---------------------------------------------------------------------------
+    def set_dependency_outcomes(
+        self, results: Mapping[JobSnapshot, Any], errors: Mapping[JobSnapshot, BaseException]
+    ) -> None:
+        self._dependency_results = dict(results)
+        self._dependency_errors = dict(errors)
+
+    @property
+    def dependency_results(self) -> Mapping[JobSnapshot, Any]:
+        """Each dependency's result keyed by its final snapshot, in declaration order; a failed
+        dependency of a tolerant job maps to ``None``. Read-only."""
+        return MappingProxyType(self._dependency_results)
+
+    @property
+    def dependency_errors(self) -> Mapping[JobSnapshot, BaseException]:
+        return MappingProxyType(self._dependency_errors)
+
+    def all_dependency_results(self) -> list[Any]:
+        return list(self._dependency_results.values())
+
+    def single_dependency_result(self) -> Any:
+        """The one dependency's result; zero or several is a RuntimeError (CTX-11)."""
+        count = len(self._dependency_results)
+        if count != 1:
+            raise RuntimeError(
+                f"single_dependency_result() needs exactly one dependency, {self.job.name} has {count}"
+            )
+        return next(iter(self._dependency_results.values()))
+
+    # -- LLM calls --------------------------------------------------------------------------------
+    def record_llm_response(self, response: Any) -> None:
+        self.llm_responses.append(response)
+
+    def clear_completion_data(self) -> None:
+        """Release the recorded LLM responses; after teardown they live on the terminal event."""
+        self.llm_responses = []
+
+    # -- submitting -------------------------------------------------------------------------------
+    def submit(
+        self, job: AbstractJob[Any], dependencies: Any = (), metadata: Mapping[str, Any] | None = None
+    ) -> JobHandle[Any]:
+        """Submit a child job through this job's dispatcher (orchestrators only)."""
+        return self.dispatcher.submit(job, dependencies, metadata)
+
+    def __repr__(self) -> str:
+        return f"<JobContext {self.job.name} {self._state.value}>"

@@ -1,0 +1,128 @@
+"""The caller's side of a submitted job: await its outcome, cancel it, watch its workflow."""
+
+from __future__ import annotations
+
+
+import traceback
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import trio
+
+from ..errors import JobDeadlockError
+from .context import current_job
+
+if TYPE_CHECKING:
+    from ..bus.bus import Subscription
+    from .context import JobContext
+    from .job import AbstractJob
+    from .state import JobState
+
+__all__ = ["JobHandle"]
+
+R = TypeVar("R")
+
+
+def _call_site() -> str:
+    for frame in reversed(traceback.extract_stack(limit=8)[:-2]):
+        if not frame.filename.endswith(("handle.py",)):
+            return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return "<unknown>"
+
+
+class JobHandle(Generic[R]):
+    """What :meth:`JobDispatcher.submit` returns at once.
+
+    ``await handle.result()`` waits for the job and returns its result or raises its failure
+    (the failure itself, chained with ``__cause__``). The handle settles last on every path:
+    after the terminal event, the workflow event and the job's teardown (EXEC-09).
+    """
+
+    def __init__(self, job: AbstractJob[R], context: JobContext) -> None:
+        self.job = job
+        self.context = context
+        self._settled = trio.Event()
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._subscriptions: list[Subscription] = []
+        self._canceller: Any = None
+
+    @property
+    def job_id(self) -> str:
+        return self.job.job_id
+
+    @property
+    def workflow_id(self) -> str:
+        return self.job.workflow_id
+
+    @property
+    def state(self) -> JobState:
+        return self.context.state
+
+    @property
+    def done(self) -> bool:
+        return self._settled.is_set()
+
+    @property
+    def error(self) -> BaseException | None:
+        """The failure once settled, ``None`` on success or while running."""
+        return self._error
+
+    async def result(self, timeout: float | None = None) -> R:
+        """Wait for the job and return its result, or raise its failure.
+
+        A caller that holds admitted resources may not wait on another job (that is
+        hold-and-wait): it gets :class:`JobDeadlockError` naming both jobs and the call site. An
+        orchestrator holds nothing and waits freely. ``timeout`` (seconds) bounds the wait with
+        :class:`trio.TooSlowError`.
+        """
+        caller = current_job()
+        if caller is not None and caller.is_executing_job_with_resources:
+            raise JobDeadlockError(caller.job_id, self.job_id, _call_site())
+        if timeout is None:
+            await self._settled.wait()
+        else:
+            with trio.fail_after(timeout if timeout >= 0 else 0):
+                await self._settled.wait()
+        return self.outcome()
+
+    def outcome(self) -> R:
+        """The settled outcome without waiting; RuntimeError while the job is still running."""
+        if not self._settled.is_set():
+            raise RuntimeError(f"{self.job.name} has not settled yet")
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[no-any-return]
+
+    def cancel(self, reason: str = "Job cancelled") -> bool:
+        """The cooperative cancel of ``dispatcher.cancel(job_id, reason)``: answers whether the
+        job was found queued or running (EXEC-19)."""
+        if self._settled.is_set() or self._canceller is None:
+            return False
+        return bool(self._canceller(self.job_id, reason))
+
+    def register_workflow_observer(self, observer: Any) -> Subscription:
+        """Subscribe ``observer`` to this handle's workflow only, until the handle settles."""
+        bus = self.context.dispatcher.bus
+        subscription = bus.subscribe(observer, workflow_id=self.workflow_id)
+        if self._settled.is_set():
+            subscription.unsubscribe()
+        else:
+            self._subscriptions.append(subscription)
+        return subscription
+
+    # -- the dispatcher's side ---------------------------------------------------------------------
+    def _settle(self, result: Any = None, error: BaseException | None = None) -> None:
+        if self._settled.is_set():
+            return
+        self._result = result
+        self._error = error
+        for subscription in self._subscriptions:
+            subscription.unsubscribe()
+        self._subscriptions.clear()
+        self._settled.set()
+
+    def __repr__(self) -> str:
+        status = "settled" if self.done else self.context.state.value
+        return f"<JobHandle {self.job.name} {status}>"
+
+

@@ -1,0 +1,61 @@
+"""Who a job is: its id, its parent, its workflow and the user it works for."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+__all__ = ["Identifiable", "WorkflowRoot", "mint_id", "workflow"]
+
+
+@runtime_checkable
+class Identifiable(Protocol):
+    """Anything a job can be built under: a workflow root or another job."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def workflow_id(self) -> str: ...
+
+    @property
+    def parent_job_id(self) -> str | None: ...
+
+    @property
+    def user_id(self) -> str: ...
+
+
+def mint_id(prefix: str) -> str:
+    """``<prefix>-<random tail>``: 12 hex digits of randomness, unique in practice."""
+    return f"{prefix}-{secrets.token_hex(6)}"
+
+
+@attrs.frozen
+class WorkflowRoot:
+    """The identity a root job is built under: its own workflow, with no parent (ID-01)."""
+
+    job_id: str
+    user_id: str
+
+    @property
+    def workflow_id(self) -> str:
+        return self.job_id
+
+    @property
+    def parent_job_id(self) -> None:
+        return None
+
+
+def workflow(user_id: str, prefix: str) -> WorkflowRoot:
+    """Start a workflow for ``user_id``: the parent of every root job in it.
+
+    The id is ``<prefix>-<random tail>`` and is its own workflow id. A missing or empty user or
+    prefix is refused with :class:`ValueError` (ID-02).
+    """
+    if not isinstance(user_id, str) or not user_id.strip():
+        raise ValueError(f"workflow() needs a non-empty user id, got {user_id!r}")
+    if not isinstance(prefix, str) or not prefix.strip():
+        raise ValueError(f"workflow() needs a non-empty id prefix, got {prefix!r}")
+    return WorkflowRoot(job_id=mint_id(prefix), user_id=user_id)

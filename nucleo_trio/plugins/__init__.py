@@ -1,0 +1,39 @@
+"""nucleo_trio's plugin mechanism: pluggy hooks, the plugin manager, and the limiter registry.
+
+A plugin implements hooks from :mod:`nucleo_trio.plugins.hookspecs` with :data:`hookimpl`
+and is found through the ``nucleo_trio`` entry-point group (see ``docs/plugins.md``)::
+
+    from nucleo_trio.plugins import hookimpl
+
+    @hookimpl
+    def nucleo_trio_limiter_kinds():
+        return {"fixed_slots": FixedSlots}
+
+The runtime builds one manager with :func:`make_plugin_manager` and asks it for limiter kinds
+through a :class:`LimiterRegistry`.
+"""
+
+from nucleo_trio.plugins.hookspecs import PROJECT_NAME as PROJECT_NAME
+from nucleo_trio.plugins.hookspecs import LimiterFactory as LimiterFactory
+from nucleo_trio.plugins.hookspecs import hookimpl as hookimpl
+from nucleo_trio.plugins.hookspecs import hookspec as hookspec
+from nucleo_trio.plugins.manager import LimiterRegistry as LimiterRegistry
+from nucleo_trio.plugins.manager import PluginError as PluginError
+from nucleo_trio.plugins.manager import UnknownLimiterKindError as UnknownLimiterKindError
+from nucleo_trio.plugins.manager import make_plugin_manager as make_plugin_manager
+
+__all__ = [
+    "PROJECT_NAME",
+    "LimiterFactory",
+    "LimiterRegistry",
+    "PluginError",
+    "UnknownLimiterKindError",
+    "hookimpl",
+    "hookspec",
+    "make_plugin_manager",
+]
+
+# Errors and the registry report themselves under the path users import them from.
+for _public in (LimiterRegistry, PluginError, UnknownLimiterKindError):
+    _public.__module__ = __name__
+del _public

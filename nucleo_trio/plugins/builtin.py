@@ -1,0 +1,22 @@
+"""The framework's own contributions, registered through the same hooks as any plugin.
+
+Registering the built-ins as a plugin (the tox pattern) keeps one path for everything: a
+built-in kind and a third-party kind are found, checked for clashes and built the same way,
+and a deployment can block this module by name
+(``pm.set_blocked("nucleo_trio.plugins.builtin")`` before registration) to replace them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from nucleo_trio.admission import CountingGate
+from nucleo_trio.plugins.hookspecs import LimiterFactory, hookimpl
+
+__all__ = ["nucleo_trio_limiter_kinds"]
+
+
+@hookimpl
+def nucleo_trio_limiter_kinds() -> Mapping[str, LimiterFactory]:
+    """Provide ``"counting"``: a :class:`~nucleo_trio.admission.CountingGate`, ``capacity`` permits."""
+    return {"counting": CountingGate}

@@ -1,0 +1,295 @@
+"""Building the plugin manager, and turning the limiter-kind hook into a registry.
+
+:func:`make_plugin_manager` assembles plugins in a fixed order, the tox/datasette way: the hook
+specifications, then the built-ins (registered through the same hooks as everyone else), then
+the plugin objects the caller passes, then every entry point of the ``nucleo_trio`` group, and
+finally ``check_pending()``, which refuses a decorated function that implements no known hook.
+Every pluggy failure on that path comes back as a :class:`PluginError` that names the plugin
+and the hook, because a typo'd hook name otherwise fails silently (nothing ever calls it).
+
+:class:`LimiterRegistry` asks every plugin for its limiter kinds once, refuses a kind claimed
+twice, and builds accounts by kind name with every failure traced to the plugin responsible.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import inspect
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar, cast
+
+import pluggy
+
+from nucleo_trio.admission import RateLimiter
+from nucleo_trio.plugins import builtin, hookspecs
+from nucleo_trio.plugins.hookspecs import PROJECT_NAME, LimiterFactory
+
+__all__ = [
+    "LimiterRegistry",
+    "PluginError",
+    "UnknownLimiterKindError",
+    "make_plugin_manager",
+]
+
+_T = TypeVar("_T")
+
+
+class PluginError(RuntimeError):
+    """A plugin is broken: it implements an unknown hook, answers a hook with the wrong shape,
+    claims a name another plugin already provides, or builds something that breaks a contract.
+
+    The message names the plugin (and its distribution, for an entry-point plugin) and the hook
+    or kind at fault; pluggy's own error, when there is one, is chained as ``__cause__``.
+    """
+
+
+class UnknownLimiterKindError(PluginError, LookupError):
+    """A limiter kind was asked for that no registered plugin provides.
+
+    The message lists the kinds that are known; a missing kind usually means the distribution
+    that provides it is not installed in this environment.
+    """
+
+
+def make_plugin_manager(
+    *, load_entrypoints: bool = True, plugins: Iterable[object] = ()
+) -> pluggy.PluginManager:
+    """Return a plugin manager holding every nucleo_trio hook and every plugin, checked.
+
+    The order is fixed: hook specifications, the built-ins (:mod:`nucleo_trio.plugins.builtin`),
+    then ``plugins`` in the order given, then (when ``load_entrypoints`` is true) every entry
+    point of the ``nucleo_trio`` group, then ``check_pending()``. Tests pass
+    ``load_entrypoints=False`` to see only the built-ins and their own plugins.
+
+    Raises :class:`PluginError` naming the plugin and hook when a plugin implements a hook that
+    has no specification, implements one with arguments its specification lacks, is
+    registered twice, or (for entry points) fails to import.
+    """
+    pm = pluggy.PluginManager(PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    _register(pm, builtin)
+    for plugin in plugins:
+        _register(pm, plugin)
+    if load_entrypoints:
+        _load_entrypoints(pm)
+    _check_pending(pm)
+    return pm
+
+
+def _register(pm: pluggy.PluginManager, plugin: object) -> None:
+    try:
+        pm.register(plugin)
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(f"plugin {_label(pm, plugin)} was refused: {exc}") from exc
+    except ValueError as exc:
+        # pluggy refuses a second registration of the same object or the same name; its own
+        # message dumps the whole registry, so it stays in the chained cause.
+        raise PluginError(
+            f"plugin {_label(pm, plugin)} cannot be registered: a plugin with that name or "
+            "that very object is already registered (each plugin is registered once)"
+        ) from exc
+
+
+def _load_entrypoints(pm: pluggy.PluginManager) -> None:
+    try:
+        pm.load_setuptools_entrypoints(PROJECT_NAME)
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(
+            f"entry-point plugin {_label(pm, exc.plugin)} was refused: {exc}"
+        ) from exc
+    except Exception as exc:
+        # An entry point whose module fails to import: the traceback chained below names the
+        # module; the message names every candidate so the reader knows where to look.
+        declared = sorted(
+            f"{ep.name} = {ep.value}" for ep in importlib.metadata.entry_points(group=PROJECT_NAME)
+        )
+        raise PluginError(
+            f"loading the {PROJECT_NAME!r} entry points failed "
+            f"(declared: {', '.join(declared) or 'none'}): {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+def _check_pending(pm: pluggy.PluginManager) -> None:
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        known = sorted(
+            name for name, caller in vars(pm.hook).items() if _is_hook(name) and caller.has_spec()
+        )
+        problems = []
+        for hook_name, impl in _unspecified_impls(pm):
+            hint = difflib.get_close_matches(hook_name, known, n=1)
+            suggestion = f" (did you mean {hint[0]!r}?)" if hint else ""
+            problems.append(
+                f"plugin {_label(pm, impl.plugin)} implements hook {hook_name!r}, "
+                f"which no nucleo_trio hook specification declares{suggestion}"
+            )
+        detail = "; ".join(problems) or str(exc)
+        raise PluginError(f"{detail}. Known hooks: {', '.join(known)}") from exc
+
+
+def _unspecified_impls(pm: pluggy.PluginManager) -> Iterator[tuple[str, pluggy.HookImpl]]:
+    # The same scan pluggy's check_pending makes, kept here so the refusal can name every
+    # offending (plugin, hook) pair rather than only the first.
+    for hook_name, caller in sorted(vars(pm.hook).items()):
+        if not _is_hook(hook_name) or caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if not impl.optionalhook:
+                yield hook_name, impl
+
+
+def _is_hook(attribute: str) -> bool:
+    # pluggy's HookRelay keeps its own bookkeeping in underscore attributes beside the hooks.
+    return not attribute.startswith("_")
+
+
+def _label(pm: pluggy.PluginManager, plugin: object) -> str:
+    """A human name for a plugin: its registered name and, for entry points, its distribution."""
+    for dist_plugin, dist in pm.list_plugin_distinfo():
+        if dist_plugin is plugin:
+            return f"{pm.get_name(plugin)!r} (distribution {dist.project_name} {dist.version})"
+    if isinstance(plugin, types.ModuleType):
+        return repr(plugin.__name__)
+    if inspect.isclass(plugin) or inspect.isfunction(plugin):
+        return repr(f"{plugin.__module__}.{plugin.__qualname__}")
+    cls = type(plugin)
+    return repr(f"{cls.__module__}.{cls.__qualname__} instance")
+
+
+def _collect_named(
+    pm: pluggy.PluginManager,
+    hook_name: str,
+    what: str,
+    check: Callable[[object], _T | None],
+    hook_kwargs: Mapping[str, object] | None = None,
+) -> dict[str, tuple[_T, str]]:
+    """Gather a fan-out registration hook whose answers are ``{name: thing}`` mappings.
+
+    Returns ``{name: (thing, plugin label)}``. Each implementation is called on its own (rather
+    than through ``pm.hook``) so every answer stays attributed to the plugin that gave it: a
+    name claimed twice must be refused naming both claimants, and a malformed answer naming its
+    author. ``check`` returns the thing when it is acceptable, else ``None``. ``hook_kwargs``
+    are the hook's arguments; each implementation receives the ones it names, as pluggy does.
+
+    Registration hooks take no wrappers, so wrapper implementations are not consulted.
+    """
+    caller = getattr(pm.hook, hook_name)
+    kwargs = hook_kwargs or {}
+    found: dict[str, tuple[_T, str]] = {}
+    # pluggy lists implementations in registration order; built-ins come first.
+    for impl in caller.get_hookimpls():
+        if impl.hookwrapper or impl.wrapper:
+            continue
+        label = _label(pm, impl.plugin)
+        try:
+            answer = impl.function(*(kwargs[arg] for arg in impl.argnames))
+        except Exception as exc:
+            raise PluginError(f"plugin {label} failed answering {hook_name}: {exc!r}") from exc
+        if answer is None:
+            continue
+        if not isinstance(answer, Mapping):
+            raise PluginError(
+                f"plugin {label} answered {hook_name} with {type(answer).__name__}, "
+                f"expected a mapping of {what} names"
+            )
+        for name, thing in answer.items():
+            if not isinstance(name, str) or not name:
+                raise PluginError(
+                    f"plugin {label} answered {hook_name} with {what} name {name!r}, "
+                    "expected a non-empty string"
+                )
+            accepted = check(thing)
+            if accepted is None:
+                raise PluginError(
+                    f"plugin {label} answered {hook_name} with {what} {name!r} -> {thing!r}, "
+                    f"which is not a valid {what}"
+                )
+            if name in found:
+                raise PluginError(
+                    f"{what} {name!r} is provided by two plugins: {found[name][1]} and {label}; "
+                    "uninstall or block one of them"
+                )
+            found[name] = (accepted, label)
+    return found
+
+
+def _as_factory(thing: object) -> LimiterFactory | None:
+    # Only callability can be checked up front; the result is checked at each create().
+    return cast(LimiterFactory, thing) if callable(thing) else None
+
+
+class LimiterRegistry:
+    """The limiter kinds every plugin provides, and the one place accounts are built by kind.
+
+    Built from a plugin manager (usually :func:`make_plugin_manager`), it asks the
+    ``nucleo_trio_limiter_kinds`` hook once and keeps the answers. Construction raises
+    :class:`PluginError` when two plugins claim the same kind (naming both) or a plugin answers
+    with something that is not a mapping of kind names to callables.
+
+    >>> registry = LimiterRegistry(make_plugin_manager(load_entrypoints=False))
+    >>> registry.kinds
+    ('counting',)
+    >>> gate = registry.create("counting", "render", capacity=4)
+    """
+
+    __slots__ = ("_kinds",)
+
+    def __init__(self, plugin_manager: pluggy.PluginManager) -> None:
+        self._kinds: Mapping[str, tuple[LimiterFactory, str]] = types.MappingProxyType(
+            _collect_named(plugin_manager, "nucleo_trio_limiter_kinds", "limiter kind", _as_factory)
+        )
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Every known kind name, sorted."""
+        return tuple(sorted(self._kinds))
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._kinds
+
+    def provider(self, kind: str) -> str:
+        """Name the plugin (and distribution, if any) that provides ``kind``."""
+        return self._entry(kind)[1]
+
+    def create(self, kind: str, name: str, **settings: Any) -> RateLimiter:
+        """Build the account ``name`` of limiter kind ``kind`` from its ``settings``.
+
+        Raises :class:`UnknownLimiterKindError` naming the kind and the known ones,
+        ``ValueError`` for an empty or non-string ``name``, and :class:`PluginError` naming the
+        kind and its plugin when the factory raises (the failure is chained as ``__cause__``)
+        or returns something that does not satisfy the ``RateLimiter`` protocol.
+        """
+        factory, label = self._entry(kind)
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a {kind!r} limiter needs a non-empty string name, got {name!r}")
+        try:
+            limiter = factory(name, **settings)
+        except Exception as exc:
+            # Only the settings' names are repeated: their values may be credentials.
+            given = f"settings given: {', '.join(sorted(settings))}" if settings else "no settings"
+            raise PluginError(
+                f"limiter kind {kind!r} from plugin {label} could not build {name!r} "
+                f"({given}): {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(limiter, RateLimiter):
+            raise PluginError(
+                f"limiter kind {kind!r} from plugin {label} built {name!r} as a "
+                f"{type(limiter).__qualname__}, which does not implement the RateLimiter protocol"
+            )
+        return limiter
+
+    def _entry(self, kind: str) -> tuple[LimiterFactory, str]:
+        try:
+            return self._kinds[kind]
+        except (KeyError, TypeError):
+            known = ", ".join(repr(k) for k in self.kinds) or "none"
+            raise UnknownLimiterKindError(
+                f"unknown limiter kind {kind!r}; known kinds: {known} "
+                "(is the plugin that provides it installed?)"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"LimiterRegistry(kinds={self.kinds!r})"

@@ -1,0 +1,366 @@
+"""The door, routing and the dispatcher's life (SUB, ROUTE)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from nucleo_trio import errors
+from nucleo_trio.admission import CountingGate
+from nucleo_trio.bus import events as ev
+from nucleo_trio.dispatch import (
+    OBS_CALLER_CLASS,
+    DispatcherConfig,
+    JobDispatcher,
+    grace_period,
+    open_dispatcher,
+)
+from nucleo_trio.dispatch.lanes import QueuedJob
+from nucleo_trio.jobs import (
+    JobContext,
+    JobRequirements,
+    JobState,
+    Orchestrator,
+    Tool,
+    workflow,
+)
+
+from .conftest import Recorder, settle
+from .jobs_for_tests import Echo, Fn
+
+
+async def test_submit_before_start_is_refused() -> None:
+    """SUB-14: any submit before start raises RuntimeError."""
+    d = JobDispatcher()
+    with pytest.raises(RuntimeError, match="not started"):
+        d.submit(Echo(workflow("u", "wf")))
+
+
+async def test_second_start_is_a_noop_with_a_warning(nursery: trio.Nursery) -> None:
+    """SUB-14: a second start warns, does not throw, and the dispatcher keeps running."""
+    d = JobDispatcher()
+    await nursery.start(d.run)
+    with pytest.warns(RuntimeWarning, match="already started"):
+        await nursery.start(d.run)
+    assert d.is_running
+    handle = d.submit(Echo(workflow("u", "wf"), 5))
+    assert await handle.result() == 5
+    await d.shutdown()
+    assert not d.is_running
+
+
+async def test_a_plain_job_submitting_from_inside_is_born_failed(
+    dispatcher: JobDispatcher, recorder: Recorder
+) -> None:
+    """SUB-01, SUB-02, SUB-03: a non-orchestrator that submits gets a born-failed handle; the refused
+    job publishes JobFailedEvent and never JobScheduled."""
+    children: list[Any] = []
+
+    async def submit_child(ctx: JobContext) -> str:
+        child = Echo(ctx.job)
+        children.append(child)
+        handle = ctx.dispatcher.submit(child)
+        assert handle.done  # born failed: settled before submit returns
+        with pytest.raises(errors.NucleoSystemError, match="Only orchestrators may submit"):
+            await handle.result()
+        return "parent done"
+
+    parent = Fn(workflow("u", "wf"), submit_child)
+    assert await dispatcher.submit(parent).result() == "parent done"
+    await settle()
+    (child,) = children
+    names = recorder.names(child.job_id)
+    assert names == ["JobFailedEvent"]
+    assert child.context.state is JobState.FAILED
+
+
+async def test_a_refused_root_publishes_a_failed_workflow(
+    dispatcher: JobDispatcher, recorder: Recorder
+) -> None:
+    """SUB-02, SUB-08: a resourceful job with no timeout is refused at the door: JobFailedEvent then
+    WorkflowCompleteEvent(false), never JobScheduled."""
+    gate = CountingGate("db", 1)
+    job = Echo(
+        workflow("u", "wf"),
+        requirements=lambda: JobRequirements().require_rate_limiter(gate),
+        timeout=None,
+    )
+    handle = dispatcher.submit(job)
+    with pytest.raises(errors.NucleoSystemError, match="no timeout"):
+        await handle.result()
+    await settle()
+    assert recorder.names(job.job_id) == ["JobFailedEvent", "WorkflowCompleteEvent"]
+    (wf,) = [e for e in recorder.of(job.job_id) if isinstance(e, ev.WorkflowCompleteEvent)]
+    assert wf.successful is False
+    assert job.runs == 0
+
+
+async def test_outside_code_cannot_name_a_live_job_as_parent(dispatcher: JobDispatcher) -> None:
+    """SUB-04: code outside any job naming a live job as parent gets "may only create new roots"."""
+    release = trio.Event()
+
+    async def wait(ctx: JobContext) -> str:
+        await release.wait()
+        return "done"
+
+    parent = Fn(workflow("u", "wf"), wait, timeout=None)
+    parent_handle = dispatcher.submit(parent)
+    await settle()
+    orphan = Echo(parent)
+    with pytest.raises(errors.NucleoSystemError, match="may only create new roots"):
+        await dispatcher.submit(orphan).result()
+    release.set()
+    assert await parent_handle.result() == "done"
+
+
+class _Fanout(Orchestrator[Any]):
+    def __init__(self, parent: Any, make_child: Any) -> None:
+        super().__init__(parent)
+        self.make_child = make_child
+
+    async def execute(self, context: JobContext) -> Any:
+        handle = self.submit(self.make_child(self))
+        return await handle.result()
+
+
+async def test_an_orchestrator_may_only_parent_from_its_own_task(dispatcher: JobDispatcher) -> None:
+    """SUB-05: an orchestrator naming another live job as parent gets "runs on the thread of"."""
+    release = trio.Event()
+
+    async def wait(ctx: JobContext) -> str:
+        await release.wait()
+        return "other"
+
+    other = Fn(workflow("u", "wf"), wait, timeout=None)
+    other_handle = dispatcher.submit(other)
+    await settle()
+    fan = _Fanout(workflow("u", "wf2"), lambda me: Echo(other))
+    with pytest.raises(errors.NucleoSystemError, match="runs on the thread of"):
+        await dispatcher.submit(fan).result()
+    # from its own task it may: the same orchestrator shape with itself as parent runs
+    ok = _Fanout(workflow("u", "wf3"), lambda me: Echo(me, "child"))
+    assert await dispatcher.submit(ok).result() == "child"
+    release.set()
+    await other_handle.result()
+
+
+async def test_a_dependency_cycle_is_refused_naming_it(dispatcher: JobDispatcher) -> None:
+    """SUB-09: a dependency list that closes a cycle raises ValueError at submit, naming the job."""
+    wf = workflow("u", "wf")
+    a = Echo(wf, "a")
+    b = Echo(wf, "b")
+    handle_b = dispatcher.submit(b, [a])  # b waits for a, which is not submitted yet
+    with pytest.raises(ValueError, match="Cycle detected") as info:
+        dispatcher.submit(a, [handle_b])
+    assert a.job_id in str(info.value)
+    dispatcher.cancel(b.job_id, "test over")
+    with pytest.raises(errors.JobCancelledError):
+        await handle_b.result()
+
+
+async def test_requirements_are_captured_once_at_submit_and_once_per_attempt(
+    dispatcher: JobDispatcher,
+) -> None:
+    """SUB-10: a job with one attempt sees exactly two requirements() calls."""
+    job = Echo(workflow("u", "wf"))
+    await dispatcher.submit(job).result()
+    assert job.requirement_calls == 2
+
+
+async def test_initial_metadata_is_on_the_first_schedule_event(
+    dispatcher: JobDispatcher, recorder: Recorder
+) -> None:
+    """SUB-11, OBS-10: metadata handed to submit is on JobScheduled's snapshot; the event carries
+    QUEUED, the requirements and the priority."""
+    job = Echo(workflow("u", "wf"))
+    job.priority = 3
+    await dispatcher.submit(job, metadata={"ticket": "T-1"}).result()
+    await settle()
+    scheduled = recorder.of(job.job_id)[0]
+    assert isinstance(scheduled, ev.JobScheduled)
+    assert scheduled.snapshot is not None
+    assert scheduled.snapshot.metadata["ticket"] == "T-1"
+    assert scheduled.snapshot.state is JobState.QUEUED
+    assert scheduled.priority == 3
+    assert isinstance(scheduled.requirements, JobRequirements)
+
+
+async def test_a_child_carries_its_callers_class(dispatcher: JobDispatcher) -> None:
+    """SUB-12: a submission from inside a job stamps the caller's qualified class name."""
+    seen: list[Any] = []
+
+    def make(me: Any) -> Any:
+        child = Echo(me, "c")
+        seen.append(child)
+        return child
+
+    await dispatcher.submit(_Fanout(workflow("u", "wf"), make)).result()
+    (child,) = seen
+    assert child.context.metadata[OBS_CALLER_CLASS] == f"{_Fanout.__module__}.{_Fanout.__qualname__}"
+    root = Echo(workflow("u", "wf"))
+    await dispatcher.submit(root).result()
+    assert OBS_CALLER_CLASS not in root.context.metadata
+
+
+async def test_submit_with_delay_submits_a_root_after_the_delay(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """SUB-13: the handle arrives after at least the delay; zero means at once; a delayed child of a
+    live job is refused since the delayed submit runs outside any job."""
+    start = trio.current_time()
+    delayed = dispatcher.submit_with_delay(Echo(workflow("u", "wf"), "late"), 2.5)
+    handle = await delayed.handle()
+    assert trio.current_time() - start >= 2.5
+    assert await handle.result() == "late"
+
+    now = dispatcher.submit_with_delay(Echo(workflow("u", "wf"), "now"), 0)
+    before = trio.current_time()
+    assert await (await now.handle()).result() == "now"
+    assert trio.current_time() == before
+
+    release = trio.Event()
+
+    async def wait(ctx: JobContext) -> str:
+        await release.wait()
+        return "p"
+
+    parent = Fn(workflow("u", "wf"), wait, timeout=None)
+    parent_handle = dispatcher.submit(parent)
+    child_delayed = dispatcher.submit_with_delay(Echo(parent), 1)
+    child_handle = await child_delayed.handle()
+    with pytest.raises(errors.NucleoSystemError, match="may only create new roots"):
+        await child_handle.result()
+    release.set()
+    await parent_handle.result()
+
+
+def test_grace_period_is_ten_percent_clamped() -> None:
+    """ROUTE-05: 10 % of the timeout, within [0.5 s, 30 s]."""
+    assert grace_period(1.0) == 0.5
+    assert grace_period(100.0) == 10.0
+    assert grace_period(600.0) == 30.0
+    assert grace_period(7.0) == pytest.approx(0.7)
+
+
+def test_the_priority_order_is_priority_then_submission() -> None:
+    """ROUTE-03: the higher priority first, then the earlier submission; priority outranks order."""
+    wf = workflow("u", "wf")
+
+    def queued(priority: int) -> QueuedJob:
+        job = Echo(wf)
+        job.priority = priority
+        return QueuedJob(job, None, None, (), None)  # type: ignore[arg-type]
+
+    first_low, high, second_low = queued(1), queued(9), queued(1)
+    order = sorted([second_low, first_low, high], key=QueuedJob.sort_key)
+    assert order == [high, first_low, second_low]
+
+
+async def test_routing_sends_short_timeouts_to_the_priority_lane(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """ROUTE-01, ROUTE-02, ROUTE-03: timeout <= 5 s enters the priority lane and is served by
+    priority then submission order; others enter the FIFO lane; queueing off runs at once."""
+    order: list[str] = []
+
+    async def note(ctx: JobContext) -> None:
+        order.append(ctx.job.job_id.split("-")[0])
+
+    async with open_dispatcher(DispatcherConfig(seed=1)) as d:
+        wf = workflow("u", "wf")
+        jobs = []
+        for prefix, prio, timeout in [("lowA", 1, 5.0), ("high", 9, 2.0), ("lowB", 1, 5.0), ("slow", 9, 60.0)]:
+            job = Fn(wf, note, timeout=timeout, prefix=prefix)
+            job.priority = prio
+            jobs.append(job)
+        now = Fn(wf, note, requirements=lambda: JobRequirements().without_queueing(), prefix="now")
+        handles = [d.submit(j) for j in jobs]
+        assert d.queued_jobs == (1, 3)  # (standard, fast) before the lane tasks run
+        handles.append(d.submit(now))
+        for h in handles:
+            await h.result()
+    fast = [p for p in order if p in {"lowA", "high", "lowB"}]
+    assert fast == ["high", "lowA", "lowB"]
+    assert set(order) == {"lowA", "high", "lowB", "slow", "now"}
+
+
+async def test_a_job_taken_out_of_a_queue_is_settled_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """EXEC-21, OBS-06: a queued job removed by cancel ends CANCELLED; its caller gets
+    JobCancelledError whose cause says "Cancelled while queued"; JobCancelled carries the
+    remover's message and WorkflowCompleteEvent(false) follows."""
+    async with open_dispatcher() as d:
+        rec = Recorder()
+        d.bus.subscribe(rec)
+        job = Echo(workflow("u", "wf"))
+        handle = d.submit(job)  # still in the lane: its server has not run yet
+        assert d.cancel(job.job_id, "no longer needed") is True
+        with pytest.raises(errors.JobCancelledError) as info:
+            await handle.result()
+        assert isinstance(info.value.__cause__, errors.CancellationRequested)
+        assert "Cancelled while queued" in str(info.value.__cause__)
+        assert job.context.state is JobState.CANCELLED
+        assert job.runs == 0
+        await settle()
+        names = rec.names(job.job_id)
+        assert names == ["JobScheduled", "JobCancelled", "WorkflowCompleteEvent"]
+        cancelled = rec.of(job.job_id)[1]
+        assert isinstance(cancelled, ev.JobCancelled)
+        assert cancelled.message == "Cancelled while queued: no longer needed"
+        assert d.cancel(job.job_id, "again") is False
+
+
+async def test_a_second_start_inside_open_dispatcher_and_shutdown_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """SUB-14: is_running is true while started and false after shutdown; shutdown publishes the
+    scheduler's STOPPING and STOPPED."""
+    rec = Recorder()
+    async with open_dispatcher() as d:
+        d.bus.subscribe(rec)
+        assert d.is_running
+    assert not d.is_running
+    kinds = [e.type for e in rec.typed(ev.SchedulerEvent)]
+    assert kinds == [ev.SchedulerEventType.STOPPING, ev.SchedulerEventType.STOPPED]
+
+
+class _Holder(Tool[str]):
+    def __init__(self, parent: Any, gate: CountingGate) -> None:
+        super().__init__(parent)
+        self.gate = gate
+        self.timeout = 600.0
+
+    def requirements(self) -> JobRequirements:
+        return JobRequirements().require_rate_limiter(self.gate)
+
+    async def execute(self, context: JobContext) -> str:
+        await trio.sleep(1000)
+        return "held"
+
+
+async def test_shutdown_refuses_parked_waiters_interrupts_the_rest_and_stops_the_bus(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Shutdown in the seed's order: parked waiters refused, running jobs interrupted after the
+    timeout and settled as forcefully cancelled, the bus stopped last."""
+    gate = CountingGate("slot", 1)
+    rec = Recorder()
+    async with open_dispatcher() as d:
+        d.bus.subscribe(rec)
+        running = d.submit(_Holder(workflow("u", "a"), gate))
+        parked = d.submit(_Holder(workflow("u", "b"), gate))
+        await settle()
+        assert d.admission.queue_size == 1
+        start = trio.current_time()
+        await d.shutdown(timeout=5)
+        assert trio.current_time() - start == pytest.approx(5)
+    with pytest.raises(errors.UncorrectableError, match="shutting down"):
+        await parked.result()
+    with pytest.raises(errors.JobCancelledError):
+        await running.result()
+    assert gate.in_use == 0
+    forced = [e for e in rec.typed(ev.JobCancelled) if e.snapshot and e.snapshot.job_id == running.job_id]
+    assert forced and forced[0].message == "Job forcefully cancelled"

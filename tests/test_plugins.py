@@ -1,0 +1,432 @@
+"""The plugin mechanism: hook specs, the plugin manager, the limiter registry, entry points.
+
+The third-party path is exercised for real: ``tests/plugin_dist`` is an installed distribution
+(``nucleo-trio-testplugin``) found through its ``nucleo_trio`` entry point, and the failure
+paths for entry points use real ``.dist-info`` directories put on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+import sys
+import textwrap
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pluggy
+import pytest
+
+from nucleo_trio.admission import CountingGate, RateLimiter
+from nucleo_trio.plugins import (
+    PROJECT_NAME,
+    LimiterFactory,
+    LimiterRegistry,
+    PluginError,
+    UnknownLimiterKindError,
+    builtin,
+    hookimpl,
+    hookspecs,
+    make_plugin_manager,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST_DISTRIBUTION = "nucleo-trio-testplugin"
+
+
+def _builtins_only(*plugins: object) -> LimiterRegistry:
+    return LimiterRegistry(make_plugin_manager(load_entrypoints=False, plugins=plugins))
+
+
+def _kinds_plugin(kinds: Any) -> object:
+    """A plugin object whose limiter-kinds hook answers ``kinds``."""
+
+    class KindsPlugin:
+        @hookimpl
+        def nucleo_trio_limiter_kinds(self) -> Any:
+            return kinds
+
+    return KindsPlugin()
+
+
+def _require_test_distribution() -> importlib.metadata.EntryPoint:
+    """The test plugin's entry point; FAIL (never skip) when the distribution is missing."""
+    found = [
+        ep for ep in importlib.metadata.entry_points(group=PROJECT_NAME) if ep.name == "testplugin"
+    ]
+    if not found:
+        pytest.fail(
+            f"the test plugin distribution {TEST_DISTRIBUTION!r} (tests/plugin_dist) is not "
+            "installed, so its 'nucleo_trio' entry point cannot be loaded. Run the README test "
+            "command (.ci/run), or at least: .venv/bin/pip install -e tests/plugin_dist",
+            pytrace=False,
+        )
+    return found[0]
+
+
+def _exercise_counting(limiter: RateLimiter, capacity: int) -> None:
+    """Take every permit, see the next one refused, give one back, take it again."""
+    permit = [None]
+    for _ in range(capacity):
+        assert limiter.try_take(permit, [])
+    assert not limiter.fits(permit, [])
+    assert not limiter.try_take(permit, [])
+    limiter.give(permit)
+    assert limiter.fits(permit, [])
+    assert limiter.try_take(permit, [])
+
+
+def _install_fake_distribution(
+    site: Path, monkeypatch: pytest.MonkeyPatch, dist: str, module: str, source: str | None
+) -> None:
+    """Put a real distribution on ``sys.path``: ``.dist-info`` metadata, entry point, module.
+
+    ``source`` is the plugin module's code, or ``None`` to leave the module missing (an entry
+    point that cannot be imported).
+    """
+    info = site / f"{dist.replace('-', '_')}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{PROJECT_NAME}]\n{module} = {module}\n")
+    if source is not None:
+        (site / f"{module}.py").write_text(textwrap.dedent(source))
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+
+
+# --- nucleo_trio_limiter_kinds: built-ins -------------------------------------------------------
+
+
+def test_nucleo_trio_limiter_kinds_builtin_counting_goes_through_the_hook() -> None:
+    """The built-in "counting" kind is registered as a plugin through nucleo_trio_limiter_kinds."""
+    pm = make_plugin_manager(load_entrypoints=False)
+    assert pm.is_registered(builtin)
+    providers = [impl.plugin for impl in pm.hook.nucleo_trio_limiter_kinds.get_hookimpls()]
+    assert providers == [builtin]
+    assert pm.hook.nucleo_trio_limiter_kinds() == [{"counting": CountingGate}]
+
+    registry = LimiterRegistry(pm)
+    assert registry.kinds == ("counting",)
+    assert "counting" in registry
+    assert registry.provider("counting") == "'nucleo_trio.plugins.builtin'"
+    gate = registry.create("counting", "render", capacity=3)
+    assert isinstance(gate, CountingGate)
+    assert isinstance(gate, RateLimiter)
+    _exercise_counting(gate, 3)
+
+
+def test_builtin_kind_refuses_bad_settings_naming_kind_and_plugin() -> None:
+    """Bad settings for a built-in kind come back naming the kind, the plugin and the cause."""
+    registry = _builtins_only()
+    with pytest.raises(
+        PluginError, match=r"'counting' from plugin 'nucleo_trio\.plugins\.builtin'"
+    ):
+        registry.create("counting", "render")  # capacity missing
+    with pytest.raises(PluginError, match="capacity") as caught:
+        registry.create("counting", "render", capacity=0)
+    assert isinstance(caught.value.__cause__, ValueError)
+
+
+def test_plugin_objects_are_registered_after_the_builtins_in_order() -> None:
+    """Extra plugins join after the built-ins, in the order given; kinds come back sorted."""
+    first = _kinds_plugin({"zeta": CountingGate})
+    second = _kinds_plugin({"alpha": CountingGate})
+    pm = make_plugin_manager(load_entrypoints=False, plugins=[first, second])
+    providers = [impl.plugin for impl in pm.hook.nucleo_trio_limiter_kinds.get_hookimpls()]
+    assert providers == [builtin, first, second]
+    assert LimiterRegistry(pm).kinds == ("alpha", "counting", "zeta")
+
+
+def test_a_plugin_answering_none_contributes_nothing() -> None:
+    """A plugin whose hook answers None (or nothing) adds no kinds and is not an error."""
+    assert _builtins_only(_kinds_plugin(None), _kinds_plugin({})).kinds == ("counting",)
+
+
+# --- nucleo_trio_limiter_kinds: the real entry point --------------------------------------------
+
+
+def test_nucleo_trio_limiter_kinds_entry_point_loads_the_test_distribution() -> None:
+    """The installed test distribution is found through the nucleo_trio entry-point group and
+    its "fixed_slots" kind builds a working account."""
+    entry_point = _require_test_distribution()
+    assert entry_point.value == "nucleo_trio_testplugin"
+    assert entry_point.dist is not None
+    assert entry_point.dist.metadata["Name"] == TEST_DISTRIBUTION
+
+    pm = make_plugin_manager()
+    plugin = pm.get_plugin("testplugin")
+    assert plugin is not None
+    assert plugin.__name__ == "nucleo_trio_testplugin"
+    assert [dist.project_name for p, dist in pm.list_plugin_distinfo() if p is plugin] == [
+        TEST_DISTRIBUTION
+    ]
+
+    registry = LimiterRegistry(pm)
+    assert {"counting", "fixed_slots"} <= set(registry.kinds)
+    assert TEST_DISTRIBUTION in registry.provider("fixed_slots")
+    slots = registry.create("fixed_slots", "render", slots=2)
+    assert isinstance(slots, RateLimiter)
+    assert isinstance(slots, plugin.FixedSlots)
+    assert slots.limiter_name() == "slots:render"
+    assert slots.limiter_category() == "semaphore"
+    _exercise_counting(slots, 2)
+
+
+def test_entry_points_are_skipped_when_asked() -> None:
+    """load_entrypoints=False leaves the installed test distribution out."""
+    _require_test_distribution()
+    pm = make_plugin_manager(load_entrypoints=False)
+    assert pm.get_plugin("testplugin") is None
+    assert "fixed_slots" not in LimiterRegistry(pm)
+
+
+def test_an_entry_point_that_cannot_be_imported_is_a_plugin_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry point whose module is missing is refused naming the entry point."""
+    _install_fake_distribution(
+        tmp_path, monkeypatch, "nt-broken-plugin", "nt_broken_plugin_module", source=None
+    )
+    with pytest.raises(PluginError, match="nt_broken_plugin_module") as caught:
+        make_plugin_manager()
+    assert isinstance(caught.value.__cause__, ModuleNotFoundError)
+
+
+def test_an_entry_point_plugin_with_an_unknown_hook_names_its_distribution(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """check_pending's refusal of an entry-point plugin names the plugin and its distribution."""
+    _install_fake_distribution(
+        tmp_path,
+        monkeypatch,
+        "nt-typo-plugin",
+        "nt_typo_plugin_module",
+        source="""
+            from nucleo_trio.plugins import hookimpl
+
+            @hookimpl
+            def nucleo_trio_limiter_kind():
+                return {}
+        """,
+    )
+    with pytest.raises(PluginError) as caught:
+        make_plugin_manager()
+    message = str(caught.value)
+    assert "'nt_typo_plugin_module' (distribution nt-typo-plugin 0.1)" in message
+    assert "'nucleo_trio_limiter_kind'" in message
+
+
+# --- the plugin manager refuses broken plugins ---------------------------------------------------
+
+
+def test_check_pending_refuses_an_unknown_hook_naming_plugin_and_hook() -> None:
+    """A decorated function matching no hook spec is refused at start, with a suggestion."""
+
+    class Typo:
+        @hookimpl
+        def nucleo_trio_limiter_kind(self) -> Mapping[str, LimiterFactory]:
+            return {}
+
+    with pytest.raises(PluginError) as caught:
+        make_plugin_manager(load_entrypoints=False, plugins=[Typo()])
+    message = str(caught.value)
+    assert "Typo instance" in message
+    assert "'nucleo_trio_limiter_kind'" in message
+    assert "did you mean 'nucleo_trio_limiter_kinds'?" in message
+    assert "Known hooks: nucleo_trio_limiter_kinds" in message
+    assert isinstance(caught.value.__cause__, pluggy.PluginValidationError)
+
+
+def test_check_pending_accepts_an_optional_unknown_hook() -> None:
+    """An implementation marked optionalhook=True may target a hook this version lacks."""
+
+    class Forward:
+        @hookimpl(optionalhook=True)
+        def nucleo_trio_some_future_hook(self) -> None:
+            return None
+
+    pm = make_plugin_manager(load_entrypoints=False, plugins=[Forward()])
+    assert pm.is_registered(next(p for p in pm.get_plugins() if isinstance(p, Forward)))
+
+
+def test_a_hook_taking_arguments_its_spec_lacks_is_refused() -> None:
+    """An implementation asking for an argument the spec does not pass is refused by name."""
+
+    class Greedy:
+        @hookimpl
+        def nucleo_trio_limiter_kinds(self, config: object) -> Mapping[str, LimiterFactory]:
+            return {}
+
+    with pytest.raises(PluginError, match=r"Greedy instance.*nucleo_trio_limiter_kinds") as caught:
+        make_plugin_manager(load_entrypoints=False, plugins=[Greedy()])
+    assert "config" in str(caught.value)
+    assert isinstance(caught.value.__cause__, pluggy.PluginValidationError)
+
+
+def test_registering_a_plugin_twice_is_refused() -> None:
+    """The same plugin passed twice (or the built-ins passed again) is a clear error."""
+    plugin = _kinds_plugin({"mine": CountingGate})
+    with pytest.raises(PluginError, match="KindsPlugin instance' cannot be registered"):
+        make_plugin_manager(load_entrypoints=False, plugins=[plugin, plugin])
+    with pytest.raises(PluginError, match=r"'nucleo_trio\.plugins\.builtin' cannot be registered"):
+        make_plugin_manager(load_entrypoints=False, plugins=[builtin])
+
+
+# --- the registry refuses broken answers ---------------------------------------------------------
+
+
+def test_a_duplicate_kind_is_refused_naming_both_plugins() -> None:
+    """Two plugins claiming one kind are refused, naming both; built-ins are not shadowed."""
+
+    class Shadow:
+        @hookimpl
+        def nucleo_trio_limiter_kinds(self) -> Mapping[str, LimiterFactory]:
+            return {"counting": CountingGate}
+
+    pm = make_plugin_manager(load_entrypoints=False, plugins=[Shadow()])
+    with pytest.raises(PluginError) as caught:
+        LimiterRegistry(pm)
+    message = str(caught.value)
+    assert "limiter kind 'counting' is provided by two plugins" in message
+    assert "'nucleo_trio.plugins.builtin'" in message
+    assert "Shadow instance" in message
+
+
+def test_two_third_party_plugins_claiming_one_kind_are_refused() -> None:
+    """The clash check does not depend on the built-ins: any two claimants are refused."""
+    with pytest.raises(PluginError, match="'render' is provided by two plugins"):
+        _builtins_only(
+            _kinds_plugin({"render": CountingGate}), _kinds_plugin({"render": CountingGate})
+        )
+
+
+@pytest.mark.parametrize(
+    ("answer", "fragment"),
+    [
+        (["counting"], "answered nucleo_trio_limiter_kinds with list, expected a mapping"),
+        ({"": CountingGate}, "limiter kind name '', expected a non-empty string"),
+        ({7: CountingGate}, "limiter kind name 7, expected a non-empty string"),
+        ({"broken": "not callable"}, "limiter kind 'broken' -> 'not callable'"),
+    ],
+)
+def test_a_malformed_answer_is_refused_naming_the_plugin(answer: Any, fragment: str) -> None:
+    """A hook answer that is not {non-empty name: callable} is refused naming its plugin."""
+    pm = make_plugin_manager(load_entrypoints=False, plugins=[_kinds_plugin(answer)])
+    with pytest.raises(PluginError, match="KindsPlugin instance") as caught:
+        LimiterRegistry(pm)
+    assert fragment in str(caught.value)
+
+
+def test_a_hook_that_raises_is_refused_naming_the_plugin() -> None:
+    """A plugin whose hook raises is reported by name, with the failure as the cause."""
+
+    class Exploding:
+        @hookimpl
+        def nucleo_trio_limiter_kinds(self) -> Mapping[str, LimiterFactory]:
+            raise ImportError("optional dependency 'redis' is missing")
+
+    pm = make_plugin_manager(load_entrypoints=False, plugins=[Exploding()])
+    with pytest.raises(PluginError, match=r"Exploding instance.*failed answering") as caught:
+        LimiterRegistry(pm)
+    assert isinstance(caught.value.__cause__, ImportError)
+
+
+def test_a_factory_that_raises_is_refused_naming_kind_and_plugin() -> None:
+    """A factory failure names the kind, the plugin and the account; the cause is chained."""
+
+    def exploding(name: str, **settings: Any) -> RateLimiter:
+        raise RuntimeError("backend unreachable")
+
+    registry = _builtins_only(_kinds_plugin({"exploding": exploding}))
+    with pytest.raises(PluginError) as caught:
+        registry.create("exploding", "db", url="redis://x")
+    message = str(caught.value)
+    assert "limiter kind 'exploding' from plugin" in message
+    assert "KindsPlugin instance" in message
+    assert "could not build 'db'" in message
+    assert "RuntimeError: backend unreachable" in message
+    assert "redis://x" not in message  # settings may hold secrets: only their keys are shown
+    assert "(settings given: url)" in message
+    assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_a_factory_returning_a_non_limiter_is_refused_naming_kind_and_plugin() -> None:
+    """A factory whose product does not satisfy the RateLimiter protocol is refused."""
+    bogus: Callable[..., object] = lambda name, **settings: {"name": name}  # noqa: E731
+    registry = _builtins_only(_kinds_plugin({"bogus": bogus}))
+    with pytest.raises(PluginError) as caught:
+        registry.create("bogus", "db")
+    message = str(caught.value)
+    assert "limiter kind 'bogus' from plugin" in message
+    assert "KindsPlugin instance" in message
+    assert "built 'db' as a dict" in message
+    assert "RateLimiter protocol" in message
+
+
+def test_an_unknown_kind_names_itself_and_the_known_kinds() -> None:
+    """Asking for a kind nobody provides lists the known kinds."""
+    registry = _builtins_only(_kinds_plugin({"fixed": CountingGate}))
+    with pytest.raises(UnknownLimiterKindError) as caught:
+        registry.create("conting", "db", capacity=1)
+    message = str(caught.value)
+    assert "unknown limiter kind 'conting'" in message
+    assert "known kinds: 'counting', 'fixed'" in message
+    assert isinstance(caught.value, LookupError)
+    with pytest.raises(UnknownLimiterKindError, match="unknown limiter kind"):
+        registry.provider("conting")
+
+
+def test_an_account_needs_a_non_empty_name() -> None:
+    """An empty or non-string account name is refused before the factory runs."""
+    registry = _builtins_only()
+    with pytest.raises(ValueError, match="non-empty string name, got ''"):
+        registry.create("counting", "", capacity=1)
+    with pytest.raises(ValueError, match="got 3"):
+        registry.create("counting", 3, capacity=1)  # type: ignore[arg-type]
+
+
+# --- every hook is tested and documented ---------------------------------------------------------
+
+
+def _hook_names() -> list[str]:
+    spec_marker = f"{PROJECT_NAME}_spec"
+    return sorted(
+        name
+        for name, value in vars(hookspecs).items()
+        if inspect.isfunction(value) and hasattr(value, spec_marker)
+    )
+
+
+def test_hookspecs_declare_hooks_with_contracts() -> None:
+    """Every hook spec is a typed stub with a docstring saying when it runs and what it returns."""
+    names = _hook_names()
+    assert "nucleo_trio_limiter_kinds" in names
+    for name in names:
+        stub = getattr(hookspecs, name)
+        assert name.startswith(f"{PROJECT_NAME}_"), name
+        assert inspect.getdoc(stub), f"hook {name} has no docstring"
+        assert inspect.signature(stub).return_annotation is not inspect.Signature.empty, name
+        assert name in hookspecs.__all__, f"hook {name} is missing from hookspecs.__all__"
+
+
+def test_every_hook_has_a_test() -> None:
+    """Each hook in hookspecs is exercised by some other test in this file."""
+    module = sys.modules[__name__]
+    checkers = {"test_every_hook_has_a_test", "test_every_hook_is_documented"}
+    sources = [
+        inspect.getsource(function)
+        for name, function in vars(module).items()
+        if name.startswith("test_") and name not in checkers and inspect.isfunction(function)
+    ]
+    untested = [hook for hook in _hook_names() if not any(hook in source for source in sources)]
+    assert not untested, f"hooks with no test in {Path(__file__).name}: {untested}"
+
+
+def test_every_hook_is_documented() -> None:
+    """Each hook in hookspecs has an entry in docs/plugins.md."""
+    docs = ROOT / "docs" / "plugins.md"
+    assert docs.is_file(), f"{docs} is missing"
+    text = docs.read_text()
+    undocumented = [hook for hook in _hook_names() if f"`{hook}(" not in text]
+    assert not undocumented, f"hooks with no entry in docs/plugins.md: {undocumented}"
