@@ -17,8 +17,17 @@ from typing import Any
 
 import pluggy
 import pytest
+import trio
+import trio.testing
 
-from nucleo_trio.admission import CountingGate, RateLimiter
+from nucleo_trio.admission import (
+    Admission,
+    CountingGate,
+    Demand,
+    Grant,
+    RateLimiter,
+    Replenishment,
+)
 from nucleo_trio.plugins import (
     PROJECT_NAME,
     LimiterFactory,
@@ -168,9 +177,45 @@ def test_nucleo_trio_limiter_kinds_entry_point_loads_the_test_distribution() -> 
     slots = registry.create("fixed_slots", "render", slots=2)
     assert isinstance(slots, RateLimiter)
     assert isinstance(slots, plugin.FixedSlots)
-    assert slots.limiter_name() == "slots:render"
-    assert slots.limiter_category() == "semaphore"
+    assert slots.limiter_name == "slots:render"
+    assert slots.limiter_category == "semaphore"
+    assert slots.replenishment() is Replenishment.RELEASE
     _exercise_counting(slots, 2)
+
+
+async def test_a_plugin_account_joins_admission_like_a_builtin_gate() -> None:
+    """GATE-10: a third-party CountingGate subclass, loaded through its entry point, is granted,
+    parks a second job holding nothing, hands over at release and comes back at rollback,
+    exactly like the built-in counting gate beside it in the same demand."""
+    _require_test_distribution()  # before any nursery, so a missing install fails plainly
+    registry = LimiterRegistry(make_plugin_manager())
+    slots = registry.create("fixed_slots", "render", slots=1)
+    db = registry.create("counting", "db", capacity=2)
+    admission = Admission()
+    granted: list[Grant] = []
+
+    async def second_job() -> None:
+        granted.append(await admission.admit(Demand().add(slots).add(db)))
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(admission.run)
+        first = await admission.admit(Demand().add(slots).add(db))
+        assert (slots.in_use, db.in_use) == (1, 1)
+
+        nursery.start_soon(second_job)
+        await trio.testing.wait_all_tasks_blocked()
+        assert admission.queue_size == 1
+        assert not granted
+        assert db.in_use == 1  # parked holding nothing, though the db gate had room
+
+        admission.release(first)
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(granted) == 1
+        assert (slots.in_use, db.in_use) == (1, 1)
+
+        admission.rollback(granted[0])
+        assert (slots.in_use, db.in_use) == (0, 0)
+        admission.stop()
 
 
 def test_entry_points_are_skipped_when_asked() -> None:
@@ -215,6 +260,29 @@ def test_an_entry_point_plugin_with_an_unknown_hook_names_its_distribution(
     message = str(caught.value)
     assert "'nt_typo_plugin_module' (distribution nt-typo-plugin 0.1)" in message
     assert "'nucleo_trio_limiter_kind'" in message
+
+
+def test_an_entry_point_plugin_with_a_mismatched_hook_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry-point plugin whose hook asks for arguments the spec lacks is refused by name."""
+    _install_fake_distribution(
+        tmp_path,
+        monkeypatch,
+        "nt-greedy-plugin",
+        "nt_greedy_plugin_module",
+        source="""
+            from nucleo_trio.plugins import hookimpl
+
+            @hookimpl
+            def nucleo_trio_limiter_kinds(config):
+                return {}
+        """,
+    )
+    with pytest.raises(PluginError, match="entry-point plugin 'nt_greedy_plugin_module'") as caught:
+        make_plugin_manager()
+    assert "config" in str(caught.value)
+    assert isinstance(caught.value.__cause__, pluggy.PluginValidationError)
 
 
 # --- the plugin manager refuses broken plugins ---------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import psutil
+import psutil  # type: ignore[import-untyped, unused-ignore]
 
 from .limiter import AbstractRateLimiter
 from .status import UnboundedMemoryStatus

@@ -64,6 +64,8 @@ class LimiterFactory(Protocol):
     naming the kind and the plugin that provides it.
     """
 
+    # `*args` is never passed; with `**settings` it makes the signature gradual after `name`,
+    # so a class such as `CountingGate(name, capacity)` type-checks as a factory.
     def __call__(self, name: str, /, *args: Any, **settings: Any) -> RateLimiter: ...
 
 

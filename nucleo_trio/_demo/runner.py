@@ -1,0 +1,170 @@
+"""Running the demo: build the accounts, run the workflow under one dispatcher, print the tally.
+
+By default the whole run happens in virtual time: ``trio.run`` gets a
+:class:`trio.testing.MockClock` with ``autojump_threshold=0``, so whenever every task is waiting
+the clock jumps straight to the next deadline. A run that spans half a minute of timeouts,
+re-run pacing and quota windows takes a fraction of a second, and, with trio's scheduler seeded
+as well, the same seed prints the same numbers. ``real_time`` runs it on the wall clock instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import random
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from typing import TextIO
+
+import attrs
+import trio
+import trio.testing
+
+from ..admission import CountingGate
+from ..bus import MessageBus
+from ..dispatch import DispatcherConfig, open_dispatcher
+from ..jobs import JobState, workflow
+from .options import DB_SLOTS, HTTP_CONNECTIONS, SEARCH_REQUESTS_PER_SECOND, DemoOptions
+from .quota import SearchApiQuota
+from .render import Style, render_header, render_report
+from .tally import Tally, TallyReport
+from .workload import KIND_CLASSES, Accounts, Fanout, JobPlan, Signals, plan_workload
+
+__all__ = ["DemoOutcome", "run_demo"]
+
+@attrs.frozen
+class DemoOutcome:
+    """One finished run: what the bus told, what the orchestrator saw, and how long it took.
+
+    ``elapsed`` is seconds on the run's own clock (virtual or real) from the root's submission
+    to its settlement; ``wall`` is the real seconds the whole ``trio.run`` took.
+    """
+
+    report: TallyReport
+    states: Mapping[JobState, int]
+    elapsed: float
+    wall: float
+
+    def inconsistencies(self, jobs: int) -> list[str]:
+        """Where the numbers do not add up; empty when every job is accounted for once."""
+        total = self.report.total
+        problems: list[str] = []
+        if total.settled != jobs or total.jobs != jobs:
+            problems.append(
+                f"{jobs} jobs were submitted but the bus told of {total.jobs} jobs and "
+                f"{total.settled} terminal events"
+            )
+        heard = {
+            JobState.COMPLETED: total.completed,
+            JobState.FAILED: total.failed,
+            JobState.TIMED_OUT: total.timed_out,
+            JobState.CANCELLED: total.cancelled,
+        }
+        for state, count in heard.items():
+            seen = self.states.get(state, 0)
+            if seen != count:
+                problems.append(
+                    f"the orchestrator saw {seen} {state.value} jobs, the bus told of {count}"
+                )
+        return problems
+
+
+def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
+    """Run the demo, print it to ``out`` (stdout by default) and answer the exit code.
+
+    0 when every job is accounted for exactly once (the planned failures are part of the show,
+    not an error), 1 when the tally does not add up.
+    """
+    stream = out if out is not None else sys.stdout
+    style = Style.for_stream(stream, options.color)
+    plans = plan_workload(options.jobs, options.seed)
+    print(render_header(plans, options, style), file=stream, flush=True)
+
+    started = time.perf_counter()
+    with _runtime_logs(options.verbose):
+        if options.real_time:
+            report, states, elapsed = trio.run(_run, plans, options)
+        else:
+            with _seeded_scheduler(options.seed):
+                clock = trio.testing.MockClock(autojump_threshold=0)
+                report, states, elapsed = trio.run(_run, plans, options, clock=clock)
+    outcome = DemoOutcome(report, states, elapsed, time.perf_counter() - started)
+
+    print(render_report(report, elapsed, outcome.wall, options, style), file=stream, flush=True)
+    problems = outcome.inconsistencies(options.jobs)
+    for problem in problems:
+        print(f"nucleo-trio demo: the tally does not add up: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+async def _run(
+    plans: tuple[JobPlan, ...], options: DemoOptions
+) -> tuple[TallyReport, Mapping[JobState, int], float]:
+    accounts = Accounts(
+        db=CountingGate("db", DB_SLOTS),
+        search_api=SearchApiQuota("search-api", SEARCH_REQUESTS_PER_SECOND, 1.0),
+    )
+    kinds = {cls.__name__: kind for kind, cls in KIND_CLASSES.items()}
+    tally = Tally(kinds)
+    tally.watch(accounts.db, f"{DB_SLOTS} slots")
+    # Subscribed before the dispatcher starts, so the tally hears its very first event too.
+    bus = MessageBus()
+    bus.subscribe(tally)
+    config = DispatcherConfig(http_connections=HTTP_CONNECTIONS, seed=options.seed)
+    signals = Signals.brief() if options.real_time else Signals()
+    async with open_dispatcher(config, bus=bus) as dispatcher:
+        tally.watch(dispatcher.http_gate, f"{HTTP_CONNECTIONS} connections")
+        tally.watch(accounts.search_api, f"{SEARCH_REQUESTS_PER_SECOND} per second")
+        root = Fanout(workflow("demo-user", "demo"), plans, accounts, signals)
+        started = trio.current_time()
+        states = await dispatcher.submit(root).result()
+        elapsed = trio.current_time() - started
+    # Leaving the block shut the dispatcher down, and the bus delivered everything before it.
+    return tally.report(), states, elapsed
+
+
+@contextlib.contextmanager
+def _runtime_logs(verbose: bool) -> Iterator[None]:
+    """Keep the runtime's own failure logs (a stack trace per planned failure) off the
+    terminal unless asked for: the report shows each kind of failure in one line."""
+    logger = logging.getLogger("nucleo_trio")
+    if verbose:
+        if not logging.getLogger().handlers:
+            logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        yield
+        return
+    previous = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(previous)
+
+
+@contextlib.contextmanager
+def _seeded_scheduler(seed: int) -> Iterator[None]:
+    """Seed trio's scheduler for the run, and put its state back afterwards.
+
+    trio deliberately runs each batch of ready tasks in a random order (to flush out code that
+    depends on an order it never promised), drawing from a module-level ``random.Random``. The
+    demo depends on no order either, but seeding that generator makes a virtual-time run repeat
+    exactly, wait for wait. If a future trio moves it, the run is merely not bit-for-bit
+    repeatable.
+    """
+    try:
+        module = importlib.import_module("trio._core._run")
+    except ImportError:  # pragma: no cover - a trio without this layout
+        yield
+        return
+    rng = getattr(module, "_r", None)
+    if not isinstance(rng, random.Random):  # pragma: no cover - as above
+        yield
+        return
+    state = rng.getstate()
+    rng.seed(seed)
+    try:
+        yield
+    finally:
+        rng.setstate(state)

@@ -1,0 +1,1065 @@
+"""Admission: the one place a job waits, and it waits holding nothing.
+
+A job's needs are one :class:`~nucleo_trio.admission.demand.Demand`. :meth:`Admission.admit`
+grants all of it at once or parks the job in one line; a grant is one critical section that
+takes every account or none (trio runs one task at a time and an attempt never awaits, so that
+needs no lock). Waiting while holding part of a demand (hold-and-wait) is impossible by
+construction: an attempt asks every account ``fits`` first, and only when all fit does it
+``try_take`` each; a take that fails undoes the takes before it inside the same attempt.
+
+The rules of the line (spec ADM-01..53):
+
+* **Arrival order, head reservation.** The *head* (oldest parked waiter) is asked with no
+  reservation; every later waiter is asked with the head's amounts on the same account set aside
+  (``reserved_ahead``), so a small job never starves the head by taking what it is accumulating.
+  A waiter whose accounts the head does not use passes it at once.
+* **Memory first.** A resourceful demand asks the memory account before any entry and takes it
+  after every entry. While the head is short on memory, every resourceful follower is held on
+  memory without its own accounts being asked: memory's line drains strictly in order.
+* **Deadlines.** A short account says when the clock alone will close the gap
+  (``earliest_fit``); the evaluator sleeps until the earliest such instant or the next event. A
+  deadline in the past means "look again now". Nothing polls.
+* **Events.** HELD at most once per waiter per account, GRANTED_IMMEDIATE or GRANTED_FROM_HOLD at
+  the grant, REJECTED (``cancelled``, ``circuit_blocked``, ``aborted``, ``shutdown``) on every
+  account a refused waiter was held on, RELEASED once per entry given back. Memory reports HELD,
+  GRANTED_FROM_HOLD and REJECTED, never RELEASED and nothing on the fast path.
+
+The reference walks the whole line on every event. This monitor gets the same grants at a cost
+per grant that does not grow with the line, by re-asking only the waiters whose answer can have
+changed. The bookkeeping and its invariant:
+
+* The line is an ordered dict ``seq -> waiter`` (O(1) head and removal).
+* Every account keeps *groups*: for each amount signature, a heap (by arrival) of the
+  **followers** whose last attempt was short on that account with those amounts. Memory is one
+  more account with a single group. The head is never in a group; ``_head_blockers`` names the
+  accounts it was short on.
+* **Invariant.** For every follower ``w`` in a group ``G`` of account ``A``, asking ``w`` again
+  would give the same answer as its last attempt unless one of these happened since, and each of
+  them schedules a re-ask: ``A`` gained capacity (a give, a release, a roll-back or ``A``'s wake
+  marks ``A``), ``A``'s clock instant was reached (a per-group deadline), or the reservation on
+  ``A`` shrank (the head left: its accounts are marked). Two followers in the same group ask
+  the *same question* (same amounts, same reservation), so when the first one of a group is
+  asked again and is still short, so is everyone behind it; only when it is not short does the
+  next one become a candidate. A chain cut because memory closed is *suspended* and resumes when
+  memory is marked.
+* A pass takes candidates in arrival order from a heap: new arrivals, the new head, the head when
+  one of its blockers is marked, and the first follower of each group of a marked account. So
+  one give on a one-slot gate costs a constant number of account calls, however long the line.
+
+Account wake-ups that land during a pass (a compensating give that runs the wake) are applied at
+the start of the next pass, which the wake-up requests; a pass therefore never loops on itself.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+import trio
+
+from ..errors import CancellationRequested, LLMReadableError, UncorrectableError
+from .demand import Demand, DemandEntry, Grant
+from .limiter import LimiterEventType, LimiterIdentity, RateLimiter, Replenishment
+from .memory import UnboundedMemory
+
+if TYPE_CHECKING:
+    from ..jobs.snapshot import JobSnapshot
+
+__all__ = ["Admission", "AdmissionClosedError", "AdmissionWaiter", "LimiterEmitter"]
+
+log = logging.getLogger("nucleo_trio.admission")
+
+LimiterEmitter: TypeAlias = Callable[
+    [LimiterIdentity, "JobSnapshot | None", int, LimiterEventType, float, "str | None", Any], None
+]
+"""Receives one admission transition: ``(account, snapshot, waiters, type, wait, reject_reason,
+amount)``. ``waiters`` is the count held on that account after the transition, ``wait`` the
+seconds held (0 unless the waiter was held), ``amount`` the units moved. Best effort: whatever it
+raises is logged at debug and dropped (EVT-14)."""
+
+_NOTHING: tuple[Any, ...] = ()
+
+_GRANTED, _REFUSED, _HELD = 0, 1, 2
+
+_CANCELLED_WHILE_PARKED = "Job cancelled while waiting for admission"
+
+
+class AdmissionClosedError(UncorrectableError):
+    """Raised to every parked waiter and every later ``admit`` once admission has stopped."""
+
+    def __init__(
+        self, message: str = "Admission stopped because the dispatcher is shutting down"
+    ) -> None:
+        super().__init__(
+            message,
+            llm_message="The runtime is shutting down; the job was not admitted and did not run.",
+        )
+
+
+class AdmissionWaiter(Protocol):
+    """What admission needs from the job that waits (the :class:`JobContext` implements it)."""
+
+    def snapshot(self) -> JobSnapshot | None: ...
+
+    @property
+    def is_cancelled(self) -> bool: ...
+
+    def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Run ``callback`` when the job is cancelled (at once if it already is); the answer
+        unregisters it."""
+        ...
+
+
+# --------------------------------------------------------------------------------------------
+# Bookkeeping records (private; slotted for the evaluator's hot path)
+# --------------------------------------------------------------------------------------------
+
+
+class _Account:
+    """One account as admission tracks it: a limiter and the identity it debits."""
+
+    __slots__ = ("groups", "key", "key_id", "limiter")
+
+    def __init__(self, limiter: RateLimiter, key: LimiterIdentity) -> None:
+        self.limiter = limiter
+        self.key = key
+        self.key_id = id(key)
+        self.groups: dict[Hashable, _Group] = {}
+
+    def group(self, signature: Hashable) -> _Group:
+        group = self.groups.get(signature)
+        if group is None:
+            group = self.groups[signature] = _Group(self, signature)
+        return group
+
+
+class _Group:
+    """Followers short on one account with the same amounts, oldest first (lazy-deletion heap).
+
+    An entry ``(seq, stamp)`` is live while the waiter is in the line and has not been asked
+    again since it joined (its ``stamp`` is unchanged).
+    """
+
+    __slots__ = ("account", "deadline", "heap", "live", "signature")
+
+    def __init__(self, account: _Account, signature: Hashable) -> None:
+        self.account = account
+        self.signature = signature
+        self.heap: list[tuple[int, int]] = []
+        self.live = 0
+        self.deadline: float | None = None
+
+    def first(self, line: dict[int, _Waiter]) -> _Waiter | None:
+        heap = self.heap
+        while heap:
+            seq, stamp = heap[0]
+            waiter = line.get(seq)
+            if waiter is not None and waiter.stamp == stamp:
+                return waiter
+            heapq.heappop(heap)
+        return None
+
+
+class _Waiter:
+    """One admit call: its demand, what it was held on and since when, and how it ended."""
+
+    __slots__ = (
+        "accounts",
+        "arrival",
+        "context",
+        "entries",
+        "failure",
+        "grant",
+        "groups",
+        "held",
+        "in_line",
+        "on_memory",
+        "reserve",
+        "seq",
+        "signatures",
+        "snapshot",
+        "stamp",
+        "wakeup",
+    )
+
+    def __init__(
+        self,
+        seq: int,
+        entries: tuple[DemandEntry, ...],
+        accounts: tuple[_Account, ...],
+        snapshot: JobSnapshot | None,
+        context: AdmissionWaiter | None,
+        arrival: float,
+    ) -> None:
+        self.seq = seq
+        self.entries = entries
+        self.accounts = accounts
+        self.snapshot = snapshot
+        self.context = context
+        self.arrival = arrival
+        # What the head sets aside for a follower on each account (ADM-36).
+        self.reserve: dict[_Account, tuple[Any, ...]] = {
+            account: entry.amounts for account, entry in zip(accounts, entries, strict=True)
+        }
+        self.signatures: tuple[Hashable, ...] = tuple(
+            _signature(entry.amounts, seq) for entry in entries
+        )
+        # key id -> (identity, instant first held): ordered, so REJECTED follows marking order.
+        self.held: dict[int, tuple[LimiterIdentity, float]] = {}
+        self.groups: list[_Group] = []
+        self.stamp = 0
+        self.on_memory = False
+        self.in_line = False
+        self.grant: Grant | None = None
+        self.failure: BaseException | None = None
+        self.wakeup: trio.Event | None = None
+
+    @property
+    def resourceful(self) -> bool:
+        return bool(self.entries)
+
+    def unpark(self) -> None:
+        if self.wakeup is not None:
+            self.wakeup.set()
+
+
+def _signature(amounts: tuple[Any, ...], seq: int) -> Hashable:
+    """Followers with equal signatures ask an account the same question."""
+    try:
+        hash(amounts)
+    except TypeError:
+        return ("unhashable", seq)
+    return amounts
+
+
+def _name_of(identity: LimiterIdentity) -> str:
+    try:
+        return identity.limiter_name
+    except Exception:  # noqa: BLE001 - a name for a message or a wait map must never raise
+        return type(identity).__name__
+
+
+def _ms(seconds: float) -> int:
+    return max(0, round(seconds * 1_000_000_000)) // 1_000_000
+
+
+_DeadlineTarget: TypeAlias = "_Group | int"
+
+
+# --------------------------------------------------------------------------------------------
+# The monitor
+# --------------------------------------------------------------------------------------------
+
+
+class Admission:
+    """One per dispatcher: the line, the evaluator, and settlement (see the module docstring).
+
+    ``memory`` is the memory account (``None``: :class:`UnboundedMemory`); its identity is read
+    once, as ``memory.account_for(None)``. ``emit`` receives every transition (``None``: no
+    events are built). ``clock`` reads instants; it must agree with :func:`trio.current_time`,
+    the clock every account's ``earliest_fit`` answers in.
+
+    Start the evaluator with ``await nursery.start(admission.run)``; :meth:`stop` refuses every
+    parked waiter and ends it.
+    """
+
+    def __init__(
+        self,
+        memory: RateLimiter | None = None,
+        *,
+        emit: LimiterEmitter | None = None,
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        if memory is not None and not callable(getattr(memory, "account_for", None)):
+            raise TypeError(f"Admission: memory must be a RateLimiter, got {type(memory).__name__}")
+        if emit is not None and not callable(emit):
+            raise TypeError(f"Admission: emit must be callable, got {type(emit).__name__}")
+        if not callable(clock):
+            raise TypeError(f"Admission: clock must be callable, got {type(clock).__name__}")
+        self._memory: RateLimiter = memory if memory is not None else UnboundedMemory()
+        self._memory_account = _Account(self._memory, self._memory.account_for(None))
+        self._emit_fn = emit
+        self._clock = clock
+
+        self._line: OrderedDict[int, _Waiter] = OrderedDict()
+        self._seqs = itertools.count()
+        self._accounts: dict[tuple[int, int], _Account] = {}
+        # limiter id -> (limiter, its accounts); every limiter whose wake this monitor installed.
+        self._wired: dict[int, tuple[RateLimiter, list[_Account]]] = {}
+        self._held_counts: dict[int, int] = {}
+
+        self._head_blockers: set[_Account] = set()
+        self._head_memory_short = False
+        self._suspended: set[_Group] = set()
+        # Resourceful waiters in the line not yet held on memory, oldest first.
+        self._off_memory: OrderedDict[int, _Waiter] = OrderedDict()
+        self._recheck_head = False
+
+        self._candidates: list[int] = []
+        self._vias: dict[int, list[_Group | None]] = {}
+        self._deadlines: list[tuple[float, int, _Group | int]] = []
+        self._deadline_order = itertools.count()
+        self._woken: set[int] = set()
+
+        self._started = False
+        self._stopped = False
+        self._defect: BaseException | None = None
+        self._wake_event: trio.Event | None = None
+        self._wake_requested = False
+        self._in_pass = False
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._thread: int | None = None
+
+    # -- introspection ----------------------------------------------------------------------------
+    @property
+    def queue_size(self) -> int:
+        """How many waiters are parked (ADM-08)."""
+        return len(self._line)
+
+    @property
+    def is_stopped(self) -> bool:
+        """True once :meth:`stop` ran or a defect closed admission."""
+        return self._stopped or self._defect is not None
+
+    @property
+    def memory(self) -> RateLimiter:
+        """The memory account every resourceful demand meets."""
+        return self._memory
+
+    def held_on(self, account: LimiterIdentity) -> int:
+        """How many parked waiters are held on ``account`` right now."""
+        return self._held_counts.get(id(account), 0)
+
+    # -- the evaluator ----------------------------------------------------------------------------
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The one evaluator task: re-evaluates on every event and at every deadline.
+
+        Wires the memory account (its wake, and the reader of memory's line), then loops until
+        :meth:`stop`. A second ``run`` raises ``RuntimeError("Admission already started")``. If
+        the task is cancelled, admission stops, so no waiter is left parked with nobody to
+        grant it.
+        """
+        if self._started:
+            raise RuntimeError("Admission already started")
+        self._started = True
+        self._token = trio.lowlevel.current_trio_token()
+        self._thread = threading.get_ident()
+        self._wake_event = trio.Event()
+        if not self.is_stopped:
+            memory = self._memory
+            self._wired[id(memory)] = (memory, [self._memory_account])
+            memory.on_capacity_change(self._waker(id(memory)))
+            memory_key = self._memory_account.key_id
+            counts = self._held_counts
+            memory.observe_held(lambda: counts.get(memory_key, 0))
+        task_status.started()
+        try:
+            while not self.is_stopped:
+                self._wake_requested = False
+                self._in_pass = True
+                try:
+                    self._evaluate()
+                except Exception as defect:  # noqa: BLE001 - a defect closes admission for good
+                    self._close_on_defect(defect)
+                    break
+                finally:
+                    self._in_pass = False
+                deadline = self._deadlines[0][0] if self._deadlines else None
+                if self._wake_requested or (deadline is not None and deadline <= self._clock()):
+                    await trio.lowlevel.checkpoint()
+                    continue
+                self._wake_event = trio.Event()
+                with trio.move_on_at(math.inf if deadline is None else deadline):
+                    await self._wake_event.wait()
+        finally:
+            if not self.is_stopped:
+                self.stop()
+
+    def _wake(self) -> None:
+        self._wake_requested = True
+        if self._wake_event is not None:
+            self._wake_event.set()
+
+    def _waker(self, limiter_id: int) -> Callable[[], None]:
+        def wake() -> None:
+            self._limiter_woke(limiter_id)
+
+        return wake
+
+    def _limiter_woke(self, limiter_id: int) -> None:
+        if self.is_stopped:
+            return
+        if self._thread is not None and threading.get_ident() != self._thread:
+            # A driver thread changed the account; the line belongs to the trio thread.
+            if self._token is not None:
+                self._token.run_sync_soon(self._limiter_woke, limiter_id)
+            return
+        self._woken.add(limiter_id)
+        self._wake()
+
+    # -- admit ------------------------------------------------------------------------------------
+    async def admit(self, demand: Demand, waiter: AdmissionWaiter | None = None) -> Grant:
+        """Grant the whole ``demand`` or park until it can be granted; never hold part of it.
+
+        Raises the refusal of an account that refuses the job (its own LLM-readable error), an
+        :class:`~nucleo_trio.errors.UncorrectableError` for an account that failed,
+        :class:`AdmissionClosedError` once admission stopped, and
+        :class:`~nucleo_trio.errors.CancellationRequested` if ``waiter`` is cancelled while
+        parked. A :class:`trio.Cancelled` while parked withdraws the waiter (rolling back a
+        grant that raced it) and propagates.
+        """
+        if not isinstance(demand, Demand):
+            raise TypeError(
+                f"Admission.admit: demand must be a Demand, got {type(demand).__name__}"
+            )
+        await trio.lowlevel.checkpoint_if_cancelled()
+        self._check_open()
+        arrival = self._clock()
+        snapshot = waiter.snapshot() if waiter is not None else None
+        w = self._new_waiter(demand.entries, snapshot, waiter, arrival)
+        if not self._line:
+            # The fast path (ADM-11): nobody to overtake, so try at once, as the head.
+            try:
+                outcome = self._attempt(w, None, arrival)
+            except Exception as defect:  # noqa: BLE001 - a defect closes admission for good
+                self._close_on_defect(defect)
+                raise self._defect_error() from defect
+            if outcome == _GRANTED:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                assert w.grant is not None
+                return w.grant
+            if outcome == _REFUSED:
+                assert w.failure is not None
+                raise w.failure
+        self._enqueue(w)
+        return await self._park(w)
+
+    def _check_open(self) -> None:
+        if self._defect is not None:
+            raise self._defect_error()
+        if self._stopped:
+            raise AdmissionClosedError()
+
+    def _new_waiter(
+        self,
+        entries: tuple[DemandEntry, ...],
+        snapshot: JobSnapshot | None,
+        context: AdmissionWaiter | None,
+        arrival: float,
+    ) -> _Waiter:
+        accounts = tuple(self._account_of(entry) for entry in entries)
+        return _Waiter(next(self._seqs), entries, accounts, snapshot, context, arrival)
+
+    def _account_of(self, entry: DemandEntry) -> _Account:
+        limiter = entry.limiter
+        ident = (id(limiter), id(entry.key))
+        account = self._accounts.get(ident)
+        if account is None:
+            account = self._accounts[ident] = _Account(limiter, entry.key)
+            wired = self._wired.get(id(limiter))
+            if wired is None:
+                # Install the wake once per limiter instance over the monitor's life (ADM-10).
+                self._wired[id(limiter)] = (limiter, [account])
+                limiter.on_capacity_change(self._waker(id(limiter)))
+            else:
+                wired[1].append(account)
+        return account
+
+    def _enqueue(self, w: _Waiter) -> None:
+        self._line[w.seq] = w
+        w.in_line = True
+        if w.resourceful and self._memory_account.key_id not in w.held:
+            self._off_memory[w.seq] = w
+        w.wakeup = trio.Event()
+        self._push(w.seq, None)
+        self._wake()
+
+    async def _park(self, w: _Waiter) -> Grant:
+        unregister: Callable[[], None] | None = None
+        if w.context is not None:
+            unregister = w.context.on_cancel(w.unpark)
+        try:
+            while True:
+                # ADM-15: a grant, then a failure, then (below) the interrupt, then a cancel.
+                if w.grant is not None:
+                    return w.grant
+                if w.failure is not None:
+                    raise w.failure
+                if w.context is not None and w.context.is_cancelled:
+                    self._withdraw(w)
+                    raise CancellationRequested(_CANCELLED_WHILE_PARKED)
+                assert w.wakeup is not None
+                try:
+                    await w.wakeup.wait()
+                except BaseException:
+                    self._interrupted(w)
+                    raise
+                w.wakeup = trio.Event()
+        finally:
+            if unregister is not None:
+                unregister()
+
+    def _interrupted(self, w: _Waiter) -> None:
+        """The parked task was cancelled: leave holding nothing (ADM-17)."""
+        if w.grant is not None:
+            try:
+                self.rollback(w.grant)
+            except Exception:  # noqa: BLE001 - the cancellation is what propagates
+                log.exception("Rolling back a grant that raced a cancellation failed")
+        elif w.failure is None:
+            self._withdraw(w)
+
+    def _withdraw(self, w: _Waiter) -> None:
+        if w.in_line:
+            self._reject(
+                w, "cancelled", CancellationRequested(_CANCELLED_WHILE_PARKED), self._clock()
+            )
+
+    # -- settlement -------------------------------------------------------------------------------
+    def release(self, grant: Grant) -> None:
+        """Give back the RELEASE accounts of a finished job (ADM-46); a second call does nothing."""
+        self._settle(grant, everything=False)
+
+    def rollback(self, grant: Grant) -> None:
+        """Give back every account, metered ones included: the work never happened (ADM-46)."""
+        self._settle(grant, everything=True)
+
+    def _settle(self, grant: Grant, *, everything: bool) -> None:
+        if not isinstance(grant, Grant):
+            raise TypeError(f"Admission: expected a Grant, got {type(grant).__name__}")
+        if grant._owner is not self:
+            raise ValueError("Admission: this grant was issued by another Admission")
+        if not grant._claim() or grant.is_empty:
+            return
+        open_ = not self.is_stopped
+        first_error: Exception | None = None
+        for entry in grant.entries:
+            try:
+                if not everything and entry.limiter.replenishment() is not Replenishment.RELEASE:
+                    continue
+                entry.limiter.give(entry.amounts)
+            except Exception as exc:  # noqa: BLE001 - give back the rest, then raise the first
+                first_error = first_error or exc
+                continue
+            self._emit(
+                entry.key,
+                grant.snapshot,
+                self._held_counts.get(id(entry.key), 0),
+                LimiterEventType.RELEASED,
+                0.0,
+                None,
+                entry.units,
+            )
+            account = self._accounts.get((id(entry.limiter), id(entry.key)))
+            if open_ and account is not None:
+                self._mark_account(account)
+        try:
+            # A completion for the memory gate (ADM-47); memory never reports RELEASED.
+            self._memory.give(_NOTHING)
+        except Exception as exc:  # noqa: BLE001 - raised below, after the wake
+            first_error = first_error or exc
+        if open_:
+            self._mark_account(self._memory_account)
+            self._wake()
+        if first_error is not None:
+            raise first_error
+
+    # -- stop and defects -------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Refuse every parked waiter with ``shutdown`` and end the evaluator (ADM-05..07)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._drain("shutdown", AdmissionClosedError)
+        self._wake()
+
+    def _close_on_defect(self, defect: BaseException) -> None:
+        if self._defect is not None or self._stopped:
+            return
+        self._defect = defect
+        log.error("Admission failed on an internal defect and is closed", exc_info=defect)
+        self._drain("aborted", self._defect_error)
+        self._wake()
+
+    def _defect_error(self) -> UncorrectableError:
+        defect = self._defect
+        return UncorrectableError(
+            f"Admission failed on an internal defect: {defect!r}",
+            llm_message="The runtime's admission failed internally; the job did not run.",
+            cause=defect,
+        )
+
+    def _drain(self, reason: str, failure: Callable[[], BaseException]) -> None:
+        """Refuse every parked waiter and forget every wired account (ADM-06, ADM-44)."""
+        for limiter, _ in list(self._wired.values()):
+            try:
+                limiter.on_capacity_change(None)
+            except Exception:  # noqa: BLE001 - stopping goes on whatever one account does
+                log.exception("Clearing the wake of %r failed", limiter)
+        self._wired.clear()
+        try:
+            now: float | None = self._clock()
+        except RuntimeError:
+            now = None  # stopped from outside a trio run: nothing can have waited
+        waiters = list(self._line.values())
+        self._line.clear()
+        for w in waiters:
+            w.in_line = False
+            self._reject_held(w, reason, now)
+            w.failure = failure()
+            w.unpark()
+        self._off_memory.clear()
+        self._candidates.clear()
+        self._vias.clear()
+        self._deadlines.clear()
+        self._head_blockers.clear()
+        self._suspended.clear()
+        self._woken.clear()
+        self._head_memory_short = False
+        for account in self._accounts.values():
+            account.groups.clear()
+        self._memory_account.groups.clear()
+
+    # -- a pass -----------------------------------------------------------------------------------
+    def _evaluate(self) -> None:
+        now = self._clock()  # one `now` for every attempt of the pass (ADM-21)
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            instant, _, target = heapq.heappop(deadlines)
+            if isinstance(target, _Group):
+                if target.deadline == instant:
+                    target.deadline = None
+                self._mark_group(target)
+            elif self._line and next(iter(self._line)) == target:
+                self._push(target, None)
+        if self._woken:
+            woken, self._woken = self._woken, set()
+            for limiter_id in woken:
+                wired = self._wired.get(limiter_id)
+                if wired is not None:
+                    for account in wired[1]:
+                        self._mark_account(account)
+        line = self._line
+        candidates = self._candidates
+        while True:
+            while candidates:
+                seq = heapq.heappop(candidates)
+                vias = self._vias.pop(seq)
+                w = line.get(seq)
+                if w is None:
+                    for via in vias:
+                        if via is not None:
+                            self._continue(via, seq)
+                    continue
+                self._visit(w, vias, now)
+            if self._recheck_head and line and not self._head_memory_short:
+                # A follower found memory closed after a grant earlier in the pass: the head,
+                # asked again, is short on memory too, and then so is everyone behind it.
+                self._recheck_head = False
+                self._push(next(iter(line)), None)
+                continue
+            self._recheck_head = False
+            return
+
+    def _visit(self, w: _Waiter, vias: list[_Group | None], now: float) -> None:
+        head = self._line[next(iter(self._line))]
+        is_head = head is w
+        if w.context is not None and w.context.is_cancelled:
+            # ADM-18: a cancelled waiter leaves; a cancelled head stops reserving.
+            self._reject(w, "cancelled", CancellationRequested(_CANCELLED_WHILE_PARKED), now)
+        else:
+            self._attempt(w, None if is_head else head, now)
+        for via in vias:
+            if via is None:
+                continue
+            if w.in_line and not is_head:
+                if via in w.groups:
+                    continue  # still short on it: everyone behind in the group is too
+                if w.on_memory:
+                    if via.account is not self._memory_account:
+                        self._suspended.add(via)
+                    continue  # memory closed: everyone behind would be held on memory
+            self._continue(via, w.seq)
+
+    # -- one attempt ------------------------------------------------------------------------------
+    def _attempt(self, w: _Waiter, head: _Waiter | None, now: float) -> int:
+        """Steps 1-5 of one grant attempt (ADM-26..33); ``head`` is None when ``w`` is the head.
+
+        Returns GRANTED, REFUSED or HELD, having done what each means: events, the waiter
+        completed or failed and out of the line, or its blockers and deadlines recorded.
+        """
+        if not w.entries:
+            # An empty demand never meets memory and holds nothing (ADM-26).
+            self._grant(w, now)
+            return _GRANTED
+        memory = self._memory
+        memory_account = self._memory_account
+        # Step 1 (ADM-27): behind a head short on memory, a resourceful waiter is held on memory.
+        if head is not None and self._head_memory_short:
+            self._mark_held(w, memory_account, 1, now)
+            self._hold(w, head, (), on_memory=True, memory_deadline=None, now=now)
+            return _HELD
+        # Step 2 (ADM-28): memory before any entry.
+        try:
+            memory_fits = memory.fits(_NOTHING, _NOTHING)
+        except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
+            return self._refuse(w, memory_account, exc, now)
+        if not memory_fits:
+            return self._short_on_memory(w, head, now)
+        entries = w.entries
+        accounts = w.accounts
+        reserve = head.reserve if head is not None else None
+        # Step 3 (ADM-29, ADM-30): every entry, even after a short one.
+        shorts: list[tuple[int, float | None]] = []
+        for index, entry in enumerate(entries):
+            account = accounts[index]
+            reserved = reserve.get(account, _NOTHING) if reserve is not None else _NOTHING
+            try:
+                if entry.limiter.fits(entry.amounts, reserved):
+                    continue
+                self._mark_held(w, account, entry.units, now)
+                instant = entry.limiter.earliest_fit(entry.amounts, reserved)
+            except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
+                return self._refuse(w, account, exc, now)
+            shorts.append((index, instant))
+        if shorts:
+            self._hold(w, head, shorts, on_memory=False, memory_deadline=None, now=now)
+            return _HELD
+        # Step 4 (ADM-31): take every entry; a refused take undoes the ones before it.
+        taken = 0
+        for index, entry in enumerate(entries):
+            account = accounts[index]
+            reserved = reserve.get(account, _NOTHING) if reserve is not None else _NOTHING
+            try:
+                took = entry.limiter.try_take(entry.amounts, reserved)
+            except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
+                self._give_back(w, taken)
+                return self._refuse(w, account, exc, now)
+            if not took:
+                self._give_back(w, taken)
+                try:
+                    self._mark_held(w, account, entry.units, now)
+                    instant = entry.limiter.earliest_fit(entry.amounts, reserved)
+                except Exception as exc:  # noqa: BLE001 - as above
+                    return self._refuse(w, account, exc, now)
+                self._hold(
+                    w, head, [(index, instant)], on_memory=False, memory_deadline=None, now=now
+                )
+                return _HELD
+            taken += 1
+        # Step 5 (ADM-32): memory after every entry.
+        try:
+            memory_took = memory.try_take(_NOTHING, _NOTHING)
+        except Exception as exc:  # noqa: BLE001 - as above
+            self._give_back(w, taken)
+            return self._refuse(w, memory_account, exc, now)
+        if not memory_took:
+            self._give_back(w, taken)
+            return self._short_on_memory(w, head, now)
+        self._grant(w, now)
+        return _GRANTED
+
+    def _short_on_memory(self, w: _Waiter, head: _Waiter | None, now: float) -> int:
+        memory_account = self._memory_account
+        try:
+            self._mark_held(w, memory_account, 1, now)
+            instant = self._memory.earliest_fit(_NOTHING, _NOTHING)
+        except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
+            return self._refuse(w, memory_account, exc, now)
+        if head is not None and not self._head_memory_short:
+            self._recheck_head = True
+        self._hold(w, head, (), on_memory=True, memory_deadline=instant, now=now)
+        return _HELD
+
+    def _give_back(self, w: _Waiter, taken: int) -> None:
+        """Undo this attempt's takes. A give that raises here is a defect (ADM-44)."""
+        for index in range(taken - 1, -1, -1):
+            entry = w.entries[index]
+            entry.limiter.give(entry.amounts)
+
+    # -- outcomes ---------------------------------------------------------------------------------
+    def _hold(
+        self,
+        w: _Waiter,
+        head: _Waiter | None,
+        shorts: Sequence[tuple[int, float | None]],
+        *,
+        on_memory: bool,
+        memory_deadline: float | None,
+        now: float,
+    ) -> None:
+        """Record why ``w`` waits, so that exactly the events that can help ask it again."""
+        w.on_memory = on_memory
+        if not w.in_line:
+            return  # the fast path: enqueueing makes it a candidate of the next pass
+        self._leave_groups(w)
+        if head is None:
+            self._hold_head(
+                w, shorts, on_memory=on_memory, memory_deadline=memory_deadline, now=now
+            )
+            return
+        if on_memory:
+            group = self._memory_account.group(())
+            self._join(group, w)
+            self._schedule(group, memory_deadline)
+            return
+        for index, instant in shorts:
+            group = w.accounts[index].group(w.signatures[index])
+            self._join(group, w)
+            self._schedule(group, instant)
+
+    def _hold_head(
+        self,
+        w: _Waiter,
+        shorts: Sequence[tuple[int, float | None]],
+        *,
+        on_memory: bool,
+        memory_deadline: float | None,
+        now: float,
+    ) -> None:
+        was_memory_short = self._head_memory_short
+        self._head_memory_short = on_memory
+        deadline: float | None
+        if on_memory:
+            self._head_blockers = {self._memory_account}
+            deadline = memory_deadline
+        else:
+            self._head_blockers = {w.accounts[index] for index, _ in shorts}
+            # The latest short instant; None when any short account needs an event (ADM-30).
+            instants = [instant for _, instant in shorts]
+            deadline = None
+            if instants and all(instant is not None for instant in instants):
+                deadline = max(instant for instant in instants if instant is not None)
+        if deadline is not None:
+            heapq.heappush(self._deadlines, (deadline, next(self._deadline_order), w.seq))
+        if on_memory and not was_memory_short:
+            # MEM-36: every resourceful waiter behind a head short on memory is held on memory.
+            for follower in list(self._off_memory.values()):
+                if follower is not w:
+                    self._mark_held(follower, self._memory_account, 1, now)
+        elif was_memory_short and not on_memory:
+            self._mark_account(self._memory_account)
+
+    def _grant(self, w: _Waiter, now: float) -> None:
+        waits: dict[str, int] = {}
+        for key, since in w.held.values():
+            name = _name_of(key)
+            waits[name] = waits.get(name, 0) + _ms(now - since)
+        grant = Grant(w.entries, w.snapshot, max(0.0, now - w.arrival), waits, owner=self)
+        counts = self._held_counts
+        for index, entry in enumerate(w.entries):
+            key_id = w.accounts[index].key_id
+            held = w.held.pop(key_id, None)
+            if held is None:
+                self._emit(
+                    entry.key,
+                    w.snapshot,
+                    counts.get(key_id, 0),
+                    LimiterEventType.GRANTED_IMMEDIATE,
+                    0.0,
+                    None,
+                    entry.units,
+                )
+            else:
+                counts[key_id] -= 1
+                self._emit(
+                    entry.key,
+                    w.snapshot,
+                    counts[key_id],
+                    LimiterEventType.GRANTED_FROM_HOLD,
+                    max(0.0, now - held[1]),
+                    None,
+                    entry.units,
+                )
+        for key_id, (key, since) in w.held.items():
+            # Memory (EVT-05), and anything else the waiter was held on.
+            counts[key_id] -= 1
+            self._emit(
+                key,
+                w.snapshot,
+                counts[key_id],
+                LimiterEventType.GRANTED_FROM_HOLD,
+                max(0.0, now - since),
+                None,
+                1,
+            )
+        w.held.clear()
+        w.grant = grant
+        self._leave_line(w)
+        w.unpark()
+
+    def _refuse(self, w: _Waiter, account: _Account, exc: Exception, now: float) -> int:
+        """An account refused (ADM-41, ADM-42): fail this waiter only."""
+        failure: BaseException
+        if isinstance(exc, LLMReadableError):
+            reason, failure = "circuit_blocked", exc
+        else:
+            name = _name_of(account.key)
+            log.error("%s failed during admission", name, exc_info=exc)
+            reason = "aborted"
+            failure = UncorrectableError(f"{name} failed during admission: {exc}", cause=exc)
+        self._reject(w, reason, failure, now, refusing=account)
+        return _REFUSED
+
+    def _reject(
+        self,
+        w: _Waiter,
+        reason: str,
+        failure: BaseException,
+        now: float | None,
+        *,
+        refusing: _Account | None = None,
+    ) -> None:
+        was_held = refusing is not None and refusing.key_id in w.held
+        self._reject_held(w, reason, now)
+        if refusing is not None and not was_held:
+            # EVT-07: the refusing account had not held the job; it reports the refusal too.
+            self._emit(
+                refusing.key,
+                w.snapshot,
+                self._held_counts.get(refusing.key_id, 0),
+                LimiterEventType.REJECTED,
+                0.0,
+                reason,
+                1,
+            )
+        w.failure = failure
+        self._leave_line(w)
+        w.unpark()
+
+    def _reject_held(self, w: _Waiter, reason: str, now: float | None) -> None:
+        counts = self._held_counts
+        for key_id, (key, since) in w.held.items():
+            counts[key_id] -= 1
+            wait = 0.0 if now is None else max(0.0, now - since)
+            self._emit(key, w.snapshot, counts[key_id], LimiterEventType.REJECTED, wait, reason, 1)
+        w.held.clear()
+
+    def _mark_held(self, w: _Waiter, account: _Account, units: Any, now: float) -> None:
+        """HELD at most once per waiter per account (EVT-04), with the post-increment count."""
+        key_id = account.key_id
+        if key_id in w.held:
+            return
+        w.held[key_id] = (account.key, now)
+        count = self._held_counts[key_id] = self._held_counts.get(key_id, 0) + 1
+        if account is self._memory_account:
+            self._off_memory.pop(w.seq, None)
+        self._emit(account.key, w.snapshot, count, LimiterEventType.HELD, 0.0, None, units)
+
+    # -- the line and the index -------------------------------------------------------------------
+    def _leave_line(self, w: _Waiter) -> None:
+        if not w.in_line:
+            return
+        was_head = next(iter(self._line)) == w.seq
+        del self._line[w.seq]
+        w.in_line = False
+        self._off_memory.pop(w.seq, None)
+        self._leave_groups(w)
+        if was_head:
+            self._head_left(w)
+
+    def _head_left(self, old: _Waiter) -> None:
+        """The head left (granted, refused, cancelled): its reservation is gone (ADM-23)."""
+        was_memory_short = self._head_memory_short
+        self._head_blockers = set()
+        self._head_memory_short = False
+        if self._line:
+            new_head = self._line[next(iter(self._line))]
+            self._leave_groups(new_head)  # the head is asked with no reservation, never grouped
+            self._push(new_head.seq, None)
+        for account in old.accounts:
+            self._mark_account(account)
+        if old.entries or was_memory_short:
+            self._mark_account(self._memory_account)
+        if not self._in_pass:
+            self._wake()
+
+    def _leave_groups(self, w: _Waiter) -> None:
+        w.stamp += 1
+        for group in w.groups:
+            group.live -= 1
+            if group.live <= 0:
+                group.live = 0
+                group.heap.clear()
+                groups = group.account.groups
+                if groups.get(group.signature) is group:
+                    del groups[group.signature]
+        w.groups.clear()
+
+    def _join(self, group: _Group, w: _Waiter) -> None:
+        heap = group.heap
+        heapq.heappush(heap, (w.seq, w.stamp))
+        group.live += 1
+        w.groups.append(group)
+        if len(heap) > 2 * group.live + 32:
+            # Drop the entries of waiters that left or were asked again since they joined.
+            line = self._line
+            heap[:] = [
+                (seq, stamp)
+                for seq, stamp in heap
+                if (member := line.get(seq)) is not None and member.stamp == stamp
+            ]
+            heapq.heapify(heap)
+
+    def _schedule(self, group: _Group, instant: float | None) -> None:
+        """Look at ``group`` again at ``instant``; an earlier look already scheduled suffices."""
+        if instant is None:
+            return
+        if group.deadline is None or instant < group.deadline:
+            group.deadline = instant
+            heapq.heappush(self._deadlines, (instant, next(self._deadline_order), group))
+
+    def _push(self, seq: int, via: _Group | None) -> None:
+        vias = self._vias.get(seq)
+        if vias is None:
+            self._vias[seq] = [via]
+            heapq.heappush(self._candidates, seq)
+        else:
+            vias.append(via)
+
+    def _mark_group(self, group: _Group) -> None:
+        first = group.first(self._line)
+        if first is not None:
+            self._push(first.seq, group)
+
+    def _continue(self, group: _Group, after: int) -> None:
+        first = group.first(self._line)
+        if first is not None and first.seq > after:
+            self._push(first.seq, group)
+
+    def _mark_account(self, account: _Account) -> None:
+        """``account`` may have more to give: ask the head if it waits on it, and the first
+        follower of each of its groups."""
+        for group in list(account.groups.values()):
+            self._mark_group(group)
+        if account in self._head_blockers and self._line:
+            self._push(next(iter(self._line)), None)
+        if account is self._memory_account and self._suspended:
+            suspended, self._suspended = self._suspended, set()
+            for group in suspended:
+                self._mark_group(group)
+
+    # -- events -----------------------------------------------------------------------------------
+    def _emit(
+        self,
+        account: LimiterIdentity,
+        snapshot: JobSnapshot | None,
+        waiters: int,
+        type: LimiterEventType,
+        wait: float,
+        reject_reason: str | None,
+        amount: Any,
+    ) -> None:
+        emit = self._emit_fn
+        if emit is None:
+            return
+        try:
+            emit(account, snapshot, waiters, type, wait, reject_reason, amount)
+        except Exception:  # noqa: BLE001 - emission is best effort (EVT-14)
+            log.debug("Dropped a %s limiter event", type.name, exc_info=True)
