@@ -13,8 +13,15 @@ from nucleo_trio.jobs import AbstractJob, Identifiable, JobContext, JobRequireme
 class Echo(Tool[Any]):
     """Returns its value, after an optional virtual sleep."""
 
-    def __init__(self, parent: Identifiable, value: Any = "ok", *, sleep: float = 0.0,
-                 requirements: Callable[[], JobRequirements] | None = None, timeout: float | None = 60.0) -> None:
+    def __init__(
+        self,
+        parent: Identifiable,
+        value: Any = "ok",
+        *,
+        sleep: float = 0.0,
+        requirements: Callable[[], JobRequirements] | None = None,
+        timeout: float | None = 60.0,
+    ) -> None:
         super().__init__(parent)
         self.value = value
         self.sleep = sleep
@@ -37,9 +44,15 @@ class Echo(Tool[Any]):
 class Fn(AbstractJob[Any]):
     """Runs an async function of the context."""
 
-    def __init__(self, parent: Identifiable, fn: Callable[[JobContext], Any], *,
-                 requirements: Callable[[], JobRequirements] | None = None, timeout: float | None = 60.0,
-                 prefix: str | None = None) -> None:
+    def __init__(
+        self,
+        parent: Identifiable,
+        fn: Callable[[JobContext], Any],
+        *,
+        requirements: Callable[[], JobRequirements] | None = None,
+        timeout: float | None = 60.0,
+        prefix: str | None = None,
+    ) -> None:
         super().__init__(parent, prefix)
         self.fn = fn
         self._requirements = requirements

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.lowlevel
 import trio.testing
 
 from nucleo_trio import errors
@@ -71,7 +72,9 @@ class Phases(Tool[str]):
         return JobRequirements().require_rate_limiter(self.gate)
 
     async def pre_execute(self, context: JobContext) -> None:
-        self.seen.append(f"pre held={context.is_executing_job_with_resources} in_use={self.gate.in_use}")
+        self.seen.append(
+            f"pre held={context.is_executing_job_with_resources} in_use={self.gate.in_use}"
+        )
 
     async def execute(self, context: JobContext) -> str:
         self.seen.append(f"execute state={context.state.value}")
@@ -111,10 +114,16 @@ async def test_a_roots_success_and_failure_event_order(
         await dispatcher.submit(bad).result()
     await settle()
     assert recorder.names(ok.job_id) == [
-        "JobScheduled", "JobStartedEvent", "JobCompletedEvent", "WorkflowCompleteEvent"
+        "JobScheduled",
+        "JobStartedEvent",
+        "JobCompletedEvent",
+        "WorkflowCompleteEvent",
     ]
     assert recorder.names(bad.job_id) == [
-        "JobScheduled", "JobStartedEvent", "JobFailedEvent", "WorkflowCompleteEvent"
+        "JobScheduled",
+        "JobStartedEvent",
+        "JobFailedEvent",
+        "WorkflowCompleteEvent",
     ]
     assert recorder.of(ok.job_id)[-1].successful is True  # type: ignore[attr-defined]
     assert recorder.of(bad.job_id)[-1].successful is False  # type: ignore[attr-defined]
@@ -146,7 +155,7 @@ async def test_the_handle_settles_after_the_workflow_event_on_both_paths(
         seen: list[ev.JobEvent] = []
 
         async def maybe(ctx: JobContext, fails: bool = fails) -> str:
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
             if fails:
                 raise RuntimeError("no")
             return "yes"
@@ -172,7 +181,9 @@ async def test_the_handle_settles_after_the_workflow_event_on_both_paths(
         assert len(seen) == count
 
 
-async def test_success_signals_the_limiter_while_the_permit_is_held(dispatcher: JobDispatcher) -> None:
+async def test_success_signals_the_limiter_while_the_permit_is_held(
+    dispatcher: JobDispatcher,
+) -> None:
     """EXEC-10, SIG-01: a custom limiter sees take, then on_success (exactly once, permit held), then give."""
     gate = RecordingGate()
     await dispatcher.submit(Echo(workflow("u", "wf"), requirements=gated(gate))).result()
@@ -236,7 +247,9 @@ async def test_a_failed_dependency_fails_the_dependent_which_never_runs(
     assert "JobStartedEvent" not in recorder.names(dependent.job_id)
 
 
-async def test_a_tolerant_dependent_runs_and_sees_the_failure_as_none(dispatcher: JobDispatcher) -> None:
+async def test_a_tolerant_dependent_runs_and_sees_the_failure_as_none(
+    dispatcher: JobDispatcher,
+) -> None:
     """DEP-03, DEP-05, CTX-11: a tolerant dependent runs; the failed dependency maps to None and its
     error is under dependency_errors; all_dependency_results keeps declaration order; the view is
     read-only."""
@@ -314,7 +327,9 @@ async def test_a_doer_stamps_call_order_and_a_fanout_shares_one_ordinal(
 
 
 class _Flaky(Tool[str]):
-    def __init__(self, parent: Any, signals: list[BaseException], gate: CountingGate | None = None) -> None:
+    def __init__(
+        self, parent: Any, signals: list[BaseException], gate: CountingGate | None = None
+    ) -> None:
         super().__init__(parent)
         self.signals = signals
         self.gate = gate
@@ -353,8 +368,12 @@ async def test_an_upstream_signal_closes_resources_before_pacing_and_rereuns(
     await settle()
     names = recorder.names(job.job_id)
     assert names == [
-        "JobScheduled", "JobStartedEvent", "TransientErrorRetryEvent", "JobStartedEvent",
-        "JobCompletedEvent", "WorkflowCompleteEvent",
+        "JobScheduled",
+        "JobStartedEvent",
+        "TransientErrorRetryEvent",
+        "JobStartedEvent",
+        "JobCompletedEvent",
+        "WorkflowCompleteEvent",
     ]
 
 
@@ -381,8 +400,12 @@ async def test_all_upstream_signals_draw_on_one_counter(
     wait is the attempt-scaled window (never over 300 s)."""
     job = _Flaky(
         workflow("u", "wf"),
-        [errors.RateLimitRetry("429"), errors.OverloadRetry("529"), errors.TransientErrorRetry("500"),
-         errors.RateLimitRetry("429 again")],
+        [
+            errors.RateLimitRetry("429"),
+            errors.OverloadRetry("529"),
+            errors.TransientErrorRetry("500"),
+            errors.RateLimitRetry("429 again"),
+        ],
     )
     start = trio.current_time()
     with pytest.raises(errors.UncorrectableError, match=r"budget \(3\)"):
@@ -399,16 +422,27 @@ async def test_a_correction_reruns_with_its_own_start_and_the_fifth_is_refused(
     """EXEC-15, EXEC-16: each ResponseCorrectionRetry re-runs the attempt with its own started
     event; a job that keeps asking runs 5 times and fails "Exceeded max response correction
     retries (4)" with the last signal as cause."""
-    twice = _Flaky(workflow("u", "wf"), [errors.ResponseCorrectionRetry("fix a"), errors.ResponseCorrectionRetry("fix b")])
+    twice = _Flaky(
+        workflow("u", "wf"),
+        [errors.ResponseCorrectionRetry("fix a"), errors.ResponseCorrectionRetry("fix b")],
+    )
     assert await dispatcher.submit(twice).result() == "answer after 3"
     await settle()
     assert recorder.names(twice.job_id) == [
-        "JobScheduled", "JobStartedEvent", "ResponseCorrectionRetryEvent", "JobStartedEvent",
-        "ResponseCorrectionRetryEvent", "JobStartedEvent", "JobCompletedEvent", "WorkflowCompleteEvent",
+        "JobScheduled",
+        "JobStartedEvent",
+        "ResponseCorrectionRetryEvent",
+        "JobStartedEvent",
+        "ResponseCorrectionRetryEvent",
+        "JobStartedEvent",
+        "JobCompletedEvent",
+        "WorkflowCompleteEvent",
     ]
     signals = [errors.ResponseCorrectionRetry(f"fix {i}") for i in range(5)]
     always = _Flaky(workflow("u", "wf"), list(signals))
-    with pytest.raises(errors.UncorrectableError, match=r"Exceeded max response correction retries \(4\)") as info:
+    with pytest.raises(
+        errors.UncorrectableError, match=r"Exceeded max response correction retries \(4\)"
+    ) as info:
         await dispatcher.submit(always).result()
     assert always.runs == 5
     assert info.value.__cause__ is signals[-1]
@@ -419,10 +453,22 @@ async def test_a_truncation_reruns_once_and_a_second_says_which(dispatcher: JobD
     its conversation", on another model "after failover from <first>"."""
     once = _Flaky(workflow("u", "wf"), [errors.OutputTruncationRetry("cut", model="m1")])
     assert await dispatcher.submit(once).result() == "answer after 2"
-    same = _Flaky(workflow("u", "wf"), [errors.OutputTruncationRetry("cut", model="m1"), errors.OutputTruncationRetry("cut", model="m1")])
+    same = _Flaky(
+        workflow("u", "wf"),
+        [
+            errors.OutputTruncationRetry("cut", model="m1"),
+            errors.OutputTruncationRetry("cut", model="m1"),
+        ],
+    )
     with pytest.raises(errors.UncorrectableError, match="rebuilt its conversation"):
         await dispatcher.submit(same).result()
-    moved = _Flaky(workflow("u", "wf"), [errors.OutputTruncationRetry("cut", model="big"), errors.OutputTruncationRetry("cut", model="small")])
+    moved = _Flaky(
+        workflow("u", "wf"),
+        [
+            errors.OutputTruncationRetry("cut", model="big"),
+            errors.OutputTruncationRetry("cut", model="small"),
+        ],
+    )
     with pytest.raises(errors.UncorrectableError, match="after failover from big"):
         await dispatcher.submit(moved).result()
 
@@ -497,7 +543,9 @@ async def test_a_job_that_ignores_its_token_still_ends_cancelled(
         assert job.context.state is JobState.CANCELLED
 
 
-async def test_a_cancellation_survives_a_catch_all(dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock) -> None:
+async def test_a_cancellation_survives_a_catch_all(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
     """ST-09: a doer funnelling check_cancellation through a catch-all with unwrap still ends
     CANCELLED, the caller seeing JobCancelledError over CancellationRequested."""
 
@@ -520,7 +568,9 @@ async def test_a_cancellation_survives_a_catch_all(dispatcher: JobDispatcher, au
     assert job.context.state is JobState.CANCELLED
 
 
-async def test_waiting_while_holding_resources_is_a_deadlock_error(dispatcher: JobDispatcher) -> None:
+async def test_waiting_while_holding_resources_is_a_deadlock_error(
+    dispatcher: JobDispatcher,
+) -> None:
     """JobHandle.result refuses a caller that holds resources with JobDeadlockError naming both
     jobs and the call site; an orchestrator waits freely (CTX-13 inside a job)."""
     gate = CountingGate("slot", 2)
@@ -535,7 +585,10 @@ async def test_waiting_while_holding_resources_is_a_deadlock_error(dispatcher: J
         assert "test_dispatch_attempt.py" in info.value.call_site
         return "refused"
 
-    assert await dispatcher.submit(Fn(wf, wait_holding, requirements=gated(gate))).result() == "refused"
+    assert (
+        await dispatcher.submit(Fn(wf, wait_holding, requirements=gated(gate))).result()
+        == "refused"
+    )
 
     class Waits(Orchestrator[str]):
         async def execute(self, context: JobContext) -> str:

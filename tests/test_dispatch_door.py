@@ -198,7 +198,9 @@ async def test_a_child_carries_its_callers_class(dispatcher: JobDispatcher) -> N
 
     await dispatcher.submit(_Fanout(workflow("u", "wf"), make)).result()
     (child,) = seen
-    assert child.context.metadata[OBS_CALLER_CLASS] == f"{_Fanout.__module__}.{_Fanout.__qualname__}"
+    assert (
+        child.context.metadata[OBS_CALLER_CLASS] == f"{_Fanout.__module__}.{_Fanout.__qualname__}"
+    )
     root = Echo(workflow("u", "wf"))
     await dispatcher.submit(root).result()
     assert OBS_CALLER_CLASS not in root.context.metadata
@@ -271,7 +273,12 @@ async def test_routing_sends_short_timeouts_to_the_priority_lane(
     async with open_dispatcher(DispatcherConfig(seed=1)) as d:
         wf = workflow("u", "wf")
         jobs = []
-        for prefix, prio, timeout in [("lowA", 1, 5.0), ("high", 9, 2.0), ("lowB", 1, 5.0), ("slow", 9, 60.0)]:
+        for prefix, prio, timeout in [
+            ("lowA", 1, 5.0),
+            ("high", 9, 2.0),
+            ("lowB", 1, 5.0),
+            ("slow", 9, 60.0),
+        ]:
             job = Fn(wf, note, timeout=timeout, prefix=prefix)
             job.priority = prio
             jobs.append(job)
@@ -362,5 +369,7 @@ async def test_shutdown_refuses_parked_waiters_interrupts_the_rest_and_stops_the
     with pytest.raises(errors.JobCancelledError):
         await running.result()
     assert gate.in_use == 0
-    forced = [e for e in rec.typed(ev.JobCancelled) if e.snapshot and e.snapshot.job_id == running.job_id]
+    forced = [
+        e for e in rec.typed(ev.JobCancelled) if e.snapshot and e.snapshot.job_id == running.job_id
+    ]
     assert forced and forced[0].message == "Job forcefully cancelled"

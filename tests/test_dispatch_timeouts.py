@@ -60,8 +60,12 @@ async def test_phase_one_flags_and_closes_phase_two_cancels_after_the_grace(
             marks["cancelled_at"] = trio.current_time() - start
             marks["in_use_at_phase_two"] = gate.in_use
 
-    job = Fn(workflow("u", "wf"), slow, timeout=2.0,
-             requirements=lambda: JobRequirements().require_rate_limiter(gate))
+    job = Fn(
+        workflow("u", "wf"),
+        slow,
+        timeout=2.0,
+        requirements=lambda: JobRequirements().require_rate_limiter(gate),
+    )
     with pytest.raises(errors.JobTimeoutError):
         await dispatcher.submit(job).result()
     assert marks["timeout_cb"] == pytest.approx(2.0)
@@ -133,4 +137,6 @@ async def test_remaining_time_counts_down_the_attempts_deadline(
         await trio.sleep(3)
         return ctx.remaining_time
 
-    assert await dispatcher.submit(Fn(workflow("u", "wf"), measure, timeout=10)).result() == pytest.approx(7)
+    assert await dispatcher.submit(
+        Fn(workflow("u", "wf"), measure, timeout=10)
+    ).result() == pytest.approx(7)

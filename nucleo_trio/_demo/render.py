@@ -61,9 +61,9 @@ def render_header(plans: Sequence[JobPlan], options: DemoOptions, style: Style) 
     trouble the plan holds."""
     planned = Counter(plan.behaviour for plan in plans)
     if options.real_time:
-        clock = f"on the real clock (seed {options.seed}; re-run pacing cut to 0.5-3 s)."
+        clock = f"on the real clock (seed {options.seed}, re-runs paced 0.5-3 s)."
     else:
-        clock = f"in virtual time (seed {options.seed}): instant and deterministic."
+        clock = f"in virtual time (seed {options.seed}): instant, deterministic."
     first = (
         f"nucleo-trio demo: {len(plans)} jobs from one orchestrator compete for db "
         f"({DB_SLOTS} slots), http ({HTTP_CONNECTIONS} connections)"

@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 import trio
 
-from ..admission import Admission, CountingGate, Demand, Grant
+from ..admission import Admission, CountingGate, Grant
 from ..admission.limiter import LimiterEventType, LimiterIdentity, RateLimiter
 from ..bus import events as ev
 from ..bus.bus import MessageBus
@@ -93,7 +93,9 @@ class DispatcherConfig:
     @http_connections.validator
     def _check_http(self, attribute: attrs.Attribute[int], value: int) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"DispatcherConfig.http_connections must be a positive int, got {value!r}")
+            raise ValueError(
+                f"DispatcherConfig.http_connections must be a positive int, got {value!r}"
+            )
 
     @shutdown_timeout.validator
     def _check_shutdown(self, attribute: attrs.Attribute[float], value: float) -> None:
@@ -237,7 +239,7 @@ class JobDispatcher:
             await self._closed.wait()
             system.cancel_scope.cancel()
 
-    async def shutdown(self, timeout: float | None = None) -> None:
+    async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the seed's shutdown(timeoutMs)
         """Stop in the seed's order.
 
         Every parked waiter is refused first, then the lanes stop; running jobs get ``timeout``
@@ -313,10 +315,14 @@ class JobDispatcher:
         self._refuse_cycle(job, deps)
 
         caller = current_job()
-        context = JobContext(job, job.user_id, dispatcher=self, metadata=metadata, publish=self.bus.publish)
+        context = JobContext(
+            job, job.user_id, dispatcher=self, metadata=metadata, publish=self.bus.publish
+        )
         if caller is not None:
             caller_cls = type(caller.job)
-            context.metadata[OBS_CALLER_CLASS] = f"{caller_cls.__module__}.{caller_cls.__qualname__}"
+            context.metadata[OBS_CALLER_CLASS] = (
+                f"{caller_cls.__module__}.{caller_cls.__qualname__}"
+            )
         job._context = context
         handle: JobHandle[Any] = JobHandle(job, context)
         handle._canceller = self.cancel
@@ -438,7 +444,9 @@ class JobDispatcher:
                 return found
         return None
 
-    def _born_failed(self, context: JobContext, handle: JobHandle[Any], error: BaseException) -> None:
+    def _born_failed(
+        self, context: JobContext, handle: JobHandle[Any], error: BaseException
+    ) -> None:
         context.set_state(JobState.FAILED)
         snapshot = context.snapshot()
         log_failure(log, error)
@@ -480,7 +488,8 @@ class JobDispatcher:
                     verdict = await self._execute(queued)
             except BaseException as exc:  # noqa: BLE001 - what a scope let through
                 if isinstance(exc, KeyboardInterrupt | SystemExit) or (
-                    _is_cancellation(exc) and not queued.hard_scope.cancel_called
+                    _is_cancellation(exc)
+                    and not (queued.hard_scope is not None and queued.hard_scope.cancel_called)
                 ):
                     raise
                 verdict = self._verdict_for(queued, exc)
@@ -653,9 +662,7 @@ class JobDispatcher:
         with trio.move_on_after(delay):
             await self._wait_holding_nothing(context, done)
 
-    def _publish_retry(
-        self, context: JobContext, signal: RerunSignal, delay: float | None
-    ) -> None:
+    def _publish_retry(self, context: JobContext, signal: RerunSignal, delay: float | None) -> None:
         snapshot = context.snapshot()
         event: ev.JobEvent
         attempt = max(context.attempt, 1)
@@ -702,7 +709,12 @@ class JobDispatcher:
                     if job.timeout is not None:
                         context.arm_deadline(job.timeout)
                         job_nursery.start_soon(
-                            self._watchdog, context, attempt_scope, resources, job.timeout, job_nursery
+                            self._watchdog,
+                            context,
+                            attempt_scope,
+                            resources,
+                            job.timeout,
+                            job_nursery,
                         )
                     context.is_executing_job_with_resources = not demand.is_empty
                     try:
@@ -726,7 +738,9 @@ class JobDispatcher:
                 if _upstream_in_chain(failure):
                     upstream_failure = UpstreamFailure.from_exception(failure)
                     for limiter in limiters:
-                        self._signal(lambda lim=limiter: lim.on_rate_limit_error(upstream_failure), limiter)
+                        self._signal(
+                            lambda lim=limiter: lim.on_rate_limit_error(upstream_failure), limiter
+                        )
         finally:
             context.is_executing_job_with_resources = False
             resources.close()
@@ -741,14 +755,17 @@ class JobDispatcher:
         try:
             call()
         except Exception:
-            log.exception("limiter %s raised from its upstream signal", getattr(limiter, "limiter_name", limiter))
+            log.exception(
+                "limiter %s raised from its upstream signal",
+                getattr(limiter, "limiter_name", limiter),
+            )
 
     async def _watchdog(
         self,
         context: JobContext,
         attempt_scope: trio.CancelScope,
         resources: _AttemptResources,
-        timeout: float,
+        budget: float,
         nursery: trio.Nursery,
     ) -> None:
         """The two-phase timeout. Phase one at the deadline: flags, callbacks, and the resources
@@ -762,7 +779,7 @@ class JobDispatcher:
             resources.close()
 
         nursery.start_soon(close_cooperatively)
-        await trio.sleep(grace_period(timeout))
+        await trio.sleep(grace_period(budget))
         attempt_scope.cancel()
         resources.force_close()
 
@@ -804,8 +821,10 @@ class JobDispatcher:
             log_failure(log, verdict.error)
         self.bus.publish(event)
         if snapshot.is_root:
-            reason = "Workflow completed successfully" if verdict.state is JobState.COMPLETED else (
-                f"Workflow ended {verdict.state.value}: {verdict.error}"
+            reason = (
+                "Workflow completed successfully"
+                if verdict.state is JobState.COMPLETED
+                else (f"Workflow ended {verdict.state.value}: {verdict.error}")
             )
             self.bus.publish(
                 ev.WorkflowCompleteEvent(
@@ -874,8 +893,8 @@ class JobDispatcher:
                 snapshot=snapshot,
                 limiter_name=account.limiter_name,
                 limiter_category=account.limiter_category,
-                capacity=account.capacity,
-                in_use=account.in_use,
+                capacity=int(account.capacity),
+                in_use=int(account.in_use),
                 waiters=waiters,
                 type=type,
                 wait=wait,
@@ -926,4 +945,3 @@ async def open_dispatcher(
         finally:
             with trio.CancelScope(shield=True):
                 await dispatcher.shutdown()
-

@@ -397,7 +397,9 @@ class JobContext:
             self.progress_percent = percent
         self.progress_message = str(data)
         snapshot = self.snapshot()
-        self._emit(JobProgressEvent(snapshot=snapshot, payload=data, percent=percent, title=snapshot.name))
+        self._emit(
+            JobProgressEvent(snapshot=snapshot, payload=data, percent=percent, title=snapshot.name)
+        )
 
     def _emit(self, event: JobEvent) -> None:
         if self._publish is not None:
@@ -418,7 +420,9 @@ class JobContext:
         """Add ``ms`` to the wall wait in admission under ``admission_wait_ms`` (CTX-12)."""
         if ms < 0:
             raise ValueError(f"record_admission_wait: a wait cannot be negative, got {ms!r} ms")
-        self.metadata[META_ADMISSION_WAIT_MS] = self.metadata.get(META_ADMISSION_WAIT_MS, 0) + int(ms)
+        self.metadata[META_ADMISSION_WAIT_MS] = self.metadata.get(META_ADMISSION_WAIT_MS, 0) + int(
+            ms
+        )
 
     # -- dependencies ---------------------------------------------------------------------------
     def set_dependency_outcomes(
@@ -459,7 +463,10 @@ class JobContext:
 
     # -- submitting -------------------------------------------------------------------------------
     def submit(
-        self, job: AbstractJob[Any], dependencies: Any = (), metadata: Mapping[str, Any] | None = None
+        self,
+        job: AbstractJob[Any],
+        dependencies: Any = (),
+        metadata: Mapping[str, Any] | None = None,
     ) -> JobHandle[Any]:
         """Submit a child job through this job's dispatcher (orchestrators only)."""
         return self.dispatcher.submit(job, dependencies, metadata)

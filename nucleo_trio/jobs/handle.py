@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import traceback
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -67,7 +66,7 @@ class JobHandle(Generic[R]):
         """The failure once settled, ``None`` on success or while running."""
         return self._error
 
-    async def result(self, timeout: float | None = None) -> R:
+    async def result(self, timeout: float | None = None) -> R:  # noqa: ASYNC109 - get(timeout)
         """Wait for the job and return its result, or raise its failure.
 
         A caller that holds admitted resources may not wait on another job (that is
@@ -124,5 +123,3 @@ class JobHandle(Generic[R]):
     def __repr__(self) -> str:
         status = "settled" if self.done else self.context.state.value
         return f"<JobHandle {self.job.name} {status}>"
-
-

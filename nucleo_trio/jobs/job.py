@@ -44,8 +44,8 @@ def display_name(name: str, action: str = "") -> Callable[[J], J]:
     """Class decorator naming a job for people: its snapshot's ``name`` and ``action`` (ID-08)."""
 
     def mark(cls: J) -> J:
-        cls.__nucleo_display_name__ = name
-        cls.__nucleo_action__ = action
+        setattr(cls, "__nucleo_display_name__", name)  # noqa: B010 - a dunder mypy cannot see
+        setattr(cls, "__nucleo_action__", action)  # noqa: B010
         return cls
 
     return mark
@@ -55,7 +55,7 @@ def tool_description(text: str) -> Callable[[J], J]:
     """Class decorator describing what a tool does; snapshots carry it as ``description``."""
 
     def mark(cls: J) -> J:
-        cls.__nucleo_description__ = text
+        setattr(cls, "__nucleo_description__", text)  # noqa: B010
         return cls
 
     return mark
@@ -135,7 +135,9 @@ class AbstractJob(abc.ABC, Generic[R]):
     def set_timeout(self, seconds: float | None) -> None:
         """Declare the job's deadline in seconds; ``None`` declares none."""
         if seconds is not None and not seconds > 0:
-            raise ValueError(f"{self.name}: a timeout must be positive seconds or None, got {seconds!r}")
+            raise ValueError(
+                f"{self.name}: a timeout must be positive seconds or None, got {seconds!r}"
+            )
         self.timeout = seconds
 
     # -- the contract -------------------------------------------------------------------------

@@ -42,9 +42,7 @@ class JobState(enum.Enum):
         return self is JobState.COMPLETED
 
 
-_TERMINAL = frozenset(
-    {JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT}
-)
+_TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT})
 
 
 class JobType(enum.Enum):
