@@ -2,38 +2,20 @@
 
 from .dispatcher import (
     MAX_CORRECTION_RETRIES as MAX_CORRECTION_RETRIES,
-)
-from .dispatcher import (
     OBS_CALLER_CLASS as OBS_CALLER_CLASS,
-)
-from .dispatcher import (
     DelayedSubmission as DelayedSubmission,
-)
-from .dispatcher import (
     DispatcherConfig as DispatcherConfig,
-)
-from .dispatcher import (
     JobDispatcher as JobDispatcher,
-)
-from .dispatcher import (
     open_dispatcher as open_dispatcher,
 )
 from .lanes import (
     PRIORITY_LANE_MAX_TIMEOUT as PRIORITY_LANE_MAX_TIMEOUT,
-)
-from .lanes import (
     grace_period as grace_period,
 )
 from .seams import (
     DemandAssembler as DemandAssembler,
-)
-from .seams import (
     GuardrailEnforcer as GuardrailEnforcer,
-)
-from .seams import (
     NoGuardrails as NoGuardrails,
-)
-from .seams import (
     StandardDemandAssembler as StandardDemandAssembler,
 )
 
