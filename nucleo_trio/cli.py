@@ -11,10 +11,20 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import sys
 from collections.abc import Callable, Sequence
 
-from ._demo.options import DEFAULT_JOBS, DEFAULT_SEED, MAX_JOBS, MIN_JOBS, DemoOptions
+from ._demo.options import (
+    DB_SLOTS,
+    DEFAULT_JOBS,
+    DEFAULT_SEED,
+    HTTP_CONNECTIONS,
+    MAX_JOBS,
+    MIN_JOBS,
+    SEARCH_REQUESTS_PER_SECOND,
+    DemoOptions,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -32,6 +42,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`nucleo-trio demo | head`). Point stdout at devnull so the
+        # interpreter's final flush does not fail a second time, as the Python docs advise.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 # -- demo -----------------------------------------------------------------------------------------
 _DEMO_DESCRIPTION = f"""\
 Run the showcase. One orchestrator fans out N jobs whose demands compete for a "db" counting
-gate (4 slots), the dispatcher's "http" gate (8 connections) and "search-api", a custom
-limiter written in the demo (5 requests per second). Each job's whole demand is granted at
+gate ({DB_SLOTS} slots), the dispatcher's "http" gate ({HTTP_CONNECTIONS} connections) and "search-api", a custom
+limiter written in the demo ({SEARCH_REQUESTS_PER_SECOND} requests per second). Each job's whole demand is granted at
 once or it waits holding nothing. A few jobs time out, a few fail, a few are pushed back by
 their upstream once and succeed on the re-run, one exhausts its re-run budget, a few are
 cancelled. A bus observer tallies it all: outcomes per kind of job, admission per account,

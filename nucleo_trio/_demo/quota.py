@@ -58,8 +58,14 @@ class SearchApiQuota(AbstractRateLimiter):
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"SearchApiQuota: name must be a non-blank str, got {name!r}")
         if isinstance(requests, bool) or not isinstance(requests, int) or requests <= 0:
-            raise ValueError(f"SearchApiQuota {name!r}: requests must be a positive int, got {requests!r}")
-        if isinstance(per_seconds, bool) or not isinstance(per_seconds, int | float) or per_seconds <= 0:
+            raise ValueError(
+                f"SearchApiQuota {name!r}: requests must be a positive int, got {requests!r}"
+            )
+        if (
+            isinstance(per_seconds, bool)
+            or not isinstance(per_seconds, int | float)
+            or per_seconds <= 0
+        ):
             raise ValueError(
                 f"SearchApiQuota {name!r}: per_seconds must be positive seconds, got {per_seconds!r}"
             )

@@ -68,14 +68,14 @@ def render_header(plans: Sequence[JobPlan], options: DemoOptions, style: Style) 
         f"nucleo-trio demo: {len(plans)} jobs from one orchestrator compete for db "
         f"({DB_SLOTS} slots), http ({HTTP_CONNECTIONS} connections)"
     )
-    second = (
-        f"and search-api (a custom limiter, {SEARCH_REQUESTS_PER_SECOND} requests/s), {clock}"
-    )
+    second = f"and search-api (a custom limiter, {SEARCH_REQUESTS_PER_SECOND} requests/s), {clock}"
     pushed_back = planned[Behaviour.RERUNS] + planned[Behaviour.OVER_BUDGET]
     plan = (
-        f"Planned trouble: {planned[Behaviour.TIMES_OUT]} time out, "
-        f"{planned[Behaviour.FAILS]} fail, {pushed_back} get an upstream push-back, "
-        f"{planned[Behaviour.CANCELLED]} are cancelled."
+        f"Planned trouble: {_count(planned[Behaviour.TIMES_OUT], 'timeout')}, "
+        f"{_count(planned[Behaviour.FAILS], 'failure')}, "
+        f"{_count(planned[Behaviour.CANCELLED], 'cancellation')}, "
+        f"{_count(pushed_back, 'upstream push-back')} "
+        f"({planned[Behaviour.OVER_BUDGET]} over budget)."
     )
     return "\n".join([style.bold(first), style.bold(second), style.dim(plan)])
 
@@ -97,8 +97,15 @@ def render_report(
 
 def _kinds(report: TallyReport, style: Style) -> str:
     header = (
-        "kind", "needs", "jobs", "completed", "failed", "timed out", "cancelled", "re-runs",
-        "wait p50", "wait max",
+        "kind",
+        "needs",
+        "jobs",
+        "completed",
+        "failed",
+        "timed out",
+        "cancelled",
+        "re-runs",
+        "wait p50/max",
     )
     rows = [_kind_cells(row) for row in (*report.kinds, report.total)]
     lines = _table(header, rows, left=2)
@@ -119,15 +126,21 @@ def _kind_cells(row: KindRow) -> list[str]:
         str(row.timed_out),
         str(row.cancelled),
         str(row.reruns),
-        _seconds(row.median_wait),
-        _seconds(row.max_wait),
+        _waits(row.median_wait, row.max_wait),
     ]
 
 
 def _accounts(rows: Sequence[AccountRow], style: Style) -> str:
     header = (
-        "account", "size", "returns", "at once", "after hold", "rejected", "released",
-        "peak use", "longest wait",
+        "account",
+        "size",
+        "returns",
+        "at once",
+        "after hold",
+        "rejected",
+        "released",
+        "peak use",
+        "max wait",
     )
     cells = [
         [
@@ -173,7 +186,9 @@ def _events(report: TallyReport, style: Style) -> str:
 
 
 def _examples(report: TallyReport, style: Style) -> str:
-    title = style.bold("Example failures") + style.dim("  (the first of each, as its job reported it)")
+    title = style.bold("Example failures") + style.dim(
+        "  (the first of each, as its job reported it)"
+    )
     if not report.examples:
         return "\n".join([title, "  none"])
     outcome_width = max(len(example.outcome) for example in report.examples)
@@ -219,6 +234,16 @@ def _table(
         ]
         out.append((" " * left + "  ".join(parts)).rstrip())
     return out
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _waits(median: float | None, longest: float | None) -> str:
+    if median is None or longest is None:
+        return "-"
+    return f"{median:.2f}/{longest:.2f}s"
 
 
 def _seconds(value: float | None) -> str:

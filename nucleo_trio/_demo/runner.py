@@ -15,7 +15,7 @@ import logging
 import random
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TextIO
 
 import attrs
@@ -32,7 +32,8 @@ from .render import Style, render_header, render_report
 from .tally import Tally, TallyReport
 from .workload import KIND_CLASSES, Accounts, Fanout, JobPlan, Signals, plan_workload
 
-__all__ = ["DemoOutcome", "run_demo"]
+__all__ = ["DemoOutcome", "execute_demo", "run_demo"]
+
 
 @attrs.frozen
 class DemoOutcome:
@@ -80,23 +81,33 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     stream = out if out is not None else sys.stdout
     style = Style.for_stream(stream, options.color)
     plans = plan_workload(options.jobs, options.seed)
+    # The header goes out first: on the real clock the reader has something to read meanwhile.
     print(render_header(plans, options, style), file=stream, flush=True)
-
-    started = time.perf_counter()
-    with _runtime_logs(options.verbose):
-        if options.real_time:
-            report, states, elapsed = trio.run(_run, plans, options)
-        else:
-            with _seeded_scheduler(options.seed):
-                clock = trio.testing.MockClock(autojump_threshold=0)
-                report, states, elapsed = trio.run(_run, plans, options, clock=clock)
-    outcome = DemoOutcome(report, states, elapsed, time.perf_counter() - started)
-
-    print(render_report(report, elapsed, outcome.wall, options, style), file=stream, flush=True)
+    outcome = execute_demo(options, plans)
+    print(
+        render_report(outcome.report, outcome.elapsed, outcome.wall, options, style),
+        file=stream,
+        flush=True,
+    )
     problems = outcome.inconsistencies(options.jobs)
     for problem in problems:
         print(f"nucleo-trio demo: the tally does not add up: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def execute_demo(options: DemoOptions, plans: Sequence[JobPlan] | None = None) -> DemoOutcome:
+    """Run the workload (``plans``, or the seeded plan of ``options``) and print nothing."""
+    if plans is None:
+        plans = plan_workload(options.jobs, options.seed)
+    started = time.perf_counter()
+    with _runtime_logs(options.verbose):
+        if options.real_time:
+            report, states, elapsed = trio.run(_run, tuple(plans), options)
+        else:
+            with _seeded_scheduler(options.seed):
+                clock = trio.testing.MockClock(autojump_threshold=0)
+                report, states, elapsed = trio.run(_run, tuple(plans), options, clock=clock)
+    return DemoOutcome(report, states, elapsed, time.perf_counter() - started)
 
 
 async def _run(

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import attrs
 
 from ..admission import LimiterEventType, RateLimiter
-from ..bus import JobObserver
-from ..bus import events as ev
+from ..bus import JobObserver, events as ev
 from ..errors import UncorrectableError, UpstreamRetry
 from .workload import META_LABEL, Kind
 
@@ -173,7 +172,9 @@ class Tally(JobObserver[ev.JobEvent]):
                 self._record_wait(counts, snapshot.job_id, event.metadata)
             error = event.error
             outcome = "over budget" if _is_budget_refusal(error) else "failed"
-            self._example(outcome, label, _one_line(error, snapshot.job_class, snapshot.job_id, label))
+            self._example(
+                outcome, label, _one_line(error, snapshot.job_class, snapshot.job_id, label)
+            )
 
     def _record_limiter(self, event: ev.LimiterEvent) -> None:
         self._limiter[event.type.name] += 1
@@ -196,7 +197,9 @@ class Tally(JobObserver[ev.JobEvent]):
         elif kind is LimiterEventType.RELEASED:
             row.released += 1
 
-    def _record_wait(self, counts: _KindCounts, job_id: str, metadata: Mapping[str, object]) -> None:
+    def _record_wait(
+        self, counts: _KindCounts, job_id: str, metadata: Mapping[str, object]
+    ) -> None:
         waited = metadata.get("admission_wait_ms")
         if isinstance(waited, int | float):
             counts.waits.append(waited / 1000.0)

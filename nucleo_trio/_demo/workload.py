@@ -210,10 +210,7 @@ class DemoTool(Tool[str]):
         self.plan = plan
         self.accounts = accounts
         self.signals = signals
-        if plan.behaviour is Behaviour.TIMES_OUT:
-            self.timeout = SHORT_TIMEOUT
-        else:
-            self.timeout = TOOL_TIMEOUT
+        self.timeout = SHORT_TIMEOUT if plan.behaviour is Behaviour.TIMES_OUT else TOOL_TIMEOUT
         if plan.behaviour is Behaviour.OVER_BUDGET:
             self.upstream_retries = 1
 
@@ -251,12 +248,10 @@ class DemoTool(Tool[str]):
 
 
 async def _work(context: JobContext, seconds: float) -> None:
-    left = seconds
-    while left > 0:
+    until = trio.current_time() + seconds
+    while (left := until - trio.current_time()) > 0:
         context.check_cancellation()
-        step = min(_STEP, left)
-        await trio.sleep(step)
-        left -= step
+        await trio.sleep(min(_STEP, left))
     context.check_cancellation()
 
 
@@ -387,7 +382,9 @@ class Fanout(Orchestrator[Mapping[JobState, int]]):
                     pass
                 if collected % every == 0 or collected == total:
                     percent = collected * 100 // total
-                    context.publish_user_progress("fan-out", f"{collected}/{total} settled", percent)
+                    context.publish_user_progress(
+                        "fan-out", f"{collected}/{total} settled", percent
+                    )
         return Counter(handle.state for handle in handles)
 
 

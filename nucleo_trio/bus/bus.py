@@ -461,6 +461,18 @@ class MessageBus:
             if subscription.accepts(event):
                 subscription.offer(event)
 
+    def has_listeners(self, workflow_id: str | None = None) -> bool:
+        """Whether an event of ``workflow_id`` could reach anyone right now.
+
+        Publishers use it to skip building events nobody receives; it may answer True for an
+        event every subscription then filters out, never False for one that would be delivered.
+        """
+        if self._state is not _State.RUNNING:
+            return False
+        if self._unscoped:
+            return True
+        return workflow_id is not None and bool(self._by_workflow.get(workflow_id))
+
     # -- subscribing --------------------------------------------------------------------------
 
     @overload

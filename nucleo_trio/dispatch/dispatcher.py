@@ -20,6 +20,7 @@ import time
 import warnings
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import attrs
@@ -56,6 +57,7 @@ from ..jobs.state import JobState
 from ..jobs.stoppable import AbstractStoppable
 from .lanes import PRIORITY_LANE_MAX_TIMEOUT, Lane, QueuedJob, grace_period
 from .seams import DemandAssembler, GuardrailEnforcer, NoGuardrails, StandardDemandAssembler
+from .timekeeper import Timekeeper, TimerHandle
 
 __all__ = [
     "MAX_CORRECTION_RETRIES",
@@ -130,6 +132,7 @@ class _AttemptResources:
         self.grant = grant
         self.executed = False
         self.closed = False
+        self.timers: list[TimerHandle] = []
 
     def close(self) -> None:
         if self.closed:
@@ -142,6 +145,12 @@ class _AttemptResources:
 
     def force_close(self) -> None:
         self.close()
+
+    def disarm(self) -> None:
+        """The attempt ended: its pending timeout calls are dropped."""
+        for timer in self.timers:
+            timer.cancel()
+        self.timers.clear()
 
 
 class DelayedSubmission:
@@ -184,6 +193,7 @@ class JobDispatcher:
         self.config = config or DispatcherConfig()
         self.bus = bus or MessageBus()
         self.admission = Admission(memory, emit=self._emit_limiter_event)
+        self._timekeeper = Timekeeper()
         self.http_gate: RateLimiter = CountingGate("http", self.config.http_connections)
         self.guardrails: GuardrailEnforcer = guardrails or NoGuardrails()
         self.demand_assembler: DemandAssembler = demand_assembler or StandardDemandAssembler()
@@ -227,6 +237,7 @@ class JobDispatcher:
             self._system = system
             await system.start(self.bus.run)
             await system.start(self.admission.run)
+            await system.start(self._timekeeper.run)
             self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STARTED))
             async with trio.open_nursery() as jobs:
                 self._jobs = jobs
@@ -263,8 +274,7 @@ class JobDispatcher:
         with trio.move_on_after(wait):
             await self._idle.wait()
         for queued in list(self._running.values()):
-            if queued.hard_scope is not None:
-                queued.hard_scope.cancel()
+            queued.interrupt()
         await self._idle.wait()
         for lane in (self._fast, self._standard):
             for queued in lane.drain():
@@ -350,14 +360,15 @@ class JobDispatcher:
         queued = QueuedJob(job, context, handle, deps, requirements)
         self._live[job.job_id] = queued
         self._edges[job.job_id] = tuple(self._id_of(d) for d in deps)
-        self.bus.publish(
-            ev.JobScheduled(
-                snapshot=context.snapshot(),
-                state=ev.ScheduledState.QUEUED,
-                requirements=requirements,
-                priority=job.priority,
+        if self.bus.has_listeners(job.workflow_id):
+            self.bus.publish(
+                ev.JobScheduled(
+                    snapshot=context.snapshot(),
+                    state=ev.ScheduledState.QUEUED,
+                    requirements=requirements,
+                    priority=job.priority,
+                )
             )
-        )
         if not requirements.requires_queueing:
             self._start_now(queued)
         elif job.timeout is not None and job.timeout <= PRIORITY_LANE_MAX_TIMEOUT:
@@ -448,13 +459,14 @@ class JobDispatcher:
         self, context: JobContext, handle: JobHandle[Any], error: BaseException
     ) -> None:
         context.set_state(JobState.FAILED)
-        snapshot = context.snapshot()
         log_failure(log, error)
-        self.bus.publish(ev.JobFailedEvent(snapshot=snapshot, error=error, attempts=0))
-        if snapshot.is_root:
-            self.bus.publish(
-                ev.WorkflowCompleteEvent(snapshot=snapshot, successful=False, reason=str(error))
-            )
+        if self.bus.has_listeners(context.workflow_id):
+            snapshot = context.snapshot()
+            self.bus.publish(ev.JobFailedEvent(snapshot=snapshot, error=error, attempts=0))
+            if snapshot.is_root:
+                self.bus.publish(
+                    ev.WorkflowCompleteEvent(snapshot=snapshot, successful=False, reason=str(error))
+                )
         handle._settle(error=error)
 
     # -- lanes and tasks ------------------------------------------------------------------------
@@ -476,32 +488,42 @@ class JobDispatcher:
     async def _run_job(
         self, queued: QueuedJob, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
+        """The job's task. The job runs in its own nursery, whose cancel scope is the one
+        shutdown cancels to interrupt it; the tasks phase one starts live there too."""
         context = queued.context
         _current.set(context)
         self._running[queued.job.job_id] = queued
         context.try_transition(JobState.SCHEDULED)
-        verdict: _Verdict | None = None
         try:
-            try:
-                with trio.CancelScope() as queued.hard_scope:
-                    task_status.started()
-                    verdict = await self._execute(queued)
-            except BaseException as exc:  # noqa: BLE001 - what a scope let through
-                if isinstance(exc, KeyboardInterrupt | SystemExit) or (
-                    _is_cancellation(exc)
-                    and not (queued.hard_scope is not None and queued.hard_scope.cancel_called)
-                ):
-                    raise
-                verdict = self._verdict_for(queued, exc)
-            if verdict is None:
-                verdict = self._cancelled(queued, None)
-                verdict.forced = True
-            self._finish(queued, verdict)
+            self._finish(queued, await self._run_in_own_nursery(queued, task_status))
         finally:
             self._running.pop(queued.job.job_id, None)
             self._tasks -= 1
             if self._tasks == 0:
                 self._idle.set()
+
+    async def _run_in_own_nursery(
+        self, queued: QueuedJob, task_status: trio.TaskStatus[None]
+    ) -> _Verdict:
+        outcome: list[_Verdict] = []
+        try:
+            async with trio.open_nursery() as job_nursery:
+                queued.nursery = job_nursery
+                if queued.interrupted:
+                    job_nursery.cancel_scope.cancel()
+                task_status.started()
+                outcome.append(await self._execute(queued))
+        except BaseException as exc:  # noqa: BLE001 - what the job's nursery let through
+            if isinstance(exc, KeyboardInterrupt | SystemExit) or (
+                _is_cancellation(exc) and not queued.interrupted
+            ):
+                raise
+            return self._verdict_for(queued, exc)
+        if outcome:
+            return outcome[0]
+        forced = self._cancelled(queued, None)  # shutdown interrupted the job
+        forced.forced = True
+        return forced
 
     # -- one execution --------------------------------------------------------------------------
     async def _execute(self, queued: QueuedJob) -> _Verdict:
@@ -704,51 +726,71 @@ class JobDispatcher:
         outcome: Any = None
         failure: BaseException | None = None
         try:
-            async with trio.open_nursery() as job_nursery:
-                with trio.CancelScope() as attempt_scope:
-                    if job.timeout is not None:
-                        context.arm_deadline(job.timeout)
-                        job_nursery.start_soon(
-                            self._watchdog,
-                            context,
-                            attempt_scope,
-                            resources,
-                            job.timeout,
-                            job_nursery,
-                        )
-                    context.is_executing_job_with_resources = not demand.is_empty
-                    try:
-                        await job.pre_execute(context)
-                        if not context.try_transition(JobState.RUNNING):
-                            context.check_cancellation()
+            with trio.CancelScope() as attempt_scope:
+                if job.timeout is not None:
+                    self._arm_timeout(queued, attempt_scope, resources, job.timeout)
+                context.is_executing_job_with_resources = not demand.is_empty
+                try:
+                    await job.pre_execute(context)
+                    if not context.try_transition(JobState.RUNNING):
+                        context.check_cancellation()
+                    if self.bus.has_listeners(job.workflow_id):
                         self.bus.publish(
                             ev.JobStartedEvent(snapshot=context.snapshot(), attempt=context.attempt)
                         )
-                        resources.executed = True
-                        outcome = await job.execute(context)
-                    except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
-                        if _is_cancellation(exc):
-                            raise
-                        failure = exc
-                job_nursery.cancel_scope.cancel()
-            if failure is None and not context.timed_out and not context.is_cancelled:
+                    resources.executed = True
+                    outcome = await job.execute(context)
+                except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
+                    if _is_cancellation(exc):
+                        raise
+                    failure = exc
+            resources.disarm()
+            if attempt_scope.cancelled_caught:
+                resources.force_close()  # phase two reached the job
+            elif failure is None and not context.timed_out and not context.is_cancelled:
                 for limiter in limiters:
                     self._signal(limiter.on_success, limiter)
             elif failure is not None and not context.is_cancelled:
                 if _upstream_in_chain(failure):
-                    upstream_failure = UpstreamFailure.from_exception(failure)
+                    upstream = UpstreamFailure.from_exception(failure)
                     for limiter in limiters:
-                        self._signal(
-                            lambda lim=limiter: lim.on_rate_limit_error(upstream_failure), limiter
-                        )
+                        self._signal(partial(limiter.on_rate_limit_error, upstream), limiter)
         finally:
             context.is_executing_job_with_resources = False
+            resources.disarm()
             resources.close()
         if failure is not None:
             raise failure
-        if context.timed_out or attempt_scope.cancelled_caught:
+        if context.timed_out:
             raise JobTimeoutError(max(job.timeout or 0.0, 1e-9))
         return outcome
+
+    def _arm_timeout(
+        self,
+        queued: QueuedJob,
+        attempt_scope: trio.CancelScope,
+        resources: _AttemptResources,
+        budget: float,
+    ) -> None:
+        """The two-phase timeout. Phase two is the attempt scope's own deadline, the grace after
+        the job's; phase one is a timekeeper call at the job's deadline that sets the timeout and
+        cancel flags, runs the callbacks and closes the resources on a task of their own in the
+        job's nursery, then schedules phase two's force-close."""
+        context = queued.context
+        context.arm_deadline(budget)
+        assert context.deadline is not None
+        grace = grace_period(budget)
+        attempt_scope.deadline = context.deadline + grace
+
+        def phase_one() -> None:
+            context.time_out()
+            if queued.nursery is not None:
+                queued.nursery.start_soon(_close_cooperatively, resources)
+            resources.timers.append(
+                self._timekeeper.call_at(trio.current_time() + grace, resources.force_close)
+            )
+
+        resources.timers.append(self._timekeeper.call_at(context.deadline, phase_one))
 
     @staticmethod
     def _signal(call: Any, limiter: RateLimiter) -> None:
@@ -759,29 +801,6 @@ class JobDispatcher:
                 "limiter %s raised from its upstream signal",
                 getattr(limiter, "limiter_name", limiter),
             )
-
-    async def _watchdog(
-        self,
-        context: JobContext,
-        attempt_scope: trio.CancelScope,
-        resources: _AttemptResources,
-        budget: float,
-        nursery: trio.Nursery,
-    ) -> None:
-        """The two-phase timeout. Phase one at the deadline: flags, callbacks, and the resources
-        closed on a task of their own. Phase two after the grace: cancel the attempt's scope and
-        force-close."""
-        assert context.deadline is not None
-        await trio.sleep_until(context.deadline)
-        context.time_out()
-
-        async def close_cooperatively() -> None:
-            resources.close()
-
-        nursery.start_soon(close_cooperatively)
-        await trio.sleep(grace_period(budget))
-        attempt_scope.cancel()
-        resources.force_close()
 
     # -- endings --------------------------------------------------------------------------------
     def _finish(self, queued: QueuedJob, verdict: _Verdict) -> None:
@@ -794,50 +813,40 @@ class JobDispatcher:
             context.try_transition(verdict.state)
         if verdict.state is JobState.COMPLETED:
             context.complete(verdict.result)
-        snapshot = context.snapshot()
-        ended = context.completed_at or time.time()
+        if verdict.error is not None and verdict.state is not JobState.CANCELLED:
+            log_failure(log, verdict.error)
+        if self.bus.has_listeners(job.workflow_id):
+            snapshot = context.snapshot()
+            self.bus.publish(self._terminal_event(queued, verdict, snapshot))
+            if snapshot.is_root:
+                self.bus.publish(_workflow_event(snapshot, verdict))
+        # teardown: out of the live set, conversations released, recorded calls released
+        self._live.pop(job.job_id, None)
+        self._edges.pop(job.job_id, None)
+        context.clear_completion_data()
+        handle._settle(result=verdict.result, error=verdict.error)
+
+    @staticmethod
+    def _terminal_event(queued: QueuedJob, verdict: _Verdict, snapshot: JobSnapshot) -> ev.JobEvent:
+        context = queued.context
+        if verdict.dependency_failure:
+            return ev.DependencyFailureEvent(snapshot=snapshot, error=verdict.error)
         common: dict[str, Any] = {
             "snapshot": snapshot,
             "attempts": context.attempt,
             "llm_responses": tuple(context.llm_responses),
             "metadata": dict(context.metadata),
-            "completion_time": ended,
+            "completion_time": context.completed_at or time.time(),
         }
-        event: ev.JobEvent
         if verdict.state is JobState.COMPLETED:
-            event = ev.JobCompletedEvent(result=verdict.result, **common)
-        elif verdict.state is JobState.TIMED_OUT:
-            event = ev.JobTimedOut(timeout=job.timeout or 0.0, **common)
-        elif verdict.state is JobState.CANCELLED:
+            return ev.JobCompletedEvent(result=verdict.result, **common)
+        if verdict.state is JobState.TIMED_OUT:
+            return ev.JobTimedOut(timeout=queued.job.timeout or 0.0, **common)
+        if verdict.state is JobState.CANCELLED:
             if verdict.cancel_message is None:
-                event = ev.JobCancelled(force=verdict.forced, **common)
-            else:
-                event = ev.JobCancelled(message=verdict.cancel_message, **common)
-        elif verdict.dependency_failure:
-            event = ev.DependencyFailureEvent(snapshot=snapshot, error=verdict.error)
-        else:
-            event = ev.JobFailedEvent(error=verdict.error, **common)
-        if verdict.error is not None and verdict.state is not JobState.CANCELLED:
-            log_failure(log, verdict.error)
-        self.bus.publish(event)
-        if snapshot.is_root:
-            reason = (
-                "Workflow completed successfully"
-                if verdict.state is JobState.COMPLETED
-                else (f"Workflow ended {verdict.state.value}: {verdict.error}")
-            )
-            self.bus.publish(
-                ev.WorkflowCompleteEvent(
-                    snapshot=snapshot,
-                    successful=verdict.state is JobState.COMPLETED,
-                    reason=reason,
-                )
-            )
-        # teardown: out of the running set, conversations released, recorded calls released
-        self._live.pop(job.job_id, None)
-        self._edges.pop(job.job_id, None)
-        context.clear_completion_data()
-        handle._settle(result=verdict.result, error=verdict.error)
+                return ev.JobCancelled(force=verdict.forced, **common)
+            return ev.JobCancelled(message=verdict.cancel_message, **common)
+        return ev.JobFailedEvent(error=verdict.error, **common)
 
     # -- cancelling -----------------------------------------------------------------------------
     def cancel(self, job_id: str, reason: str = "Job cancelled") -> bool:
@@ -888,6 +897,8 @@ class JobDispatcher:
         reject_reason: str | None,
         amount: Any,
     ) -> None:
+        if not self.bus.has_listeners(snapshot.workflow_id if snapshot is not None else None):
+            return
         self.bus.publish(
             ev.LimiterEvent(
                 snapshot=snapshot,
@@ -903,6 +914,17 @@ class JobDispatcher:
                 amount=amount,
             )
         )
+
+
+async def _close_cooperatively(resources: _AttemptResources) -> None:
+    resources.close()
+
+
+def _workflow_event(snapshot: JobSnapshot, verdict: _Verdict) -> ev.WorkflowCompleteEvent:
+    if verdict.state is JobState.COMPLETED:
+        return ev.WorkflowCompleteEvent(snapshot=snapshot, successful=True)
+    reason = f"Workflow ended {verdict.state.value}: {verdict.error}"
+    return ev.WorkflowCompleteEvent(snapshot=snapshot, successful=False, reason=reason)
 
 
 def _is_cancellation(exc: BaseException) -> bool:

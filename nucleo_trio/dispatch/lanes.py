@@ -45,8 +45,15 @@ class QueuedJob:
     requirements: Any
     seq: int = attrs.field(factory=lambda: next(_sequence))
     lane: Lane | None = None
-    hard_scope: trio.CancelScope | None = None
+    nursery: trio.Nursery | None = None
+    interrupted: bool = False
     cancel_message: str | None = None
+
+    def interrupt(self) -> None:
+        """Cancel the job's own nursery: what shutdown does to a job that outlived its wait."""
+        self.interrupted = True
+        if self.nursery is not None:
+            self.nursery.cancel_scope.cancel()
 
     def sort_key(self) -> tuple[int, int]:
         """The priority lane's order: the higher priority first, then submission order (ROUTE-03)."""

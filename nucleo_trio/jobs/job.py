@@ -80,7 +80,7 @@ class AbstractJob(abc.ABC, Generic[R]):
     def __init__(self, parent: Identifiable, prefix: str | None = None) -> None:
         if parent is None:
             raise ValueError(f"{type(self).__name__} needs a parent identity, got None")
-        if not isinstance(parent, Identifiable):
+        if not all(hasattr(parent, a) for a in ("job_id", "workflow_id", "user_id")):
             raise TypeError(
                 f"{type(self).__name__}'s parent must be a workflow root or a job, "
                 f"got {type(parent).__name__}"

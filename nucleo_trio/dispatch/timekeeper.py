@@ -1,0 +1,90 @@
+"""One task that runs timed callbacks for every job: the first phase of each timeout.
+
+A watchdog task per job would cost a task spawn and a cancellation for every job, nearly all of
+which finish long before their deadline. The timekeeper keeps one heap of pending calls and
+sleeps until the earliest; a cancelled call is dropped lazily, and the heap is rebuilt when the
+dropped ones outnumber the live ones, so memory stays proportional to the jobs still running.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from collections.abc import Callable
+
+import trio
+
+__all__ = ["Timekeeper", "TimerHandle"]
+
+log = logging.getLogger("nucleo_trio.timekeeper")
+
+
+class TimerHandle:
+    """A pending call; :meth:`cancel` drops it if it has not run yet."""
+
+    __slots__ = ("_keeper", "callback", "cancelled", "when")
+
+    def __init__(self, keeper: Timekeeper, when: float, callback: Callable[[], None]) -> None:
+        self._keeper = keeper
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        if not self.cancelled:
+            self.cancelled = True
+            self._keeper._dropped += 1
+
+
+class Timekeeper:
+    """Runs ``callback`` at ``trio.current_time() >= when``, in deadline order."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, TimerHandle]] = []
+        self._counter = itertools.count()
+        self._dropped = 0
+        self._wake = trio.Event()
+
+    def __len__(self) -> int:
+        return len(self._heap) - self._dropped
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> TimerHandle:
+        handle = TimerHandle(self, when, callback)
+        earliest = self._heap[0][0] if self._heap else None
+        heapq.heappush(self._heap, (when, next(self._counter), handle))
+        if earliest is None or when < earliest:
+            self._wake.set()
+        if self._dropped > 64 and self._dropped * 2 > len(self._heap):
+            self._compact()
+        return handle
+
+    def _compact(self) -> None:
+        self._heap = [entry for entry in self._heap if not entry[2].cancelled]
+        heapq.heapify(self._heap)
+        self._dropped = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            self._wake = trio.Event()
+            while self._heap and self._heap[0][2].cancelled:
+                heapq.heappop(self._heap)
+                self._dropped -= 1
+            if not self._heap:
+                await self._wake.wait()
+                continue
+            when = self._heap[0][0]
+            if trio.current_time() < when:
+                with trio.move_on_at(when):
+                    await self._wake.wait()
+                continue
+            _, _, handle = heapq.heappop(self._heap)
+            if handle.cancelled:
+                self._dropped -= 1
+                continue
+            handle.cancelled = True  # ran: a later cancel() is a no-op and counts nothing
+            try:
+                handle.callback()
+            except Exception:
+                log.exception("a timed callback raised; the timekeeper goes on")
