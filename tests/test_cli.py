@@ -56,12 +56,18 @@ def _without_real_time(out: str) -> str:
 
 
 # -- the demo, in process -----------------------------------------------------------------------
-def test_demo_prints_every_section_and_the_numbers_add_up(capsys: pytest.CaptureFixture[str]) -> None:
+def test_demo_prints_every_section_and_the_numbers_add_up(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert main(["demo", "--jobs", "60"]) == 0
     out = capsys.readouterr().out
 
     header = out.splitlines()[:3]
-    assert "60 jobs" in header[0] and "db (4 slots)" in header[0] and "http (8 connections)" in header[0]
+    assert (
+        "60 jobs" in header[0]
+        and "db (4 slots)" in header[0]
+        and "http (8 connections)" in header[0]
+    )
     assert "search-api (a custom limiter, 5 requests/s)" in header[1]
     assert "virtual time (seed 7)" in header[1] and "deterministic" in header[1]
     positions = [out.index(title) for title in SECTION_TITLES]
@@ -84,7 +90,9 @@ def test_demo_prints_every_section_and_the_numbers_add_up(capsys: pytest.Capture
         assert re.search(rf"^  {account}", out, re.MULTILINE), account
     assert re.search(r"^  JobScheduled\s+61$", out, re.MULTILINE), "60 jobs and the root"
     assert re.search(r"^  WorkflowCompleteEvent\s+1$", out, re.MULTILINE)
-    assert re.search(r"^  timed out\s+\w+ #\d{3}\s+Job timed out after 2 seconds$", out, re.MULTILINE)
+    assert re.search(
+        r"^  timed out\s+\w+ #\d{3}\s+Job timed out after 2 seconds$", out, re.MULTILINE
+    )
     assert re.search(r"^  failed\s+\w+ #\d{3}\s+\w+Error: ", out, re.MULTILINE)
     unwrapped = re.sub(r"\n {20,}", " ", out)  # long example messages wrap onto indented lines
     assert re.search(
@@ -93,7 +101,9 @@ def test_demo_prints_every_section_and_the_numbers_add_up(capsys: pytest.Capture
         unwrapped,
         re.MULTILINE,
     )
-    assert re.search(r"^Elapsed: [0-9.]+ s of virtual time for 60 jobs, [0-9.]+ jobs/s", out, re.MULTILINE)
+    assert re.search(
+        r"^Elapsed: [0-9.]+ s of virtual time for 60 jobs, [0-9.]+ jobs/s", out, re.MULTILINE
+    )
     assert max(len(line) for line in out.splitlines()) <= WIDTH
     assert "\x1b[" not in out, "no colour when stdout is not a terminal"
 
@@ -125,7 +135,9 @@ def test_the_structured_outcome_agrees_with_the_orchestrator_and_the_plan() -> N
     assert outcome.elapsed > 5.0, "virtual time covers the 5-30 s re-run pacing"
 
 
-def test_one_seed_prints_the_same_run_and_another_seed_another(capsys: pytest.CaptureFixture[str]) -> None:
+def test_one_seed_prints_the_same_run_and_another_seed_another(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     outputs = []
     for seed in ("11", "11", "12"):
         assert main(["demo", "--jobs", "40", "--seed", seed]) == 0
@@ -219,8 +231,9 @@ async def test_quota_names_the_instant_its_window_frees_a_slot(autojump_clock: A
     assert quota.try_take([None], [])
     assert not quota.fits([None], [])
     assert quota.earliest_fit([None], []) == 11.0  # the oldest stamp leaves the window
-    assert quota.earliest_fit([None], [None]) is None  # 1 + 1 reserved never fits beside 2 stamps
-    assert quota.earliest_fit([None, None], []) == 11.25
+    assert quota.earliest_fit([None, None], []) == 11.25  # both stamps must leave
+    assert quota.earliest_fit([None], [None]) == 11.25  # one slot behind a reservation of one
+    assert quota.earliest_fit([None], [None, None]) is None  # 1 + 2 reserved never fit in 2
     await trio.sleep_until(11.0)
     assert quota.fits([None], [])
     assert quota.in_use == 1
@@ -279,8 +292,9 @@ class _Call(Tool[float]):
 
 
 async def test_the_custom_quota_joins_admission_like_a_built_in(autojump_clock: Any) -> None:
-    """A job short only on the quota's window is granted at the instant the window frees a slot,
-    with no give at all (the quota's TIME permits never come back at release)."""
+    """ADM-46: release gives back only RELEASE accounts, so the custom TIME quota's permits come
+    back with its window alone: a job short only on the quota is granted at the instant the
+    window frees a slot, with no give at all."""
     quota = SearchApiQuota("search-api", 2, 1.0)
     root = workflow("tester", "quota")
     async with open_dispatcher(DispatcherConfig(seed=1)) as dispatcher:

@@ -209,7 +209,9 @@ async def test_an_external_service_failure_feeds_the_limiter(dispatcher: JobDisp
     assert failure.status == 503 and failure.service == "search"
 
 
-async def test_dependents_start_with_the_result_resolved(dispatcher: JobDispatcher) -> None:
+async def test_dependents_start_with_the_result_resolved(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
     """DEP-01, DEP-05, CTX-11: a dependent sees its dependency's result keyed by its final
     snapshot, and single_dependency_result returns it."""
     wf = workflow("u", "wf")
@@ -249,6 +251,7 @@ async def test_a_failed_dependency_fails_the_dependent_which_never_runs(
 
 async def test_a_tolerant_dependent_runs_and_sees_the_failure_as_none(
     dispatcher: JobDispatcher,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     """DEP-03, DEP-05, CTX-11: a tolerant dependent runs; the failed dependency maps to None and its
     error is under dependency_errors; all_dependency_results keeps declaration order; the view is
@@ -598,3 +601,50 @@ async def test_waiting_while_holding_resources_is_a_deadlock_error(
 
     assert await dispatcher.submit(Waits(wf)).result() == "other"
     assert current_job() is None
+
+
+async def test_teardown_releases_recorded_calls_before_the_handle_settles(
+    dispatcher: JobDispatcher, recorder: Recorder
+) -> None:
+    """EXEC-22, OBS-11: the recorded LLM responses are cleared from the context before the handle
+    settles and live on only on the terminal event; the job has left the running set."""
+
+    async def call_model(ctx: JobContext) -> str:
+        ctx.record_llm_response({"model": "m1", "text": "hi"})
+        return "answered"
+
+    job = Fn(workflow("u", "wf"), call_model)
+    handle = dispatcher.submit(job)
+    assert await handle.result() == "answered"
+    assert job.context.llm_responses == []
+    assert job.job_id not in dispatcher._running and job.job_id not in dispatcher._live
+    await settle()
+    (completed,) = [e for e in recorder.of(job.job_id) if isinstance(e, ev.JobCompletedEvent)]
+    assert completed.llm_responses == ({"model": "m1", "text": "hi"},)
+    assert completed.result == "answered" and completed.attempts == 1
+
+
+async def test_a_parked_job_reports_its_waits_and_limiter_events(
+    dispatcher: JobDispatcher, recorder: Recorder, autojump_clock: trio.testing.MockClock
+) -> None:
+    """EVT-11, CTX-12: a job that waited for a slot carries its snapshot on every limiter event and
+    its wait under wait_times and admission_wait_ms."""
+    gate = CountingGate("slot", 1)
+    first = Echo(workflow("u", "wf"), sleep=2.0, requirements=gated(gate))
+    second = Echo(workflow("u", "wf"), requirements=gated(gate))
+    h1 = dispatcher.submit(first)
+    await settle()
+    h2 = dispatcher.submit(second)
+    await h1.result()
+    await h2.result()
+    await settle()
+    assert second.context.metadata["admission_wait_ms"] >= 1900
+    assert second.context.metadata["wait_times"]["slot"] >= 1900
+    limiter_events = [
+        e for e in recorder.of(second.job_id, limiter=True) if isinstance(e, ev.LimiterEvent)
+    ]
+    kinds = [e.type.value for e in limiter_events]
+    assert kinds == ["HELD", "GRANTED_FROM_HOLD", "RELEASED"]
+    assert all(
+        e.snapshot is not None and e.snapshot.job_id == second.job_id for e in limiter_events
+    )

@@ -217,6 +217,11 @@ def _elapsed(
     lines = [line + "."]
     if report.workflow is not None:
         lines.append(f"The root's WorkflowCompleteEvent: {report.workflow}.")
+    lines.append(
+        style.dim(
+            "The code: nucleo_trio/_demo/workload.py (jobs), quota.py (limiter), tally.py (observer)."
+        )
+    )
     return "\n".join(lines)
 
 
