@@ -47,6 +47,7 @@ __all__ = [
     "MAX_PACING_SECONDS",
     "UNCORRECTABLE_SUFFIX",
     "CancellationRequested",
+    "ConfigError",
     "ContextOverflowError",
     "CorrectableError",
     "DependencyFailedError",
@@ -792,6 +793,10 @@ def http_error_from_status(
 # --------------------------------------------------------------------------------------------
 # Outside the tree: never addressed to a model
 # --------------------------------------------------------------------------------------------
+
+
+class ConfigError(ValueError):
+    """Raised when a configuration is malformed; the message names every bad key and value."""
 
 
 class DependencyFailedError(Exception):

@@ -6,6 +6,7 @@ from .dispatcher import (
     DelayedSubmission as DelayedSubmission,
     DispatcherConfig as DispatcherConfig,
     JobDispatcher as JobDispatcher,
+    LimiterConfig as LimiterConfig,
     open_dispatcher as open_dispatcher,
 )
 from .lanes import (
@@ -28,6 +29,7 @@ __all__ = [
     "DispatcherConfig",
     "GuardrailEnforcer",
     "JobDispatcher",
+    "LimiterConfig",
     "NoGuardrails",
     "StandardDemandAssembler",
     "grace_period",

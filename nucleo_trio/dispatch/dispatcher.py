@@ -24,8 +24,10 @@ from functools import partial
 from typing import Any
 
 import attrs
+import pluggy
 import trio
 
+from .._serialization import structure_config
 from ..admission import Admission, CountingGate, Grant
 from ..admission.limiter import LimiterEventType, LimiterIdentity, RateLimiter
 from ..bus import events as ev
@@ -33,6 +35,7 @@ from ..bus.bus import MessageBus
 from ..errors import (
     MAX_PACING_SECONDS,
     CancellationRequested,
+    ConfigError,
     DependencyFailedError,
     ExternalServiceError,
     JobCancelledError,
@@ -55,6 +58,7 @@ from ..jobs.job import AbstractJob, ScopeAuthority
 from ..jobs.snapshot import JobSnapshot
 from ..jobs.state import JobState
 from ..jobs.stoppable import AbstractStoppable
+from ..plugins.manager import LimiterRegistry, PluginError, make_plugin_manager
 from .lanes import PRIORITY_LANE_MAX_TIMEOUT, Lane, QueuedJob, grace_period
 from .seams import DemandAssembler, GuardrailEnforcer, NoGuardrails, StandardDemandAssembler
 from .timekeeper import Timekeeper, TimerHandle
@@ -65,6 +69,7 @@ __all__ = [
     "DelayedSubmission",
     "DispatcherConfig",
     "JobDispatcher",
+    "LimiterConfig",
     "open_dispatcher",
 ]
 
@@ -80,17 +85,29 @@ MAX_TRUNCATION_RETRIES = 1
 
 
 @attrs.frozen(kw_only=True)
+class LimiterConfig:
+    """One account a deployment declares by kind: ``{"kind": "counting", "settings": {...}}``."""
+
+    kind: str
+    settings: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
 class DispatcherConfig:
     """Settings of one dispatcher.
 
     ``http_connections`` sizes the ``http`` gate (one permit per admitted HTTP-using job).
     ``shutdown_timeout`` is how long :meth:`JobDispatcher.shutdown` waits for running jobs before
-    interrupting them. ``seed`` makes re-run pacing reproducible.
+    interrupting them. ``seed`` makes re-run pacing reproducible. ``limiters`` declares accounts
+    by plugin kind, built at start and reachable as ``dispatcher.limiters[name]``.
+    :meth:`from_mapping` builds one from plain data (a parsed TOML or JSON file), refusing
+    unknown keys by name.
     """
 
     http_connections: int = attrs.field(default=64)
     shutdown_timeout: float = attrs.field(default=30.0)
     seed: int | None = None
+    limiters: dict[str, LimiterConfig] = attrs.field(factory=dict)
 
     @http_connections.validator
     def _check_http(self, attribute: attrs.Attribute[int], value: int) -> None:
@@ -105,6 +122,11 @@ class DispatcherConfig:
             raise ValueError(
                 f"DispatcherConfig.shutdown_timeout must be seconds >= 0, got {value!r}"
             )
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> DispatcherConfig:
+        """Build a config from plain data; a typo'd key is a ConfigError naming it."""
+        return structure_config(data, cls, what="dispatcher config")
 
 
 @attrs.define
@@ -189,8 +211,13 @@ class JobDispatcher:
         bus: MessageBus | None = None,
         guardrails: GuardrailEnforcer | None = None,
         demand_assembler: DemandAssembler | None = None,
+        plugin_manager: pluggy.PluginManager | None = None,
     ) -> None:
         self.config = config or DispatcherConfig()
+        self._plugin_manager = plugin_manager
+        self.plugins: pluggy.PluginManager | None = None
+        self.limiter_kinds: LimiterRegistry | None = None
+        self.limiters: dict[str, RateLimiter] = {}
         self.bus = bus or MessageBus()
         self.admission = Admission(memory, emit=self._emit_limiter_event)
         self._timekeeper = Timekeeper()
@@ -232,6 +259,7 @@ class JobDispatcher:
             log.warning("JobDispatcher.run: already started, ignoring the second start")
             task_status.started()
             return
+        self._load_plugins()
         self._started = True
         async with trio.open_nursery() as system:
             self._system = system
@@ -249,6 +277,19 @@ class JobDispatcher:
                     await trio.sleep_forever()
             await self._closed.wait()
             system.cancel_scope.cancel()
+
+    def _load_plugins(self) -> None:
+        """Plugins (built-ins, then entry points, then ``check_pending``) and the configured
+        limiters, before anything runs: a broken plugin or a bad limiter refuses the start."""
+        self.plugins = self._plugin_manager or make_plugin_manager()
+        self.limiter_kinds = LimiterRegistry(self.plugins)
+        for name, declared in self.config.limiters.items():
+            try:
+                self.limiters[name] = self.limiter_kinds.create(
+                    declared.kind, name, **declared.settings
+                )
+            except (PluginError, TypeError, ValueError) as exc:
+                raise ConfigError(f"dispatcher config: limiter {name!r}: {exc}") from exc
 
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the seed's shutdown(timeoutMs)
         """Stop in the seed's order.

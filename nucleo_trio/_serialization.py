@@ -1,0 +1,47 @@
+"""The library's one cattrs converter: configuration in, events and snapshots out.
+
+Structuring forbids extra keys, so a typo in a configuration file is an error that names the
+key instead of a setting silently ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import cattrs
+from cattrs.v import format_exception
+
+from .errors import ConfigError
+
+__all__ = ["converter", "structure_config", "unstructure"]
+
+T = TypeVar("T")
+
+converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def structure_config(data: Mapping[str, Any], cls: type[T], *, what: str | None = None) -> T:
+    """Build ``cls`` from plain data, or raise :class:`ConfigError` listing every bad field."""
+    label = what or cls.__name__
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{label}: expected a mapping of settings, got {type(data).__name__}")
+    try:
+        return converter.structure(dict(data), cls)
+    except cattrs.BaseValidationError as exc:
+        problems = "; ".join(cattrs.transform_error(exc, path=label, format_exception=_describe))
+        raise ConfigError(f"invalid {label}: {problems}") from exc
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"invalid {label}: {exc}") from exc
+
+
+def _describe(exc: BaseException, type_: type | None) -> str:
+    # A validator's own words beat cattrs' generic "invalid value".
+    if isinstance(exc, ValueError) and str(exc):
+        return str(exc)
+    return format_exception(exc, type_)
+
+
+def unstructure(value: Any) -> Any:
+    """Plain data (dicts, lists, scalars) for a config, snapshot or status record."""
+    return converter.unstructure(value)

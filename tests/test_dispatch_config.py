@@ -1,0 +1,73 @@
+"""Configuration and plugins at the dispatcher's start."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from nucleo_trio.admission import CountingGate
+from nucleo_trio.dispatch import DispatcherConfig, JobDispatcher, LimiterConfig, open_dispatcher
+from nucleo_trio.errors import ConfigError
+from nucleo_trio.jobs import JobRequirements, workflow
+from nucleo_trio.plugins import make_plugin_manager
+
+from .jobs_for_tests import Echo
+
+
+def test_a_config_from_plain_data() -> None:
+    config = DispatcherConfig.from_mapping(
+        {
+            "http_connections": 8,
+            "shutdown_timeout": 5,
+            "limiters": {"db": {"kind": "counting", "settings": {"capacity": 4}}},
+        }
+    )
+    assert config.http_connections == 8
+    assert config.limiters == {"db": LimiterConfig(kind="counting", settings={"capacity": 4})}
+
+
+def test_a_typo_in_a_config_names_the_key() -> None:
+    with pytest.raises(ConfigError, match="htp_connections"):
+        DispatcherConfig.from_mapping({"htp_connections": 8})
+    with pytest.raises(ConfigError, match="http_connections"):
+        DispatcherConfig.from_mapping({"http_connections": 0})
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        DispatcherConfig.from_mapping(["not", "a", "mapping"])  # type: ignore[arg-type]
+
+
+async def test_configured_limiters_are_built_through_the_plugins_at_start() -> None:
+    """The built-in counting kind and the test distribution's fixed_slots kind, by name."""
+    config = DispatcherConfig(
+        limiters={
+            "db": LimiterConfig(kind="counting", settings={"capacity": 2}),
+            "pool": LimiterConfig(kind="fixed_slots", settings={"slots": 3}),
+        }
+    )
+    async with open_dispatcher(config) as d:
+        db = d.limiters["db"]
+        assert isinstance(db, CountingGate) and db.capacity == 2
+        assert d.limiters["pool"].capacity == 3
+        job = Echo(
+            workflow("u", "wf"),
+            requirements=lambda: (
+                JobRequirements()
+                .require_rate_limiter(d.limiters["db"])
+                .require_rate_limiter(d.limiters["pool"])
+            ),
+        )
+        assert await d.submit(job).result() == "ok"
+        assert db.in_use == 0
+
+
+async def test_an_unknown_limiter_kind_refuses_the_start(nursery: trio.Nursery) -> None:
+    d = JobDispatcher(DispatcherConfig(limiters={"x": LimiterConfig(kind="nope")}))
+    with pytest.raises(ConfigError, match="limiter 'x'.*nope"):
+        await nursery.start(d.run)
+
+
+async def test_a_plugin_manager_can_be_handed_in() -> None:
+    pm = make_plugin_manager(load_entrypoints=False)
+    async with open_dispatcher(plugin_manager=pm) as d:
+        assert d.plugins is pm
+        assert d.limiter_kinds is not None and "counting" in d.limiter_kinds
+        assert "fixed_slots" not in d.limiter_kinds
