@@ -115,8 +115,8 @@ class Tally(JobObserver[ev.JobEvent]):
     """Counts events by type, outcomes by job kind and grants by account.
 
     ``kinds`` maps a job class name to its :class:`Kind`; events of any other job (the root
-    orchestrator) count as events only. ``accounts`` are the accounts to report, in order; an
-    account heard of but not listed (the memory account, say) is reported after them.
+    orchestrator) count as events only. The accounts to report are named with :meth:`watch`,
+    in order; an account heard of but not watched (the memory account, say) comes after them.
     """
 
     def __init__(self, kinds: Mapping[str, Kind]) -> None:
