@@ -125,29 +125,39 @@ def verdict(met: bool) -> str:
 
 
 class Stopwatch:
-    """Marks the start and the end of the timed section inside a trio run.
+    """Marks the timed section inside a trio run; several start/stop pairs add up.
 
     The section is what a benchmark says it measures; setting up a dispatcher or parking a line
-    of waiters happens outside it.
+    of waiters happens outside it (between a ``stop`` and the next ``start``).
     """
 
-    __slots__ = ("_end", "_start")
+    __slots__ = ("_cpu", "_running", "_segments", "_wall")
 
     def __init__(self) -> None:
-        self._start: tuple[float, float] | None = None
-        self._end: tuple[float, float] | None = None
+        self._cpu = 0.0
+        self._wall = 0.0
+        self._segments = 0
+        self._running: tuple[float, float] | None = None
 
     def start(self) -> None:
-        self._start = (time.thread_time(), time.perf_counter())
+        if self._running is not None:
+            raise RuntimeError("Stopwatch.start: already running")
+        self._running = (time.thread_time(), time.perf_counter())
 
     def stop(self) -> None:
-        self._end = (time.thread_time(), time.perf_counter())
+        cpu, wall = time.thread_time(), time.perf_counter()
+        if self._running is None:
+            raise RuntimeError("Stopwatch.stop: not running")
+        self._cpu += cpu - self._running[0]
+        self._wall += wall - self._running[1]
+        self._segments += 1
+        self._running = None
 
     @property
     def elapsed(self) -> Timing:
-        if self._start is None or self._end is None:
+        if self._segments == 0 or self._running is not None:
             raise RuntimeError("Stopwatch: the timed section never started or never ended")
-        return Timing(self._end[0] - self._start[0], self._end[1] - self._start[1])
+        return Timing(self._cpu, self._wall)
 
 
 def run_trio(

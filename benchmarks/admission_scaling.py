@@ -13,6 +13,8 @@ Setup, outside the timed section: an :class:`~nucleo_trio.admission.Admission` s
 ``admit(Demand().add(gate))``. Timed: release the held grant; each granted task releases its own
 grant at once, which grants the next, until the line is empty. Drain time / N is the cost of
 one grant (the evaluator's pass, the waiter's wake-up, its release), at N = 100 and N = 10,000.
+Both sides time 10,000 grants: the line of 100 is parked and drained 100 times (parking outside
+the timed section), so both measure timed sections of the same length.
 
 Two more drains are given for context. trio's own ``CapacityLimiter(1)`` drained the same way is
 the floor of a hand-off between tasks; whatever grows with the line there is the interpreter's
@@ -23,7 +25,9 @@ per-job cost of a dispatcher serving a long line.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
+from functools import partial
+from typing import Protocol
 
 import trio
 import trio.testing
@@ -41,33 +45,54 @@ TARGET_RATIO = 1.5
 SHORT, LONG = 100, 10_000
 
 
-async def drain_admission(watch: Stopwatch, n: int) -> None:
-    """Park ``n`` waiters behind a held one-slot gate directly on Admission; time the drain."""
+async def drain_admission(watch: Stopwatch, line: int, grants: int) -> None:
+    """Drain lines of ``line`` waiters behind a held one-slot gate, directly on Admission,
+    until ``grants`` grants are timed. One monitor serves every line, as one serves a program."""
     admission = Admission()
     gate = CountingGate("slot", 1)
-    drained = 0
-    done = trio.Event()
-
-    async def waiter() -> None:
-        nonlocal drained
-        grant = await admission.admit(Demand().add(gate))
-        admission.release(grant)  # at once: the next grant is the only thing left to time
-        drained += 1
-        if drained == n:
-            done.set()
-
     async with trio.open_nursery() as nursery:
         await nursery.start(admission.run)
-        held = await admission.admit(Demand().add(gate))
-        for _ in range(n):
-            nursery.start_soon(waiter)
-        await trio.testing.wait_all_tasks_blocked()
-        _check_parked(admission.queue_size, n)
-        watch.start()
-        admission.release(held)
-        await done.wait()
-        watch.stop()
+        for _ in range(_batches(line, grants)):
+            held = await admission.admit(Demand().add(gate))
+            drained = _Countdown(line)
+
+            async def waiter(drained: _Countdown = drained) -> None:
+                grant = await admission.admit(Demand().add(gate))
+                admission.release(grant)  # at once: the next grant is all that is left to time
+                drained.tick()
+
+            for _ in range(line):
+                nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            _check_parked(admission.queue_size, line)
+            watch.start()
+            admission.release(held)
+            await drained.done.wait()
+            watch.stop()
         nursery.cancel_scope.cancel()
+
+
+async def drain_trio_limiter(watch: Stopwatch, line: int, grants: int) -> None:
+    """The same drains on trio's own FIFO :class:`trio.CapacityLimiter`: the floor of a hand-off."""
+    limiter = trio.CapacityLimiter(1)
+    async with trio.open_nursery() as nursery:
+        for _ in range(_batches(line, grants)):
+            await limiter.acquire()
+            drained = _Countdown(line)
+
+            async def waiter(drained: _Countdown = drained) -> None:
+                async with limiter:
+                    pass
+                drained.tick()
+
+            for _ in range(line):
+                nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            _check_parked(limiter.statistics().tasks_waiting, line)
+            watch.start()
+            limiter.release()
+            await drained.done.wait()
+            watch.stop()
 
 
 class NeedsSlot(Tool[None]):
@@ -84,20 +109,42 @@ class NeedsSlot(Tool[None]):
         return None
 
 
-async def drain_dispatcher(watch: Stopwatch, n: int) -> None:
-    """The same drain with jobs: ``n`` jobs parked in the dispatcher's admission."""
+async def drain_dispatcher(watch: Stopwatch, line: int, grants: int) -> None:
+    """The same drains with jobs, each line parked in one dispatcher's admission."""
     gate = CountingGate("slot", 1)
     async with open_dispatcher(DispatcherConfig()) as dispatcher:
-        held = await dispatcher.admission.admit(Demand().add(gate))
         root = workflow("bench", "scaling")
-        handles = [dispatcher.submit(NeedsSlot(root, gate)) for _ in range(n)]
-        await trio.testing.wait_all_tasks_blocked()
-        _check_parked(dispatcher.admission.queue_size, n)
-        watch.start()
-        dispatcher.admission.release(held)
-        for handle in handles:
-            await handle.result()
-        watch.stop()
+        for _ in range(_batches(line, grants)):
+            held = await dispatcher.admission.admit(Demand().add(gate))
+            handles = [dispatcher.submit(NeedsSlot(root, gate)) for _ in range(line)]
+            await trio.testing.wait_all_tasks_blocked()
+            _check_parked(dispatcher.admission.queue_size, line)
+            watch.start()
+            dispatcher.admission.release(held)
+            for handle in handles:
+                await handle.result()
+            watch.stop()
+
+
+class _Countdown:
+    """Sets ``done`` after ``n`` ticks: the last granted waiter of a line ends the drain."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+        self.done = trio.Event()
+
+    def tick(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.done.set()
+
+
+def _batches(line: int, grants: int) -> int:
+    if line <= 0 or grants % line:
+        raise ValueError(
+            f"admission benchmark: {grants} grants is not a whole number of lines of {line}"
+        )
+    return grants // line
 
 
 def _check_parked(parked: int, n: int) -> None:
@@ -107,75 +154,44 @@ def _check_parked(parked: int, n: int) -> None:
         )
 
 
-Drain = Callable[[Stopwatch, int], Awaitable[None]]
+class Drain(Protocol):
+    """A drain benchmark: ``grants`` grants timed, served from lines of ``line`` waiters."""
 
-
-async def drain_trio_limiter(watch: Stopwatch, n: int) -> None:
-    """The same drain on trio's own FIFO :class:`trio.CapacityLimiter`: the floor of a hand-off.
-
-    Given for context: whatever grows here with the line is the interpreter's and trio's (more
-    tasks, more memory, colder caches), not admission's.
-    """
-    limiter = trio.CapacityLimiter(1)
-    drained = 0
-    done = trio.Event()
-
-    async def waiter() -> None:
-        nonlocal drained
-        async with limiter:
-            pass
-        drained += 1
-        if drained == n:
-            done.set()
-
-    async with trio.open_nursery() as nursery:
-        await limiter.acquire()
-        for _ in range(n):
-            nursery.start_soon(waiter)
-        await trio.testing.wait_all_tasks_blocked()
-        _check_parked(limiter.statistics().tasks_waiting, n)
-        watch.start()
-        limiter.release()
-        await done.wait()
-        watch.stop()
+    def __call__(self, watch: Stopwatch, line: int, grants: int) -> Awaitable[None]: ...
 
 
 def _drain_pair(
-    kind: str, drain: Drain, short: int, long: int, rounds: tuple[int, int]
+    kind: str, drain: Drain, short: int, long: int, rounds: int
 ) -> tuple[Timing, Timing]:
-    """Best per-grant microseconds at ``short`` and ``long``, their rounds interleaved.
+    """Best per-grant microseconds with a line of ``short`` and of ``long``, rounds interleaved.
 
-    The short line gets more rounds (a drain of 100 lasts milliseconds, so it needs more tries to
-    find its floor); they are spread between the long rounds so that both sides of the ratio
-    see the same stretch of machine load.
+    Both sides time the same number of grants (``long``): the short line is parked and drained
+    ``long // short`` times. Timing sections of equal length matters on a busy machine: the
+    best of many ten-millisecond drains is a luckier sample than the best of a few one-second
+    ones, and that luck would pass for a cost that grows with the line.
     """
-    short_rounds, long_rounds = rounds
-    per_long = -(-short_rounds // long_rounds)
     short_times: list[Timing] = []
     long_times: list[Timing] = []
-    for _ in range(long_rounds):
-        for _ in range(per_long):
-            if len(short_times) < short_rounds:
-                short_times.append(run_trio(lambda w: drain(w, short)))
-        long_times.append(run_trio(lambda w: drain(w, long)))
-    best_short = best(short_times).per(short)
+    for _ in range(rounds):
+        short_times.append(run_trio(partial(drain, line=short, grants=long)))
+        long_times.append(run_trio(partial(drain, line=long, grants=long)))
+    best_short = best(short_times).per(long)
     best_long = best(long_times).per(long)
     progress(
-        f"  admission, {kind} (CPU us/grant): line of {short:,}: {best_short.cpu:.1f} (best of "
-        f"{short_rounds}); line of {long:,}: {best_long.cpu:.1f} (best of {long_rounds})"
+        f"  admission, {kind} (CPU us/grant, best of {rounds}): line of {short:,}: "
+        f"{best_short.cpu:.1f}; line of {long:,}: {best_long.cpu:.1f}"
     )
     return best_short, best_long
 
 
 def run(quick: bool) -> list[Row]:
-    # A drain of 100 takes milliseconds, so it gets many more rounds to find its floor.
-    direct_rounds = (15, 3) if quick else (40, 5)
+    rounds = 3 if quick else 5
     dispatcher_long = 2_000 if quick else LONG
-    dispatcher_rounds = (5, 2) if quick else (12, 3)
+    dispatcher_rounds = 2 if quick else 3
 
-    direct_short, direct_long = _drain_pair("direct", drain_admission, SHORT, LONG, direct_rounds)
+    direct_short, direct_long = _drain_pair("direct", drain_admission, SHORT, LONG, rounds)
     trio_short, trio_long = _drain_pair(
-        "trio.CapacityLimiter", drain_trio_limiter, SHORT, LONG, direct_rounds
+        "trio.CapacityLimiter", drain_trio_limiter, SHORT, LONG, rounds
     )
     via_short, via_long = _drain_pair(
         "via dispatcher", drain_dispatcher, SHORT, dispatcher_long, dispatcher_rounds

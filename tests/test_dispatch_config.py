@@ -65,6 +65,13 @@ async def test_an_unknown_limiter_kind_refuses_the_start(nursery: trio.Nursery) 
         await nursery.start(d.run)
 
 
+async def test_a_bad_config_raises_bare_from_open_dispatcher() -> None:
+    config = DispatcherConfig(limiters={"x": LimiterConfig(kind="nope")})
+    with pytest.raises(ConfigError, match="limiter 'x'"):
+        async with open_dispatcher(config):
+            pass  # pragma: no cover - never entered
+
+
 async def test_a_plugin_manager_can_be_handed_in() -> None:
     pm = make_plugin_manager(load_entrypoints=False)
     async with open_dispatcher(plugin_manager=pm) as d:

@@ -373,3 +373,23 @@ async def test_shutdown_refuses_parked_waiters_interrupts_the_rest_and_stops_the
         e for e in rec.typed(ev.JobCancelled) if e.snapshot and e.snapshot.job_id == running.job_id
     ]
     assert forced and forced[0].message == "Job forcefully cancelled"
+
+
+async def test_a_job_still_queued_at_shutdown_is_settled_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A job submitted just before the block ends is settled CANCELLED "Cancelled by shutdown",
+    never started into a closed admission."""
+    rec = Recorder()
+    async with open_dispatcher() as d:
+        d.bus.subscribe(rec)
+        job = Echo(workflow("u", "wf"))
+        handle = d.submit(job)
+    with pytest.raises(errors.JobCancelledError):
+        await handle.result()
+    assert job.runs == 0
+    assert job.context.state is JobState.CANCELLED
+    (cancelled,) = [
+        e for e in rec.typed(ev.JobCancelled) if e.snapshot and e.snapshot.job_id == job.job_id
+    ]
+    assert cancelled.message == "Cancelled by shutdown"

@@ -21,7 +21,7 @@ import warnings
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import pluggy
@@ -74,6 +74,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("nucleo_trio.dispatcher")
+
+R = TypeVar("R")
 
 OBS_CALLER_CLASS = "obs.caller_class"
 """Metadata key: the fully qualified class of the job that submitted this one (SUB-12)."""
@@ -259,7 +261,8 @@ class JobDispatcher:
             log.warning("JobDispatcher.run: already started, ignoring the second start")
             task_status.started()
             return
-        self._load_plugins()
+        if self.plugins is None:
+            self._load_plugins()
         self._started = True
         async with trio.open_nursery() as system:
             self._system = system
@@ -339,10 +342,10 @@ class JobDispatcher:
     # -- the door -------------------------------------------------------------------------------
     def submit(
         self,
-        job: AbstractJob[Any],
+        job: AbstractJob[R],
         dependencies: Iterable[JobHandle[Any] | AbstractJob[Any]] = (),
         metadata: Mapping[str, Any] | None = None,
-    ) -> JobHandle[Any]:
+    ) -> JobHandle[R]:
         """Submit ``job`` and return its handle at once; never awaits.
 
         A refusal at the door is a handle born failed, never an exception (SUB-01). A dependency
@@ -375,7 +378,7 @@ class JobDispatcher:
                 f"{caller_cls.__module__}.{caller_cls.__qualname__}"
             )
         job._context = context
-        handle: JobHandle[Any] = JobHandle(job, context)
+        handle: JobHandle[R] = JobHandle(job, context)
         handle._canceller = self.cancel
         context.handle = handle
         for waiter in self._submitted_waiters.pop(job.job_id, ()):
@@ -518,6 +521,11 @@ class JobDispatcher:
 
     async def _start_queued(self, queued: QueuedJob) -> None:
         assert self._jobs is not None
+        if self._stopping:
+            # The lane woke before shutdown cancelled it: a job still queued at shutdown is
+            # settled as cancelled, never started into a closed admission.
+            self._finish(queued, self._cancelled(queued, "Cancelled by shutdown"))
+            return
         self._mark_busy()
         await self._jobs.start(self._run_job, queued)
 
@@ -728,7 +736,7 @@ class JobDispatcher:
     def _publish_retry(self, context: JobContext, signal: RerunSignal, delay: float | None) -> None:
         snapshot = context.snapshot()
         event: ev.JobEvent
-        attempt = max(context.attempt, 1)
+        attempt = context.attempt + 1  # the attempt the signal is about to run
         if isinstance(signal, RateLimitRetry):
             event = ev.RateLimitRetryEvent(
                 snapshot=snapshot, attempt=attempt, delay=delay, reason=str(signal)
@@ -1001,6 +1009,7 @@ async def open_dispatcher(
 ) -> AsyncIterator[JobDispatcher]:
     """Run a :class:`JobDispatcher` for the duration of the block; leaving it shuts down."""
     dispatcher = JobDispatcher(config, **kwargs)
+    dispatcher._load_plugins()  # a bad plugin or config raises here, not from inside a nursery
     async with trio.open_nursery() as nursery:
         await nursery.start(dispatcher.run)
         try:

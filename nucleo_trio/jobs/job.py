@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 R = TypeVar("R")
+T = TypeVar("T")
 J = TypeVar("J", bound=type)
 
 DEFAULT_TIMEOUT: float = 30 * 60.0
@@ -194,10 +195,10 @@ class Orchestrator(AbstractJob[R], ScopeAuthority):
 
     def submit(
         self,
-        job: AbstractJob[Any],
+        job: AbstractJob[T],
         dependencies: Iterable[JobHandle[Any]] = (),
         metadata: Mapping[str, Any] | None = None,
-    ) -> JobHandle[Any]:
+    ) -> JobHandle[T]:
         """Submit a child from inside this orchestrator's execution."""
         return self.context.dispatcher.submit(job, dependencies, metadata)
 
@@ -228,20 +229,20 @@ class Doer(Orchestrator[R]):
 
     def submit_in_step(
         self,
-        job: AbstractJob[Any],
+        job: AbstractJob[T],
         dependencies: Iterable[JobHandle[Any]] = (),
         metadata: Mapping[str, Any] | None = None,
-    ) -> JobHandle[Any]:
+    ) -> JobHandle[T]:
         """Submit ``job`` as the only job of a new step."""
         self.next_step()
         return self.submit_in_current_step(job, dependencies, metadata)
 
     def submit_in_current_step(
         self,
-        job: AbstractJob[Any],
+        job: AbstractJob[T],
         dependencies: Iterable[JobHandle[Any]] = (),
         metadata: Mapping[str, Any] | None = None,
-    ) -> JobHandle[Any]:
+    ) -> JobHandle[T]:
         """Submit ``job`` into the current step (a fan-out shares one ordinal)."""
         if self._step == 0:
             self._step = 1
