@@ -103,10 +103,12 @@ class Meter(AbstractRateLimiter):
 
 
 class Latch(AbstractRateLimiter):
-    """A memory account that refuses while latched; clearing it wakes admission."""
+    """A memory account that refuses while latched. A latch either clears with a wake (an
+    event) or at an instant the account names in ``earliest_fit`` (the clock alone)."""
 
     def __init__(self) -> None:
         self.latched = False
+        self.until: float | None = None
 
     @property
     def limiter_name(self) -> str:
@@ -127,21 +129,30 @@ class Latch(AbstractRateLimiter):
     def status(self) -> SemaphoreLimiterStatus:
         return SemaphoreLimiterStatus(100, 100, None)
 
-    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
-        return not self.latched
+    def _open(self) -> bool:
+        if self.until is not None and trio.current_time() >= self.until:
+            self.until = None
+        return not self.latched and self.until is None
 
-    try_take = fits
+    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        return self._open()
+
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        return self._open()
 
     def give(self, amounts: Sequence[Any]) -> None:
         return None
 
     def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
-        return None
+        return None if self.latched else self.until
 
     def set(self, latched: bool) -> None:
         self.latched = latched
         if not latched:
             self._capacity_changed()
+
+    def hold_until(self, instant: float) -> None:
+        self.until = instant
 
 
 class FakeJob:
@@ -355,7 +366,8 @@ class Scenario:
     meter_caps: tuple[int, ...]
     meter_rate: float
     jobs: tuple[JobSpec, ...]
-    latches: tuple[tuple[float, float], ...]  # (set at, clear at)
+    latches: tuple[tuple[float, float], ...]  # (set at, clear at): clears with a wake
+    timed_latches: tuple[tuple[float, float], ...] = ()  # (set at, until): clears with time
 
 
 def _build_accounts(scenario: Scenario) -> list[Any]:
@@ -435,6 +447,8 @@ async def play(scenario: Scenario, make: Callable[[Latch], Any]) -> Outcome:
         for set_at, clear_at in scenario.latches:
             actions.append((set_at, len(actions), lambda: latch.set(True)))
             actions.append((clear_at, len(actions), lambda: latch.set(False)))
+        for set_at, until in scenario.timed_latches:
+            actions.append((set_at, len(actions), lambda until=until: latch.hold_until(until)))
         # The ledger is checked whenever everything is blocked: by then every granted job has
         # resumed and said what it holds, so the gates must show exactly that, and no more.
         for at, _, action in sorted(actions, key=lambda a: (a[0], a[1])):
@@ -489,10 +503,12 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             )
         )
     latches = []
-    if draw(st.booleans()):
+    timed = []
+    for _ in range(draw(st.integers(0, 2))):
         start = draw(st.floats(0, 1.5, allow_nan=False))
-        latches.append((start, start + draw(st.floats(0.01, 1, allow_nan=False))))
-    return Scenario(gate_caps, meter_caps, rate, tuple(jobs), tuple(latches))
+        span = draw(st.floats(0.01, 1, allow_nan=False))
+        (timed if draw(st.booleans()) else latches).append((start, start + span))
+    return Scenario(gate_caps, meter_caps, rate, tuple(jobs), tuple(latches), tuple(timed))
 
 
 # -- the properties --------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import logging
 import random
 import time
 import warnings
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, TypeVar
@@ -238,7 +238,6 @@ class JobDispatcher:
         self._stopped = False
         self._jobs: trio.Nursery | None = None
         self._system: trio.Nursery | None = None
-        self._lanes_scope: trio.CancelScope | None = None
         self._tasks = 0
         self._idle = trio.Event()
         self._idle.set()
@@ -272,13 +271,8 @@ class JobDispatcher:
             self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STARTED))
             async with trio.open_nursery() as jobs:
                 self._jobs = jobs
-                with trio.CancelScope() as lanes_scope:
-                    self._lanes_scope = lanes_scope
-                    jobs.start_soon(self._fast.serve, self._start_queued)
-                    jobs.start_soon(self._standard.serve, self._start_queued)
-                    task_status.started()
-                    await trio.sleep_forever()
-            await self._closed.wait()
+                task_status.started()
+                await self._closed.wait()
             system.cancel_scope.cancel()
 
     def _load_plugins(self) -> None:
@@ -313,8 +307,6 @@ class JobDispatcher:
         if not wait:
             wait = 30.0
         self.admission.stop()
-        if self._lanes_scope is not None:
-            self._lanes_scope.cancel()
         with trio.move_on_after(wait):
             await self._idle.wait()
         for queued in list(self._running.values()):
@@ -331,8 +323,6 @@ class JobDispatcher:
         self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STOPPED))
         self._stopped = True
         await self.bus.stop()
-        if self._jobs is not None:
-            self._jobs.cancel_scope.cancel()
         self._closed.set()
 
     def register_stoppable(self, stoppable: AbstractStoppable) -> None:
@@ -414,11 +404,11 @@ class JobDispatcher:
                 )
             )
         if not requirements.requires_queueing:
-            self._start_now(queued)
+            self._spawn(self._run_job, queued)
         elif job.timeout is not None and job.timeout <= PRIORITY_LANE_MAX_TIMEOUT:
-            self._fast.offer(queued)
+            self._offer(self._fast, queued)
         else:
-            self._standard.offer(queued)
+            self._offer(self._standard, queued)
         return handle
 
     def submit_with_delay(self, job: AbstractJob[Any], delay: float | None) -> DelayedSubmission:
@@ -514,53 +504,63 @@ class JobDispatcher:
         handle._settle(error=error)
 
     # -- lanes and tasks ------------------------------------------------------------------------
-    def _start_now(self, queued: QueuedJob) -> None:
-        assert self._jobs is not None
-        self._mark_busy()
-        self._jobs.start_soon(self._run_job, queued)
+    def _offer(self, lane: Lane, queued: QueuedJob) -> None:
+        if lane.offer(queued):
+            self._spawn(self._relay, lane)
 
-    async def _start_queued(self, queued: QueuedJob) -> None:
-        assert self._jobs is not None
+    async def _relay(self, lane: Lane) -> None:
+        """One leg of a lane's relay: take the lane's next job, pass the baton, run the job.
+
+        Each job's task, as its first act, starts the task that takes the job after it, so a
+        lane hands out its jobs strictly in order (priority, then submission) at one scheduler
+        step per job, and a job stays queued, and cancellable as queued, until its task runs.
+        """
+        queued = lane.take()
+        if queued is None:
+            return
+        if lane.active:
+            self._spawn(self._relay, lane)
         if self._stopping:
-            # The lane woke before shutdown cancelled it: a job still queued at shutdown is
-            # settled as cancelled, never started into a closed admission.
+            # A job still queued at shutdown is settled as cancelled, never started into a
+            # closed admission.
             self._finish(queued, self._cancelled(queued, "Cancelled by shutdown"))
             return
-        self._mark_busy()
-        await self._jobs.start(self._run_job, queued)
+        await self._run_job(queued)
 
-    def _mark_busy(self) -> None:
+    def _spawn(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
+        assert self._jobs is not None
         self._tasks += 1
         if self._idle.is_set():
             self._idle = trio.Event()
+        self._jobs.start_soon(self._counted, fn, arg)
 
-    async def _run_job(
-        self, queued: QueuedJob, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
+    async def _counted(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
+        try:
+            await fn(arg)
+        finally:
+            self._tasks -= 1
+            if self._tasks == 0:
+                self._idle.set()
+
+    async def _run_job(self, queued: QueuedJob) -> None:
         """The job's task. The job runs in its own nursery, whose cancel scope is the one
-        shutdown cancels to interrupt it; the tasks phase one starts live there too."""
+        shutdown cancels to interrupt it and phase two of a timeout cancels at its deadline."""
         context = queued.context
         _current.set(context)
         self._running[queued.job.job_id] = queued
         context.try_transition(JobState.SCHEDULED)
         try:
-            self._finish(queued, await self._run_in_own_nursery(queued, task_status))
+            self._finish(queued, await self._run_in_own_nursery(queued))
         finally:
             self._running.pop(queued.job.job_id, None)
-            self._tasks -= 1
-            if self._tasks == 0:
-                self._idle.set()
 
-    async def _run_in_own_nursery(
-        self, queued: QueuedJob, task_status: trio.TaskStatus[None]
-    ) -> _Verdict:
+    async def _run_in_own_nursery(self, queued: QueuedJob) -> _Verdict:
         outcome: list[_Verdict] = []
         try:
             async with trio.open_nursery() as job_nursery:
                 queued.nursery = job_nursery
                 if queued.interrupted:
                     job_nursery.cancel_scope.cancel()
-                task_status.started()
                 outcome.append(await self._execute(queued))
         except BaseException as exc:  # noqa: BLE001 - what the job's nursery let through
             if isinstance(exc, KeyboardInterrupt | SystemExit) or (
@@ -570,6 +570,9 @@ class JobDispatcher:
             return self._verdict_for(queued, exc)
         if outcome:
             return outcome[0]
+        if queued.context.timed_out and not queued.interrupted:
+            # Phase two cancelled the job at the grace's end: the timeout is the verdict.
+            return _Verdict(JobState.TIMED_OUT, error=JobTimeoutError(_budget(queued.job)))
         forced = self._cancelled(queued, None)  # shutdown interrupted the job
         forced.forced = True
         return forced
@@ -774,29 +777,27 @@ class JobDispatcher:
         limiters = [need.limiter for need in requirements.limiters]
         outcome: Any = None
         failure: BaseException | None = None
+        assert queued.nursery is not None
+        scope = queued.nursery.cancel_scope
         try:
-            with trio.CancelScope() as attempt_scope:
-                if job.timeout is not None:
-                    self._arm_timeout(queued, attempt_scope, resources, job.timeout)
-                context.is_executing_job_with_resources = not demand.is_empty
-                try:
-                    await job.pre_execute(context)
-                    if not context.try_transition(JobState.RUNNING):
-                        context.check_cancellation()
-                    if self.bus.has_listeners(job.workflow_id):
-                        self.bus.publish(
-                            ev.JobStartedEvent(snapshot=context.snapshot(), attempt=context.attempt)
-                        )
-                    resources.executed = True
-                    outcome = await job.execute(context)
-                except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
-                    if _is_cancellation(exc):
-                        raise
-                    failure = exc
-            resources.disarm()
-            if attempt_scope.cancelled_caught:
-                resources.force_close()  # phase two reached the job
-            elif failure is None and not context.timed_out and not context.is_cancelled:
+            if job.timeout is not None:
+                self._arm_timeout(queued, scope, resources, job.timeout)
+            context.is_executing_job_with_resources = not demand.is_empty
+            try:
+                await job.pre_execute(context)
+                if not context.try_transition(JobState.RUNNING):
+                    context.check_cancellation()
+                if self.bus.has_listeners(job.workflow_id):
+                    self.bus.publish(
+                        ev.JobStartedEvent(snapshot=context.snapshot(), attempt=context.attempt)
+                    )
+                resources.executed = True
+                outcome = await job.execute(context)
+            except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
+                if _is_cancellation(exc):
+                    raise
+                failure = exc
+            if failure is None and not context.timed_out and not context.is_cancelled:
                 for limiter in limiters:
                     self._signal(limiter.on_success, limiter)
             elif failure is not None and not context.is_cancelled:
@@ -811,33 +812,35 @@ class JobDispatcher:
         if failure is not None:
             raise failure
         if context.timed_out:
-            raise JobTimeoutError(max(job.timeout or 0.0, 1e-9))
+            raise JobTimeoutError(_budget(job))
         return outcome
 
     def _arm_timeout(
         self,
         queued: QueuedJob,
-        attempt_scope: trio.CancelScope,
+        scope: trio.CancelScope,
         resources: _AttemptResources,
         budget: float,
     ) -> None:
-        """The two-phase timeout. Phase two is the attempt scope's own deadline, the grace after
-        the job's; phase one is a timekeeper call at the job's deadline that sets the timeout and
-        cancel flags, runs the callbacks and closes the resources on a task of their own in the
-        job's nursery, then schedules phase two's force-close."""
+        """The two-phase timeout, on the job's own nursery.
+
+        Phase one is a timekeeper call at the job's deadline: it sets the timeout and cancel
+        flags, runs the callbacks, closes the resources on a task of their own in the job's
+        nursery, and sets the nursery's cancel-scope deadline to the end of the grace. Phase two
+        is that deadline: trio cancels the job, and a timekeeper call force-closes what a job
+        that does not unwind still holds. A job that finishes in time costs one heap entry."""
         context = queued.context
         context.arm_deadline(budget)
         assert context.deadline is not None
         grace = grace_period(budget)
-        attempt_scope.deadline = context.deadline + grace
 
         def phase_one() -> None:
             context.time_out()
-            if queued.nursery is not None:
-                queued.nursery.start_soon(_close_cooperatively, resources)
-            resources.timers.append(
-                self._timekeeper.call_at(trio.current_time() + grace, resources.force_close)
-            )
+            assert queued.nursery is not None
+            queued.nursery.start_soon(_close_cooperatively, resources)
+            phase_two = trio.current_time() + grace
+            scope.deadline = phase_two
+            resources.timers.append(self._timekeeper.call_at(phase_two, resources.force_close))
 
         resources.timers.append(self._timekeeper.call_at(context.deadline, phase_one))
 
@@ -963,6 +966,10 @@ class JobDispatcher:
                 amount=amount,
             )
         )
+
+
+def _budget(job: AbstractJob[Any]) -> float:
+    return max(job.timeout or 0.0, 1e-9)
 
 
 async def _close_cooperatively(resources: _AttemptResources) -> None:

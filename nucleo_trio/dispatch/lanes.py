@@ -10,7 +10,6 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -61,7 +60,11 @@ class QueuedJob:
 
 
 class Lane:
-    """One queue and the task that serves it."""
+    """One queue, served by a relay of tasks (see :meth:`JobDispatcher._relay`).
+
+    ``active`` is true while a relay task is on its way to take the next job; an offer to an
+    idle lane answers True, telling the dispatcher to start one.
+    """
 
     def __init__(self, name: str, *, prioritized: bool) -> None:
         self.name = name
@@ -70,19 +73,23 @@ class Lane:
         self._fifo: deque[QueuedJob] = deque()
         self._removed: set[int] = set()
         self._size = 0
-        self._wake = trio.Event()
+        self.active = False
 
     def __len__(self) -> int:
         return self._size
 
-    def offer(self, queued: QueuedJob) -> None:
+    def offer(self, queued: QueuedJob) -> bool:
+        """Queue ``queued``; answers whether the lane was idle and needs a relay started."""
         queued.lane = self
         if self.prioritized:
             heapq.heappush(self._heap, (queued.sort_key(), queued))
         else:
             self._fifo.append(queued)
         self._size += 1
-        self._wake.set()
+        if self.active:
+            return False
+        self.active = True
+        return True
 
     def remove(self, queued: QueuedJob) -> bool:
         """Take ``queued`` out of the lane if it is still there."""
@@ -92,6 +99,12 @@ class Lane:
         queued.lane = None
         self._size -= 1
         return True
+
+    def take(self) -> QueuedJob | None:
+        """The next job in serving order; the lane turns idle when nothing is left."""
+        queued = self._pop()
+        self.active = self._size > 0
+        return queued
 
     def _pop(self) -> QueuedJob | None:
         while self._heap or self._fifo:
@@ -109,14 +122,5 @@ class Lane:
         out: list[QueuedJob] = []
         while (queued := self._pop()) is not None:
             out.append(queued)
+        self.active = False
         return out
-
-    async def serve(self, start: Callable[[QueuedJob], Awaitable[None]]) -> None:
-        """Hand each job to ``start`` in lane order, one at a time, as soon as it is offered."""
-        while True:
-            queued = self._pop()
-            if queued is None:
-                self._wake = trio.Event()
-                await self._wake.wait()
-                continue
-            await start(queued)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 from collections.abc import Callable
 
 import trio
@@ -38,23 +39,27 @@ class TimerHandle:
 
 
 class Timekeeper:
-    """Runs ``callback`` at ``trio.current_time() >= when``, in deadline order."""
+    """Runs ``callback`` at ``trio.current_time() >= when``, in deadline order.
+
+    The task sleeps in a cancel scope whose deadline is the earliest pending call; a call that
+    comes due sooner moves that deadline, so scheduling never switches tasks and only a due
+    call wakes the keeper.
+    """
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int, TimerHandle]] = []
         self._counter = itertools.count()
         self._dropped = 0
-        self._wake = trio.Event()
+        self._sleep: trio.CancelScope | None = None
 
     def __len__(self) -> int:
         return len(self._heap) - self._dropped
 
     def call_at(self, when: float, callback: Callable[[], None]) -> TimerHandle:
         handle = TimerHandle(self, when, callback)
-        earliest = self._heap[0][0] if self._heap else None
         heapq.heappush(self._heap, (when, next(self._counter), handle))
-        if earliest is None or when < earliest:
-            self._wake.set()
+        if self._sleep is not None and when < self._sleep.deadline:
+            self._sleep.deadline = when
         if self._dropped > 64 and self._dropped * 2 > len(self._heap):
             self._compact()
         return handle
@@ -67,24 +72,21 @@ class Timekeeper:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
-            self._wake = trio.Event()
             while self._heap and self._heap[0][2].cancelled:
                 heapq.heappop(self._heap)
                 self._dropped -= 1
-            if not self._heap:
-                await self._wake.wait()
-                continue
-            when = self._heap[0][0]
-            if trio.current_time() < when:
-                with trio.move_on_at(when):
-                    await self._wake.wait()
-                continue
-            _, _, handle = heapq.heappop(self._heap)
-            if handle.cancelled:
-                self._dropped -= 1
-                continue
-            handle.cancelled = True  # ran: a later cancel() is a no-op and counts nothing
-            try:
-                handle.callback()
-            except Exception:
-                log.exception("a timed callback raised; the timekeeper goes on")
+            earliest = self._heap[0][0] if self._heap else math.inf
+            with trio.CancelScope(deadline=earliest) as self._sleep:
+                await trio.sleep_forever()
+            self._sleep = None
+            now = trio.current_time()
+            while self._heap and self._heap[0][0] <= now:
+                _, _, handle = heapq.heappop(self._heap)
+                if handle.cancelled:
+                    self._dropped -= 1
+                    continue
+                handle.cancelled = True  # ran: a later cancel() is a no-op and counts nothing
+                try:
+                    handle.callback()
+                except Exception:
+                    log.exception("a timed callback raised; the timekeeper goes on")

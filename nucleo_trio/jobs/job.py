@@ -81,15 +81,16 @@ class AbstractJob(abc.ABC, Generic[R]):
     def __init__(self, parent: Identifiable, prefix: str | None = None) -> None:
         if parent is None:
             raise ValueError(f"{type(self).__name__} needs a parent identity, got None")
-        if not all(hasattr(parent, a) for a in ("job_id", "workflow_id", "user_id")):
+        try:
+            self._parent_job_id: str | None = parent.job_id
+            self._workflow_id = parent.workflow_id
+            self._user_id = parent.user_id
+        except AttributeError:
             raise TypeError(
                 f"{type(self).__name__}'s parent must be a workflow root or a job, "
                 f"got {type(parent).__name__}"
-            )
+            ) from None
         self._job_id = mint_id(prefix or type(self).__name__)
-        self._parent_job_id: str | None = parent.job_id
-        self._workflow_id = parent.workflow_id
-        self._user_id = parent.user_id
         self.priority: int = 0
         self.timeout: float | None = DEFAULT_TIMEOUT
         self.upstream_retries: int = DEFAULT_UPSTREAM_RETRIES

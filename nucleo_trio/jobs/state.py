@@ -25,13 +25,14 @@ class JobState(enum.Enum):
     CANCELLED = "CANCELLED"
     TIMED_OUT = "TIMED_OUT"
 
-    @property
-    def is_terminal(self) -> bool:
-        return self in _TERMINAL
+    def __init__(self, value: str) -> None:
+        # Stamped once per member, so the predicate the dispatcher asks on every transition
+        # is a plain attribute read.
+        self.is_terminal = value in {"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"}
 
     @property
     def is_active(self) -> bool:
-        return self not in _TERMINAL
+        return not self.is_terminal
 
     @property
     def is_failure(self) -> bool:
@@ -40,9 +41,6 @@ class JobState(enum.Enum):
     @property
     def is_success(self) -> bool:
         return self is JobState.COMPLETED
-
-
-_TERMINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.TIMED_OUT})
 
 
 class JobType(enum.Enum):
