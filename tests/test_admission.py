@@ -767,6 +767,25 @@ async def test_one_give_grants_everyone_it_covers_in_one_pass(autojump_clock: tr
         assert order == ["w0", "w1", "w2"] and admission.queue_size == 2
 
 
+async def test_a_give_grants_every_follower_it_covers_while_the_head_waits_elsewhere(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """ADM-23, ADM-39: the head waits on another account; one release of two permits grants
+    both followers queued on them in the same pass, in arrival order."""
+    busy, pool = CountingGate("busy", 1), CountingGate("pool", 2)
+    async with running() as (admission, nursery):
+        await admission.admit(one(busy), FakeJob("busy-holder"))
+        pool_holder = await admission.admit(Demand().add(pool).add(pool), FakeJob("pool-holder"))
+        head = await park(nursery, admission, one(busy), "head")
+        first = await park(nursery, admission, one(pool), "first")
+        second = await park(nursery, admission, one(pool), "second")
+        third = await park(nursery, admission, one(pool), "third")
+        admission.release(pool_holder)
+        await settle()
+        assert first.granted_at == second.granted_at == trio.current_time()
+        assert head.grant is None and third.grant is None and pool.in_use == 2
+
+
 async def test_the_next_deadline_is_the_earliest_among_the_waiters(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -910,6 +929,52 @@ async def test_behind_a_head_short_on_memory_followers_are_held_on_memory_unaske
         await settle()
         assert head.grant is not None and follower.grant is not None
         assert follower_gate.asked("try_take") == 1
+
+
+async def test_accounts_freed_while_memory_was_closed_are_looked_at_when_it_opens(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """ADM-27: a give that lands while the head is short on memory helps nobody yet; when
+    memory opens, the followers that give was for are asked again and granted."""
+    memory = FakeMemory()
+    x, y, pool = CountingGate("x", 1), CountingGate("y", 1), CountingGate("pool", 2)
+    async with running(memory) as (admission, nursery):
+        x_holder = await admission.admit(one(x), FakeJob("x-holder"))
+        await admission.admit(one(y), FakeJob("y-holder"))  # never released
+        pool_holder = await admission.admit(Demand().add(pool).add(pool), FakeJob("pool-holder"))
+        head = await park(nursery, admission, one(x), "head")
+        blocked = await park(nursery, admission, one(y), "blocked")
+        first = await park(nursery, admission, one(pool), "first")
+        second = await park(nursery, admission, one(pool), "second")
+        memory.latched = True
+        admission.release(x_holder)  # the head looks, and finds memory latched
+        await settle()
+        admission.release(pool_holder)  # freed while memory is closed: nobody may go
+        await settle()
+        assert head.grant is None and first.grant is None and second.grant is None
+        await trio.sleep(1)
+        memory.clear()
+        await settle()
+        assert head.grant is not None and blocked.grant is None
+        assert first.grant is not None and second.grant is not None
+
+
+async def test_memory_opening_with_the_clock_lets_the_line_behind_the_head_go(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """ADM-27, ADM-28: the head is short on memory until an instant (no wake); at that instant
+    it finds memory open but its own gate busy, so the follower it held on memory goes."""
+    memory = FakeMemory()
+    busy, free = CountingGate("busy", 1), CountingGate("free", 1)
+    async with running(memory) as (admission, nursery):
+        await admission.admit(one(busy), FakeJob("holder"))
+        memory.ready_at = 2.0
+        head = await park(nursery, admission, one(busy), "head")
+        follower = await park(nursery, admission, one(free), "follower")
+        assert head.grant is None and follower.grant is None
+        await trio.sleep(5)
+        assert head.grant is None
+        assert follower.granted_at == pytest.approx(2.0)
 
 
 async def test_memory_is_asked_before_any_entry_and_its_instant_is_the_deadline(
@@ -1306,7 +1371,8 @@ async def test_a_give_that_throws_at_release_reaches_the_caller_after_settling(
 async def test_release_returns_only_release_accounts_and_rollback_everything(
     autojump_clock: trio.abc.Clock,
 ) -> None:
-    """ADM-46, ADM-47, ADM-48: release gives back RELEASE entries only, rollback every entry;
+    """ADM-46, ADM-47, ADM-48, OBS-16: release gives back RELEASE entries only (the TIME
+    meter keeps its debit), rollback every entry;
     both count as a completion for memory (give([])) and wake; RELEASED per entry given back,
     none for memory."""
     memory = FakeMemory()

@@ -225,10 +225,7 @@ def test_relative_links_in_the_docs_point_at_what_exists() -> None:
                 continue
             linked = page.parent / target if target else page
             if not linked.exists():
-                # docs/performance.md is written by another part of the project; until it
-                # lands, it is the one link allowed to dangle.
-                if not target.endswith("performance.md"):
-                    broken.append(f"{page.relative_to(ROOT)} -> {target}")
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
             elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
                 broken.append(f"{page.relative_to(ROOT)} -> {target}#{anchor}")
     assert not broken, "broken links:\n" + "\n".join(broken)

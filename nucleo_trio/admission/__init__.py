@@ -7,24 +7,32 @@ gets; ``monitor`` the :class:`Admission` line and its evaluator; ``memory`` the 
 seam and its default, :class:`UnboundedMemory`; ``status`` the frozen status records.
 """
 
-from .demand import Demand as Demand
-from .demand import DemandEntry as DemandEntry
-from .demand import Grant as Grant
-from .demand import units_of as units_of
+from .demand import (
+    Demand as Demand,
+    DemandEntry as DemandEntry,
+    Grant as Grant,
+    units_of as units_of,
+)
 from .gates import CountingGate as CountingGate
-from .limiter import AbstractRateLimiter as AbstractRateLimiter
-from .limiter import LimiterEventType as LimiterEventType
-from .limiter import LimiterIdentity as LimiterIdentity
-from .limiter import RateLimiter as RateLimiter
-from .limiter import Replenishment as Replenishment
+from .limiter import (
+    AbstractRateLimiter as AbstractRateLimiter,
+    LimiterEventType as LimiterEventType,
+    LimiterIdentity as LimiterIdentity,
+    RateLimiter as RateLimiter,
+    Replenishment as Replenishment,
+)
 from .memory import UnboundedMemory as UnboundedMemory
-from .monitor import Admission as Admission
-from .monitor import AdmissionClosedError as AdmissionClosedError
-from .monitor import AdmissionWaiter as AdmissionWaiter
-from .monitor import LimiterEmitter as LimiterEmitter
-from .status import RateLimiterStatus as RateLimiterStatus
-from .status import SemaphoreLimiterStatus as SemaphoreLimiterStatus
-from .status import UnboundedMemoryStatus as UnboundedMemoryStatus
+from .monitor import (
+    Admission as Admission,
+    AdmissionClosedError as AdmissionClosedError,
+    AdmissionWaiter as AdmissionWaiter,
+    LimiterEmitter as LimiterEmitter,
+)
+from .status import (
+    RateLimiterStatus as RateLimiterStatus,
+    SemaphoreLimiterStatus as SemaphoreLimiterStatus,
+    UnboundedMemoryStatus as UnboundedMemoryStatus,
+)
 
 __all__ = [
     "AbstractRateLimiter",

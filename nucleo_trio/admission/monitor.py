@@ -296,6 +296,7 @@ class Admission:
 
         self._head_blockers: set[_Account] = set()
         self._head_memory_short = False
+        self._head_deadline: tuple[int, float] | None = None  # (head seq, instant) scheduled
         self._suspended: set[_Group] = set()
         # Resourceful waiters in the line not yet held on memory, oldest first.
         self._off_memory: OrderedDict[int, _Waiter] = OrderedDict()
@@ -618,6 +619,7 @@ class Admission:
         self._candidates.clear()
         self._vias.clear()
         self._deadlines.clear()
+        self._head_deadline = None
         self._head_blockers.clear()
         self._suspended.clear()
         self._woken.clear()
@@ -636,8 +638,11 @@ class Admission:
                 if target.deadline == instant:
                     target.deadline = None
                 self._mark_group(target)
-            elif self._line and next(iter(self._line)) == target:
-                self._push(target, None)
+            else:
+                if self._head_deadline == (target, instant):
+                    self._head_deadline = None
+                if self._line and next(iter(self._line)) == target:
+                    self._push(target, None)
         if self._woken:
             woken, self._woken = self._woken, set()
             for limiter_id in woken:
@@ -836,7 +841,13 @@ class Admission:
             deadline = None
             if instants and all(instant is not None for instant in instants):
                 deadline = max(instant for instant in instants if instant is not None)
-        if deadline is not None:
+        registered = self._head_deadline
+        if deadline is not None and (
+            registered is None or registered[0] != w.seq or deadline < registered[1]
+        ):
+            # An earlier look already scheduled for this head suffices: it asks again and
+            # schedules afresh, so re-asks on events do not pile up entries.
+            self._head_deadline = (w.seq, deadline)
             heapq.heappush(self._deadlines, (deadline, next(self._deadline_order), w.seq))
         if on_memory and not was_memory_short:
             # MEM-36: every resourceful waiter behind a head short on memory is held on memory.

@@ -13,14 +13,18 @@ The runtime builds one manager with :func:`make_plugin_manager` and asks it for 
 through a :class:`LimiterRegistry`.
 """
 
-from nucleo_trio.plugins.hookspecs import PROJECT_NAME as PROJECT_NAME
-from nucleo_trio.plugins.hookspecs import LimiterFactory as LimiterFactory
-from nucleo_trio.plugins.hookspecs import hookimpl as hookimpl
-from nucleo_trio.plugins.hookspecs import hookspec as hookspec
-from nucleo_trio.plugins.manager import LimiterRegistry as LimiterRegistry
-from nucleo_trio.plugins.manager import PluginError as PluginError
-from nucleo_trio.plugins.manager import UnknownLimiterKindError as UnknownLimiterKindError
-from nucleo_trio.plugins.manager import make_plugin_manager as make_plugin_manager
+from nucleo_trio.plugins.hookspecs import (
+    PROJECT_NAME as PROJECT_NAME,
+    LimiterFactory as LimiterFactory,
+    hookimpl as hookimpl,
+    hookspec as hookspec,
+)
+from nucleo_trio.plugins.manager import (
+    LimiterRegistry as LimiterRegistry,
+    PluginError as PluginError,
+    UnknownLimiterKindError as UnknownLimiterKindError,
+    make_plugin_manager as make_plugin_manager,
+)
 
 __all__ = [
     "PROJECT_NAME",
