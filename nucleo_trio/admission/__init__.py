@@ -50,6 +50,7 @@ __all__ = [
     "RateLimiterStatus",
     "Replenishment",
     "SemaphoreLimiterStatus",
+    "Ticket",
     "UnboundedMemory",
     "UnboundedMemoryStatus",
     "units_of",

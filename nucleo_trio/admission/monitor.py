@@ -71,7 +71,7 @@ from .memory import UnboundedMemory
 if TYPE_CHECKING:
     from ..jobs.snapshot import JobSnapshot
 
-__all__ = ["Admission", "AdmissionClosedError", "AdmissionWaiter", "LimiterEmitter"]
+__all__ = ["Admission", "AdmissionClosedError", "AdmissionWaiter", "LimiterEmitter", "Ticket"]
 
 log = logging.getLogger("nucleo_trio.admission")
 
@@ -166,6 +166,13 @@ class _Group:
         return None
 
 
+class _Unset:
+    __slots__ = ()
+
+
+_UNSET = _Unset()
+
+
 class _Waiter:
     """One admit call: its demand, what it was held on and since when, and how it ended."""
 
@@ -183,7 +190,7 @@ class _Waiter:
         "reserve",
         "seq",
         "signatures",
-        "snapshot",
+        "_snapshot",
         "stamp",
         "wakeup",
     )
@@ -200,7 +207,7 @@ class _Waiter:
         self.seq = seq
         self.entries = entries
         self.accounts = accounts
-        self.snapshot = snapshot
+        self._snapshot: JobSnapshot | None | _Unset = snapshot if context is None else _UNSET
         self.context = context
         self.arrival = arrival
         # What the head sets aside for a follower on each account (ADM-36).
@@ -221,12 +228,26 @@ class _Waiter:
         self.wakeup: trio.Event | None = None
 
     @property
+    def snapshot(self) -> JobSnapshot | None:
+        """The job's snapshot, taken from its context the first time an event needs it: a
+        grant that nobody hears about never builds one."""
+        snapshot = self._snapshot
+        if isinstance(snapshot, _Unset):
+            assert self.context is not None
+            snapshot = self._snapshot = self.context.snapshot()
+        return snapshot
+
+    @property
     def resourceful(self) -> bool:
         return bool(self.entries)
 
     def unpark(self) -> None:
         if self.wakeup is not None:
             self.wakeup.set()
+
+
+Ticket: TypeAlias = _Waiter
+"""A parked demand's place in the line, as :meth:`Admission.enter` answers it (opaque)."""
 
 
 def _signature(amounts: tuple[Any, ...], seq: int) -> Hashable:
@@ -420,10 +441,28 @@ class Admission:
                 f"Admission.admit: demand must be a Demand, got {type(demand).__name__}"
             )
         await trio.lowlevel.checkpoint_if_cancelled()
+        entered = self.enter(demand, waiter)
+        if isinstance(entered, Grant):
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return entered
+        return await self.wait(entered)
+
+    def enter(self, demand: Demand, waiter: AdmissionWaiter | None = None) -> Grant | Ticket:
+        """The synchronous half of :meth:`admit`: the grant at once, or a place in the line.
+
+        With nobody parked and everything fitting, the answer is the :class:`Grant`; otherwise
+        the job joins the line holding nothing and the answer is its :data:`Ticket`, which the
+        caller must hand to :meth:`wait` (a ticket nobody waits on would hold its grant
+        forever). Refusals raise as in :meth:`admit`. Unlike :meth:`admit` this is not a
+        checkpoint, which is what a caller that checkpoints elsewhere (the dispatcher) wants.
+        """
+        if not isinstance(demand, Demand):
+            raise TypeError(
+                f"Admission.enter: demand must be a Demand, got {type(demand).__name__}"
+            )
         self._check_open()
         arrival = self._clock()
-        snapshot = waiter.snapshot() if waiter is not None else None
-        w = self._new_waiter(demand.entries, snapshot, waiter, arrival)
+        w = self._new_waiter(demand.entries, None, waiter, arrival)
         if not self._line:
             # The fast path (ADM-11): nobody to overtake, so try at once, as the head.
             try:
@@ -432,14 +471,17 @@ class Admission:
                 self._close_on_defect(defect)
                 raise self._defect_error() from defect
             if outcome == _GRANTED:
-                await trio.lowlevel.cancel_shielded_checkpoint()
                 assert w.grant is not None
                 return w.grant
             if outcome == _REFUSED:
                 assert w.failure is not None
                 raise w.failure
         self._enqueue(w)
-        return await self._park(w)
+        return w
+
+    async def wait(self, ticket: Ticket) -> Grant:
+        """Park until ``ticket`` is granted or refused; see :meth:`admit` for what it raises."""
+        return await self._park(ticket)
 
     def _check_open(self) -> None:
         if self._defect is not None:
@@ -862,7 +904,9 @@ class Admission:
         for key, since in w.held.values():
             name = _name_of(key)
             waits[name] = waits.get(name, 0) + _ms(now - since)
-        grant = Grant(w.entries, w.snapshot, max(0.0, now - w.arrival), waits, owner=self)
+        # An empty grant never reports anything, so it needs no snapshot (DG-10).
+        snapshot = w.snapshot if w.entries else None
+        grant = Grant(w.entries, snapshot, max(0.0, now - w.arrival), waits, owner=self)
         counts = self._held_counts
         for index, entry in enumerate(w.entries):
             key_id = w.accounts[index].key_id

@@ -769,7 +769,10 @@ class JobDispatcher:
         job, context = queued.job, queued.context
         demand = self.demand_assembler.assemble(requirements, context, self.http_gate)
         context.attempt += 1
-        grant = await self.admission.admit(demand, context)
+        # The synchronous half first: a grant at once costs no scheduler step, and a job that
+        # must wait joins the line and parks holding nothing.
+        entered = self.admission.enter(demand, context)
+        grant = entered if isinstance(entered, Grant) else await self.admission.wait(entered)
         context.record_admission_wait(grant.wall_wait_ms)
         for account, ms in grant.wait_times_ms.items():
             context.record_resource_wait(account, ms)
