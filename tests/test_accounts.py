@@ -356,7 +356,11 @@ def test_set_capacity_wakes_only_when_the_gate_grows() -> None:
 def test_a_subclass_with_a_name_is_a_new_concurrency_cap() -> None:
     """A new concurrency cap is a subclass with a name (the seed's CountingGate paragraph)."""
     slots = RenderSlots()
-    assert (slots.limiter_name, slots.capacity, slots.limiter_category) == ("render", 4, "semaphore")
+    assert (slots.limiter_name, slots.capacity, slots.limiter_category) == (
+        "render",
+        4,
+        "semaphore",
+    )
     assert isinstance(slots, RateLimiter)
     assert repr(slots) == "<RenderSlots 'render'>"
 

@@ -373,7 +373,9 @@ async def test_start_wires_the_memory_account(autojump_clock: trio.abc.Clock) ->
     async with running(memory) as (admission, nursery):
         assert memory._wake is not None
         assert memory.supplier is not None and memory.supplier() == 0
-        parked = [await park(nursery, admission, one(CountingGate("s", 1)), f"j{i}") for i in range(3)]
+        parked = [
+            await park(nursery, admission, one(CountingGate("s", 1)), f"j{i}") for i in range(3)
+        ]
         assert memory.supplier() == 3
         memory.clear()  # the installed wake runs the evaluator
         await settle()
@@ -750,7 +752,9 @@ async def test_one_give_cascades_grants_in_arrival_order(autojump_clock: trio.ab
             assert [p.grant is not None for p in parked] == [i < released for i in range(4)]
 
 
-async def test_one_give_grants_everyone_it_covers_in_one_pass(autojump_clock: trio.abc.Clock) -> None:
+async def test_one_give_grants_everyone_it_covers_in_one_pass(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     """ADM-23: a give that covers several waiters grants them all, oldest first."""
     meter = Meter("tokens", 1000, 0, level=0)
     order: list[str] = []
@@ -1005,7 +1009,9 @@ async def test_every_entry_is_asked_even_after_a_short_one(autojump_clock: trio.
         assert first.asked() >= 1 and second.asked() >= 1
         assert [e[0] for e in events.of("j")] == ["first", "second"]
         refusing = Probe("refusing", 1)
-        parked = await park(nursery, admission, Demand().add(first).add(refusing).add(refusing), "k")
+        parked = await park(
+            nursery, admission, Demand().add(first).add(refusing).add(refusing), "k"
+        )
         assert isinstance(parked.error, UncorrectableError)
 
 
@@ -1129,7 +1135,10 @@ async def test_a_waiter_short_on_one_account_holds_nothing_on_another(
     meter = Meter("tokens", 1000, 0, level=0)
     http = CountingGate("http", 1000)
     async with running() as (admission, nursery):
-        parked = [Parked(admission, Demand().add(meter, 1).add(http), FakeJob(f"w{i}")) for i in range(1000)]
+        parked = [
+            Parked(admission, Demand().add(meter, 1).add(http), FakeJob(f"w{i}"))
+            for i in range(1000)
+        ]
         for p in parked:
             nursery.start_soon(p.run)
         await settle()
@@ -1174,7 +1183,9 @@ async def test_the_heads_reservation_blocks_followers_while_it_accumulates(
     meter = Meter("tokens", 1000, 1000, level=0)
     async with running() as (admission, nursery):
         head = await park(nursery, admission, Demand().add(meter, 600), "head")
-        followers = [await park(nursery, admission, Demand().add(meter, 300), f"f{i}") for i in range(5)]
+        followers = [
+            await park(nursery, admission, Demand().add(meter, 300), f"f{i}") for i in range(5)
+        ]
         await trio.sleep(0.35)
         assert head.grant is None and all(f.grant is None for f in followers)
         await trio.sleep(0.3)
@@ -1306,7 +1317,9 @@ async def test_an_account_bug_rejects_only_that_waiter_and_the_evaluator_survive
         assert victim.error.__cause__ is buggy.bug
         assert taken_first.in_use == 0
         assert ("buggy", LimiterEventType.REJECTED, "aborted") in events.of("victim")
-        record = next(r for r in caplog.records if "buggy failed during admission" in r.getMessage())
+        record = next(
+            r for r in caplog.records if "buggy failed during admission" in r.getMessage()
+        )
         assert record.levelno == logging.ERROR and record.exc_info is not None
         admission.release(holder)
         await settle()
@@ -1423,7 +1436,9 @@ async def test_a_grant_settles_once(autojump_clock: trio.abc.Clock) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-async def test_a_time_only_shortfall_is_granted_with_no_give(autojump_clock: trio.abc.Clock) -> None:
+async def test_a_time_only_shortfall_is_granted_with_no_give(
+    autojump_clock: trio.abc.Clock,
+) -> None:
     """ADM-52: a drained meter (60 000 per minute) asked for 100 is granted at its computed
     deadline (100 ms), with no give at all: at least 50 ms and under 3 s."""
     meter = Meter("tokens", 60_000, 1000)

@@ -302,7 +302,9 @@ async def test_stop_emits_rejected_shutdown_on_every_account_a_waiter_was_held_o
         await trio.sleep(2)
         admission.stop()
         await settle()
-    rejected = [(e.name, e.job, e.waiters, e.wait, e.reason, e.amount) for e in events if e.type is REJECTED]
+    rejected = [
+        (e.name, e.job, e.waiters, e.wait, e.reason, e.amount) for e in events if e.type is REJECTED
+    ]
     assert rejected == [
         ("first", "a", 1, 2.0, "shutdown", 1),
         ("second", "a", 0, 2.0, "shutdown", 1),

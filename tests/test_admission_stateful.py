@@ -371,8 +371,12 @@ class Scenario:
 
 
 def _build_accounts(scenario: Scenario) -> list[Any]:
-    accounts: list[Any] = [CountingGate(f"gate{i}", cap) for i, cap in enumerate(scenario.gate_caps)]
-    accounts += [Meter(f"meter{i}", cap, scenario.meter_rate) for i, cap in enumerate(scenario.meter_caps)]
+    accounts: list[Any] = [
+        CountingGate(f"gate{i}", cap) for i, cap in enumerate(scenario.gate_caps)
+    ]
+    accounts += [
+        Meter(f"meter{i}", cap, scenario.meter_rate) for i, cap in enumerate(scenario.meter_caps)
+    ]
     return accounts
 
 
@@ -457,9 +461,11 @@ async def play(scenario: Scenario, make: Callable[[Latch], Any]) -> Outcome:
             await trio.testing.wait_all_tasks_blocked()
             check_ledger()
         with trio.fail_after(3600):
-            while len(outcome.grants) + len(outcome.refused) + len(outcome.cancelled) < len(
-                scenario.jobs
-            ) or holding:
+            while (
+                len(outcome.grants) + len(outcome.refused) + len(outcome.cancelled)
+                < len(scenario.jobs)
+                or holding
+            ):
                 await trio.sleep(0.01)
                 await trio.testing.wait_all_tasks_blocked()
                 check_ledger()
