@@ -647,6 +647,23 @@ async def test_a_pass_finds_cancelled_waiters_and_a_cancelled_head_stops_reservi
         assert follower.grant is not None and meter.level == pytest.approx(200)
 
 
+async def test_a_head_that_leaves_stops_reserving_at_once(autojump_clock: trio.abc.Clock) -> None:
+    """ADM-18, ADM-37: a follower that fits alone but not beside the head is granted the moment
+    the head is interrupted, with no give at all, even behind a new head that still waits."""
+    meter = Meter("tokens", 1000, 0, level=700)
+    busy = CountingGate("busy", 1)
+    async with running() as (admission, nursery):
+        await admission.admit(one(busy), FakeJob("holder"))
+        head = await park(nursery, admission, Demand().add(meter, 800), "head")
+        next_head = await park(nursery, admission, one(busy), "next-head")
+        follower = await park(nursery, admission, Demand().add(meter, 500), "follower")
+        assert follower.grant is None
+        head.scope.cancel()
+        await settle()
+        assert head.interrupted and next_head.grant is None and follower.grant is not None
+        assert meter.level == pytest.approx(200) and meter.gives == 0
+
+
 # --------------------------------------------------------------------------------------------
 # The evaluator and a pass
 # --------------------------------------------------------------------------------------------
@@ -853,13 +870,16 @@ class CallCounter(CountingGate):
         return super().try_take(mine, reserved_ahead)
 
 
-async def _questions_per_grant(line: int, grants: int) -> float:
+async def _questions_per_grant(line: int, grants: int, meter: Meter | None = None) -> float:
+    """Park ``line`` waiters on a one-slot gate (and ``meter``, 1 token each, when given), then
+    release grants one by one; answer the gate questions asked per grant."""
     gate = CallCounter("slot", 1)
     out_send, out_receive = trio.open_memory_channel[Grant](grants + 1)
+    demand = one(gate) if meter is None else Demand().add(meter, 1).add(gate)
 
     async def waiter(admission: Admission, name: str) -> None:
         try:
-            grant = await admission.admit(one(gate))
+            grant = await admission.admit(demand)
         except AdmissionClosedError:
             return  # still parked when the test stops admission
         await out_send.send(grant)
@@ -888,6 +908,18 @@ async def test_the_cost_of_a_grant_does_not_grow_with_the_line(
     short = await _questions_per_grant(100, 50)
     long = await _questions_per_grant(2_000, 50)
     assert short <= 4 and long <= 4
+    assert long <= short * 1.1
+
+
+async def test_the_cost_stays_flat_when_two_accounts_take_turns_binding(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """ADM-25: waiters needing a token and a slot, where each release frees the slot while the
+    meter is empty and the meter's refill comes while the slot is taken: the accounts take turns
+    binding the line, and a grant still costs the same for 100 waiters as for 2 000."""
+    short = await _questions_per_grant(100, 30, Meter("tokens", 1, 10, level=0))
+    long = await _questions_per_grant(2_000, 30, Meter("tokens", 1, 10, level=0))
+    assert short <= 6 and long <= 6
     assert long <= short * 1.1
 
 

@@ -19,8 +19,7 @@ from typing import Any
 import attrs
 import trio
 import trio.testing
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nucleo_trio.admission import (
     AbstractRateLimiter,
@@ -152,7 +151,10 @@ class Latch(AbstractRateLimiter):
             self._capacity_changed()
 
     def hold_until(self, instant: float) -> None:
+        earlier = self.until is not None and instant < self.until
         self.until = instant
+        if earlier:
+            self._capacity_changed()  # opening sooner is more capacity: admission must hear
 
 
 class FakeJob:
@@ -399,6 +401,11 @@ class Outcome:
     cancelled: list[str] = attrs.field(factory=list)
 
 
+def _untie(order: int) -> float:
+    """A distinct, tiny offset per action or hold (multiples of an irrational microsecond)."""
+    return (order + 1) * math.sqrt(2) * 1e-7
+
+
 async def play(scenario: Scenario, make: Callable[[Latch], Any]) -> Outcome:
     """Run the scenario against the monitor ``make`` builds; check the ledger as it goes."""
     latch = Latch()
@@ -428,9 +435,9 @@ async def play(scenario: Scenario, make: Callable[[Latch], Any]) -> Outcome:
         except UncorrectableError:
             outcome.refused.append(name)
             return
-        outcome.grants.append((round(trio.current_time(), 6), name))
+        outcome.grants.append((round(trio.current_time(), 9), name))
         holding[name] = demand
-        await trio.sleep(spec.hold)
+        await trio.sleep(spec.hold + _untie(2 * len(scenario.jobs) + int(name[1:])))
         del holding[name]
         (admission.rollback if spec.rollback else admission.release)(grant)
 
@@ -453,6 +460,9 @@ async def play(scenario: Scenario, make: Callable[[Latch], Any]) -> Outcome:
             actions.append((clear_at, len(actions), lambda: latch.set(False)))
         for set_at, until in scenario.timed_latches:
             actions.append((set_at, len(actions), lambda until=until: latch.hold_until(until)))
+        # No two things happen at one instant in two tasks: trio may order such ties either
+        # way, and the two monitors must be compared on the same history.
+        actions = [(at + _untie(order), order, action) for at, order, action in actions]
         # The ledger is checked whenever everything is blocked: by then every granted job has
         # resumed and said what it holds, so the gates must show exactly that, and no more.
         for at, _, action in sorted(actions, key=lambda a: (a[0], a[1])):

@@ -55,7 +55,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -200,14 +199,14 @@ class _Waiter:
         seq: int,
         entries: tuple[DemandEntry, ...],
         accounts: tuple[_Account, ...],
-        snapshot: JobSnapshot | None,
+        snapshot: JobSnapshot | None | _Unset,
         context: AdmissionWaiter | None,
         arrival: float,
     ) -> None:
         self.seq = seq
         self.entries = entries
         self.accounts = accounts
-        self._snapshot: JobSnapshot | None | _Unset = snapshot if context is None else _UNSET
+        self._snapshot = snapshot
         self.context = context
         self.arrival = arrival
         # What the head sets aside for a follower on each account (ADM-36).
@@ -229,8 +228,8 @@ class _Waiter:
 
     @property
     def snapshot(self) -> JobSnapshot | None:
-        """The job's snapshot, taken from its context the first time an event needs it: a
-        grant that nobody hears about never builds one."""
+        """The job's snapshot: read at the admit call when events are reported (ADM-09), else
+        from the context the first time anything asks; a grant nobody hears about builds none."""
         snapshot = self._snapshot
         if isinstance(snapshot, _Unset):
             assert self.context is not None
@@ -397,8 +396,11 @@ class Admission:
                     await trio.lowlevel.checkpoint()
                     continue
                 self._wake_event = trio.Event()
-                with trio.move_on_at(math.inf if deadline is None else deadline):
-                    await self._wake_event.wait()
+                if deadline is None:
+                    await self._wake_event.wait()  # only an event can help: no timer to arm
+                else:
+                    with trio.move_on_at(deadline):
+                        await self._wake_event.wait()
         finally:
             if not self.is_stopped:
                 self.stop()
@@ -462,7 +464,13 @@ class Admission:
             )
         self._check_open()
         arrival = self._clock()
-        w = self._new_waiter(demand.entries, None, waiter, arrival)
+        entries = demand.entries
+        # ADM-09: the snapshot is the job as it stands at the admit call. It is only read when
+        # something will report it: an emitter is wired and the demand holds anything.
+        snapshot: JobSnapshot | None | _Unset = None
+        if waiter is not None:
+            snapshot = waiter.snapshot() if entries and self._emit_fn is not None else _UNSET
+        w = self._new_waiter(entries, snapshot, waiter, arrival)
         if not self._line:
             # The fast path (ADM-11): nobody to overtake, so try at once, as the head.
             try:
@@ -492,7 +500,7 @@ class Admission:
     def _new_waiter(
         self,
         entries: tuple[DemandEntry, ...],
-        snapshot: JobSnapshot | None,
+        snapshot: JobSnapshot | None | _Unset,
         context: AdmissionWaiter | None,
         arrival: float,
     ) -> _Waiter:
@@ -578,7 +586,13 @@ class Admission:
             raise TypeError(f"Admission: expected a Grant, got {type(grant).__name__}")
         if grant._owner is not self:
             raise ValueError("Admission: this grant was issued by another Admission")
-        if not grant._claim() or grant.is_empty:
+        if not grant._claim():
+            return
+        if grant.is_empty:
+            # Nothing to give back and no completion for memory; the evaluator is still woken
+            # after every settlement (ADM-20), which costs an empty pass at most.
+            if not self.is_stopped:
+                self._wake()
             return
         open_ = not self.is_stopped
         first_error: Exception | None = None
@@ -597,7 +611,7 @@ class Admission:
                 LimiterEventType.RELEASED,
                 0.0,
                 None,
-                entry.units,
+                entry,
             )
             account = self._accounts.get((id(entry.limiter), id(entry.key)))
             if open_ and account is not None:
@@ -749,7 +763,7 @@ class Admission:
         memory_account = self._memory_account
         # Step 1 (ADM-27): behind a head short on memory, a resourceful waiter is held on memory.
         if head is not None and self._head_memory_short:
-            self._mark_held(w, memory_account, 1, now)
+            self._mark_held(w, memory_account, None, now)
             self._hold(w, head, (), on_memory=True, memory_deadline=None, now=now)
             return _HELD
         # Step 2 (ADM-28): memory before any entry.
@@ -770,7 +784,7 @@ class Admission:
             try:
                 if entry.limiter.fits(entry.amounts, reserved):
                     continue
-                self._mark_held(w, account, entry.units, now)
+                self._mark_held(w, account, entry, now)
                 instant = entry.limiter.earliest_fit(entry.amounts, reserved)
             except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
                 return self._refuse(w, account, exc, now)
@@ -791,7 +805,7 @@ class Admission:
             if not took:
                 self._give_back(w, taken)
                 try:
-                    self._mark_held(w, account, entry.units, now)
+                    self._mark_held(w, account, entry, now)
                     instant = entry.limiter.earliest_fit(entry.amounts, reserved)
                 except Exception as exc:  # noqa: BLE001 - as above
                     return self._refuse(w, account, exc, now)
@@ -815,7 +829,7 @@ class Admission:
     def _short_on_memory(self, w: _Waiter, head: _Waiter | None, now: float) -> int:
         memory_account = self._memory_account
         try:
-            self._mark_held(w, memory_account, 1, now)
+            self._mark_held(w, memory_account, None, now)
             instant = self._memory.earliest_fit(_NOTHING, _NOTHING)
         except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
             return self._refuse(w, memory_account, exc, now)
@@ -895,7 +909,7 @@ class Admission:
             # MEM-36: every resourceful waiter behind a head short on memory is held on memory.
             for follower in list(self._off_memory.values()):
                 if follower is not w:
-                    self._mark_held(follower, self._memory_account, 1, now)
+                    self._mark_held(follower, self._memory_account, None, now)
         elif was_memory_short and not on_memory:
             self._mark_account(self._memory_account)
 
@@ -905,7 +919,7 @@ class Admission:
             name = _name_of(key)
             waits[name] = waits.get(name, 0) + _ms(now - since)
         # An empty grant never reports anything, so it needs no snapshot (DG-10).
-        snapshot = w.snapshot if w.entries else None
+        snapshot = w.snapshot if w.entries and self._emit_fn is not None else None
         grant = Grant(w.entries, snapshot, max(0.0, now - w.arrival), waits, owner=self)
         counts = self._held_counts
         for index, entry in enumerate(w.entries):
@@ -914,30 +928,30 @@ class Admission:
             if held is None:
                 self._emit(
                     entry.key,
-                    w.snapshot,
+                    w,
                     counts.get(key_id, 0),
                     LimiterEventType.GRANTED_IMMEDIATE,
                     0.0,
                     None,
-                    entry.units,
+                    entry,
                 )
             else:
                 counts[key_id] -= 1
                 self._emit(
                     entry.key,
-                    w.snapshot,
+                    w,
                     counts[key_id],
                     LimiterEventType.GRANTED_FROM_HOLD,
                     max(0.0, now - held[1]),
                     None,
-                    entry.units,
+                    entry,
                 )
         for key_id, (key, since) in w.held.items():
             # Memory (EVT-05), and anything else the waiter was held on.
             counts[key_id] -= 1
             self._emit(
                 key,
-                w.snapshot,
+                w,
                 counts[key_id],
                 LimiterEventType.GRANTED_FROM_HOLD,
                 max(0.0, now - since),
@@ -977,7 +991,7 @@ class Admission:
             # EVT-07: the refusing account had not held the job; it reports the refusal too.
             self._emit(
                 refusing.key,
-                w.snapshot,
+                w,
                 self._held_counts.get(refusing.key_id, 0),
                 LimiterEventType.REJECTED,
                 0.0,
@@ -993,10 +1007,12 @@ class Admission:
         for key_id, (key, since) in w.held.items():
             counts[key_id] -= 1
             wait = 0.0 if now is None else max(0.0, now - since)
-            self._emit(key, w.snapshot, counts[key_id], LimiterEventType.REJECTED, wait, reason, 1)
+            self._emit(key, w, counts[key_id], LimiterEventType.REJECTED, wait, reason, 1)
         w.held.clear()
 
-    def _mark_held(self, w: _Waiter, account: _Account, units: Any, now: float) -> None:
+    def _mark_held(
+        self, w: _Waiter, account: _Account, entry: DemandEntry | None, now: float
+    ) -> None:
         """HELD at most once per waiter per account (EVT-04), with the post-increment count."""
         key_id = account.key_id
         if key_id in w.held:
@@ -1005,7 +1021,8 @@ class Admission:
         count = self._held_counts[key_id] = self._held_counts.get(key_id, 0) + 1
         if account is self._memory_account:
             self._off_memory.pop(w.seq, None)
-        self._emit(account.key, w.snapshot, count, LimiterEventType.HELD, 0.0, None, units)
+        # The entry's amount; memory's HELD counts 1 (EVT-04).
+        self._emit(account.key, w, count, LimiterEventType.HELD, 0.0, None, entry or 1)
 
     # -- the line and the index -------------------------------------------------------------------
     def _leave_line(self, w: _Waiter) -> None:
@@ -1104,17 +1121,21 @@ class Admission:
     def _emit(
         self,
         account: LimiterIdentity,
-        snapshot: JobSnapshot | None,
+        owner: _Waiter | JobSnapshot | None,
         waiters: int,
         type: LimiterEventType,
         wait: float,
         reject_reason: str | None,
-        amount: Any,
+        amount: DemandEntry | int,
     ) -> None:
+        """Report one transition. The snapshot and the units are only worked out when there is
+        an emitter to hear them: with none, an event costs nothing."""
         emit = self._emit_fn
         if emit is None:
             return
         try:
-            emit(account, snapshot, waiters, type, wait, reject_reason, amount)
+            snapshot = owner.snapshot if isinstance(owner, _Waiter) else owner
+            units = amount.units if isinstance(amount, DemandEntry) else amount
+            emit(account, snapshot, waiters, type, wait, reject_reason, units)
         except Exception:  # noqa: BLE001 - emission is best effort (EVT-14)
             log.debug("Dropped a %s limiter event", type.name, exc_info=True)
