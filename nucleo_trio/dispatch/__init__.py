@@ -1,12 +1,11 @@
 """The dispatcher: door, lanes, the attempt pipeline, timeouts, re-runs, shutdown."""
 
+from .config import DispatcherConfig as DispatcherConfig, LimiterConfig as LimiterConfig
 from .dispatcher import (
     MAX_CORRECTION_RETRIES as MAX_CORRECTION_RETRIES,
     OBS_CALLER_CLASS as OBS_CALLER_CLASS,
     DelayedSubmission as DelayedSubmission,
-    DispatcherConfig as DispatcherConfig,
     JobDispatcher as JobDispatcher,
-    LimiterConfig as LimiterConfig,
     open_dispatcher as open_dispatcher,
 )
 from .lanes import (
