@@ -29,22 +29,33 @@ per grant that does not grow with the line, by re-asking only the waiters whose 
 changed. The bookkeeping and its invariant:
 
 * The line is an ordered dict ``seq -> waiter`` (O(1) head and removal).
-* Every account keeps *groups*: for each amount signature, a heap (by arrival) of the
-  **followers** whose last attempt was short on that account with those amounts. Memory is one
-  more account with a single group. The head is never in a group; ``_head_blockers`` names the
-  accounts it was short on.
+* Every account keeps *groups*: for each *demand signature* (the whole demand: every entry's
+  limiter, identity and amounts), a heap (by arrival) of the **followers** with that demand
+  whose last attempt was short on that account. Memory is one more account, grouped the same
+  way. The head is never in a group; ``_head_blockers`` names the accounts it was short on.
 * **Invariant.** For every follower ``w`` in a group ``G`` of account ``A``, asking ``w`` again
   would give the same answer as its last attempt unless one of these happened since, and each of
   them schedules a re-ask: ``A`` gained capacity (a give, a release, a roll-back or ``A``'s wake
   marks ``A``), ``A``'s clock instant was reached (a per-group deadline), or the reservation on
-  ``A`` shrank (the head left: its accounts are marked). Two followers in the same group ask
-  the *same question* (same amounts, same reservation), so when the first one of a group is
-  asked again and is still short, so is everyone behind it; only when it is not short does the
-  next one become a candidate. A chain cut because memory closed is *suspended* and resumes when
-  memory is marked.
+  ``A`` shrank (the head left: its accounts are marked).
+* **Chains.** Followers in one group have the same demand and the same reservation ahead (the
+  head's), so they ask every account *the same question*. When ``A`` is marked, only the first
+  of each of its groups is asked; the next one becomes a candidate only once the first has left
+  the line (granted, refused, cancelled). If the first is still held, everyone behind it would
+  be held the same way, so the chain stops: held on ``A`` again, nothing more is owed; held on
+  another account, the chain is remembered on the waiter (``chained``) and goes on when it
+  leaves the line; held on memory, the chain is *suspended* and goes on when memory is marked.
+  Grouping by the whole demand is what keeps two accounts that take turns binding (a meter
+  that refills while the slots are taken, slots that free while the meter is empty) from
+  moving the whole line from one group to the other at every event.
 * A pass takes candidates in arrival order from a heap: new arrivals, the new head, the head when
   one of its blockers is marked, and the first follower of each group of a marked account. So
-  one give on a one-slot gate costs a constant number of account calls, however long the line.
+  one give on a one-slot gate costs a constant number of account calls, however long the line;
+  the cost grows with the number of *distinct* demands waiting on an account, not with the
+  number of waiters.
+* Work done in bulk is paid once per waiter: when the head finds memory closed, every
+  resourceful follower not yet held on memory is marked held (one HELD each, ever), from a set
+  kept for exactly that.
 
 Account wake-ups that land during a pass (a compensating give that runs the wake) are applied at
 the start of the next pass, which the wake-up requests; a pass therefore never loops on itself.
@@ -188,7 +199,8 @@ class _Waiter:
         "on_memory",
         "reserve",
         "seq",
-        "signatures",
+        "signature",
+        "chained",
         "_snapshot",
         "stamp",
         "wakeup",
@@ -213,9 +225,16 @@ class _Waiter:
         self.reserve: dict[_Account, tuple[Any, ...]] = {
             account: entry.amounts for account, entry in zip(accounts, entries, strict=True)
         }
-        self.signatures: tuple[Hashable, ...] = tuple(
-            _signature(entry.amounts, seq) for entry in entries
+        # One signature for the whole demand (every entry's limiter, identity and amounts),
+        # used for this waiter's group on every account: followers with equal signatures ask
+        # every account, memory included, the same question, so when one is held anywhere, so
+        # is each of them behind it.
+        self.signature: Hashable = _signature(
+            tuple((id(entry.limiter), id(entry.key), entry.amounts) for entry in entries), seq
         )
+        # Groups whose chain stopped at this waiter because it was held on another account:
+        # they go on from here when it leaves the line.
+        self.chained: list[_Group] = []
         # key id -> (identity, instant first held): ordered, so REJECTED follows marking order.
         self.held: dict[int, tuple[LimiterIdentity, float]] = {}
         self.groups: list[_Group] = []
@@ -249,13 +268,14 @@ Ticket: TypeAlias = _Waiter
 """A parked demand's place in the line, as :meth:`Admission.enter` answers it (opaque)."""
 
 
-def _signature(amounts: tuple[Any, ...], seq: int) -> Hashable:
-    """Followers with equal signatures ask an account the same question."""
+def _signature(demand: tuple[Any, ...], seq: int) -> Hashable:
+    """The demand itself when it is hashable; otherwise a key of this waiter's own (amounts
+    that cannot be compared cannot be shown equal, so such a waiter is a group of one)."""
     try:
-        hash(amounts)
+        hash(demand)
     except TypeError:
         return ("unhashable", seq)
-    return amounts
+    return demand
 
 
 def _name_of(identity: LimiterIdentity) -> str:
@@ -740,12 +760,14 @@ class Admission:
             if via is None:
                 continue
             if w.in_line and not is_head:
-                if via in w.groups:
-                    continue  # still short on it: everyone behind in the group is too
+                # Still held: everyone behind it in the group has its demand and would be held
+                # the same way, so the chain stops here until what holds it changes.
                 if w.on_memory:
                     if via.account is not self._memory_account:
-                        self._suspended.add(via)
-                    continue  # memory closed: everyone behind would be held on memory
+                        self._suspended.add(via)  # goes on when memory is marked
+                elif via not in w.groups:
+                    w.chained.append(via)  # held elsewhere: goes on when it leaves the line
+                continue
             self._continue(via, w.seq)
 
     # -- one attempt ------------------------------------------------------------------------------
@@ -866,12 +888,12 @@ class Admission:
             )
             return
         if on_memory:
-            group = self._memory_account.group(())
+            group = self._memory_account.group(w.signature)
             self._join(group, w)
             self._schedule(group, memory_deadline)
             return
         for index, instant in shorts:
-            group = w.accounts[index].group(w.signatures[index])
+            group = w.accounts[index].group(w.signature)
             self._join(group, w)
             self._schedule(group, instant)
 
@@ -1033,6 +1055,12 @@ class Admission:
         w.in_line = False
         self._off_memory.pop(w.seq, None)
         self._leave_groups(w)
+        if w.chained:
+            chained, w.chained = w.chained, []
+            for group in chained:
+                self._continue(group, w.seq)
+            if not self._in_pass:
+                self._wake()
         if was_head:
             self._head_left(w)
 
