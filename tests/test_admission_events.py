@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,6 +24,8 @@ from nucleo_trio.admission import (
 from nucleo_trio.errors import UncorrectableError
 from nucleo_trio.jobs.snapshot import JobSnapshot
 
+from .admission_doubles import FakeJob
+
 HELD = LimiterEventType.HELD
 IMMEDIATE = LimiterEventType.GRANTED_IMMEDIATE
 FROM_HOLD = LimiterEventType.GRANTED_FROM_HOLD
@@ -31,44 +33,6 @@ REJECTED = LimiterEventType.REJECTED
 RELEASED = LimiterEventType.RELEASED
 
 # -- helpers (each admission test module keeps its own small copies) ---------------------------
-
-
-class FakeJob:
-    """An AdmissionWaiter: a snapshot and a cancel signal with callbacks."""
-
-    def __init__(self, name: str) -> None:
-        self._snapshot = JobSnapshot(
-            job_id=name,
-            workflow_id="wf",
-            parent_job_id=None,
-            user_id="tester",
-            job_class="FakeJob",
-            job_class_qualname="tests.FakeJob",
-            name=name,
-        )
-        self.cancelled = False
-        self._callbacks: dict[int, Callable[[], object]] = {}
-
-    def snapshot(self) -> JobSnapshot:
-        return self._snapshot
-
-    @property
-    def is_cancelled(self) -> bool:
-        return self.cancelled
-
-    def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
-        if self.cancelled:
-            callback()
-            return lambda: None
-        key = id(callback)
-        self._callbacks[key] = callback
-        return lambda: self._callbacks.pop(key, None) and None
-
-    def cancel(self) -> None:
-        if not self.cancelled:
-            self.cancelled = True
-            for callback in list(self._callbacks.values()):
-                callback()
 
 
 class Latch(AbstractRateLimiter):

@@ -33,73 +33,10 @@ from nucleo_trio.admission import (
     SemaphoreLimiterStatus,
 )
 from nucleo_trio.errors import CancellationRequested, LLMReadableError, UncorrectableError
-from nucleo_trio.jobs.snapshot import JobSnapshot
+
+from .admission_doubles import FakeJob, Meter
 
 # -- accounts and jobs ---------------------------------------------------------------------------
-
-
-class Meter(AbstractRateLimiter):
-    """A TIME token meter: ``cap`` tokens refilled at ``rate`` per second of trio time."""
-
-    def __init__(self, name: str, cap: float, rate: float) -> None:
-        self.name, self.cap, self.rate = name, cap, rate
-        self.level = cap
-        self.stamp = trio.current_time()
-
-    def _refresh(self) -> None:
-        now = trio.current_time()
-        if now > self.stamp:
-            self.level = min(self.cap, self.level + (now - self.stamp) * self.rate)
-        self.stamp = now
-
-    @property
-    def limiter_name(self) -> str:
-        return self.name
-
-    @property
-    def limiter_category(self) -> str:
-        return "token_bucket"
-
-    @property
-    def capacity(self) -> int:
-        return int(self.cap)
-
-    @property
-    def in_use(self) -> int:
-        self._refresh()
-        return int(self.cap - self.level)
-
-    def status(self) -> SemaphoreLimiterStatus:
-        return SemaphoreLimiterStatus(int(self.cap), int(self.level), None)
-
-    def replenishment(self) -> Replenishment:
-        return Replenishment.TIME
-
-    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
-        if sum(mine) > self.cap:
-            raise UncorrectableError(f"{self.name}: {sum(mine)} exceeds the cap of {self.cap}")
-        self._refresh()
-        return self.level + 1e-6 >= sum(mine) + sum(reserved_ahead)
-
-    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
-        if not self.fits(mine, reserved_ahead):
-            return False
-        self.level -= sum(mine)
-        assert self.level >= -1e-6, "overdrawn"
-        return True
-
-    def give(self, amounts: Sequence[Any]) -> None:
-        self._refresh()
-        self.level = min(self.cap, self.level + sum(amounts))
-        self._capacity_changed()
-
-    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
-        need = sum(mine) + sum(reserved_ahead)
-        if need > self.cap:
-            return None
-        self._refresh()
-        deficit = need - self.level
-        return self.stamp if deficit <= 1e-6 else self.stamp + deficit / self.rate
 
 
 class Latch(AbstractRateLimiter):
@@ -156,42 +93,6 @@ class Latch(AbstractRateLimiter):
         self.until = instant
         if earlier:
             self._capacity_changed()  # opening sooner is more capacity: admission must hear
-
-
-class FakeJob:
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.cancelled = False
-        self._callbacks: dict[int, Callable[[], object]] = {}
-
-    def snapshot(self) -> JobSnapshot:
-        return JobSnapshot(
-            job_id=self.name,
-            workflow_id="wf",
-            parent_job_id=None,
-            user_id="tester",
-            job_class="FakeJob",
-            job_class_qualname="tests.FakeJob",
-            name=self.name,
-        )
-
-    @property
-    def is_cancelled(self) -> bool:
-        return self.cancelled
-
-    def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
-        if self.cancelled:
-            callback()
-            return lambda: None
-        key = id(callback)
-        self._callbacks[key] = callback
-        return lambda: self._callbacks.pop(key, None) and None
-
-    def cancel(self) -> None:
-        if not self.cancelled:
-            self.cancelled = True
-            for callback in list(self._callbacks.values()):
-                callback()
 
 
 # -- the reference's shape: walk the whole line on every event ----------------------------------
