@@ -27,6 +27,7 @@ from .monitor import (
     AdmissionClosedError as AdmissionClosedError,
     AdmissionWaiter as AdmissionWaiter,
     LimiterEmitter as LimiterEmitter,
+    Ticket as Ticket,
 )
 from .status import (
     RateLimiterStatus as RateLimiterStatus,
