@@ -49,12 +49,12 @@ class AccountRow:
     name: str
     size: str
     replenishment: str
-    capacity: int
+    capacity: int | float
     immediate: int
     after_hold: int
     rejected: int
     released: int
-    peak_in_use: int
+    peak_in_use: int | float
     longest_wait: float
 
 
@@ -97,12 +97,12 @@ class _KindCounts:
 
 @attrs.define
 class _AccountCounts:
-    capacity: int = 0
+    capacity: int | float = 0
     immediate: int = 0
     after_hold: int = 0
     rejected: int = 0
     released: int = 0
-    peak_in_use: int = 0
+    peak_in_use: int | float = 0
     longest_wait: float = 0.0
 
 

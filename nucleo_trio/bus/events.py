@@ -975,14 +975,16 @@ class LimiterEvent(OperationalEvent):
 
     limiter_name: str = attrs.field(validator=attrs.validators.instance_of(str))
     limiter_category: str = attrs.field(validator=attrs.validators.instance_of(str))
-    capacity: int = attrs.field(validator=attrs.validators.instance_of(int))
-    in_use: int = attrs.field(validator=attrs.validators.instance_of(int))
+    capacity: int | float = attrs.field(validator=attrs.validators.instance_of((int, float)))
+    in_use: int | float = attrs.field(validator=attrs.validators.instance_of((int, float)))
     waiters: int = attrs.field(validator=_non_negative_int)
     type: LimiterEventType = attrs.field(validator=attrs.validators.instance_of(LimiterEventType))
     wait: float = attrs.field(default=0.0, validator=_non_negative_seconds)
     reject_reason: str | None = attrs.field(default=None, validator=_reject_reason)
     status_indicator: str | None = attrs.field(default=None, validator=_optional_str)
-    amount: int = attrs.field(default=1, validator=attrs.validators.instance_of(int))
+    amount: int | float = attrs.field(
+        default=1, validator=attrs.validators.instance_of((int, float))
+    )
 
     @property
     def message(self) -> str:
