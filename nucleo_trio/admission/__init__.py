@@ -34,6 +34,11 @@ from .status import (
     SemaphoreLimiterStatus as SemaphoreLimiterStatus,
     UnboundedMemoryStatus as UnboundedMemoryStatus,
 )
+from .token_bucket import (
+    TokenBucket as TokenBucket,
+    TokenBucketConfig as TokenBucketConfig,
+    TokenBucketStatus as TokenBucketStatus,
+)
 
 __all__ = [
     "AbstractRateLimiter",
@@ -52,6 +57,9 @@ __all__ = [
     "Replenishment",
     "SemaphoreLimiterStatus",
     "Ticket",
+    "TokenBucket",
+    "TokenBucketConfig",
+    "TokenBucketStatus",
     "UnboundedMemory",
     "UnboundedMemoryStatus",
     "units_of",
