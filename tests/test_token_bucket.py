@@ -264,3 +264,14 @@ async def test_a_time_shortfall_is_granted_with_no_give(
     await trio.sleep(5)
     assert granted and granted[0] - raised_at < 5
     admission.stop()
+
+
+def test_a_bucket_can_be_built_outside_a_trio_run() -> None:
+    """TB-01: a module-level quota is built before any trio run and starts full at its first read."""
+    b = TokenBucket("module-level", TokenBucketConfig(10, 100))
+
+    async def read() -> tuple[int, int]:
+        status = b.status()
+        return status.tokens, status.requests
+
+    assert trio.run(read) == (100, 10)

@@ -89,7 +89,9 @@ class TokenBucket(AbstractRateLimiter):
         self._clock = clock
         self._tokens = float(config.tpm)
         self._requests = float(config.rpm)
-        self._stamp = clock()
+        # Stamped at the first read, so a bucket can be built outside a trio run (a module-level
+        # quota); it starts full either way.
+        self._stamp: float | None = None
         self.throttle = 0.0
         self._successes = 0
         self._last_backpressure: float | None = None
@@ -134,6 +136,9 @@ class TokenBucket(AbstractRateLimiter):
 
     def _refresh(self) -> None:
         now = self._clock()
+        if self._stamp is None:
+            self._stamp = now
+            return
         elapsed = now - self._stamp
         if elapsed <= 0:
             return
