@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from nucleo_trio.admission import CountingGate
 from nucleo_trio.dispatch import DispatcherConfig, JobDispatcher, LimiterConfig, open_dispatcher
@@ -78,3 +79,27 @@ async def test_a_plugin_manager_can_be_handed_in() -> None:
         assert d.plugins is pm
         assert d.limiter_kinds is not None and "counting" in d.limiter_kinds
         assert "fixed_slots" not in d.limiter_kinds
+
+
+async def test_a_token_bucket_declared_in_configuration(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The built-in token_bucket kind: a model's quota declared by kind in plain data."""
+    from nucleo_trio.admission import TokenBucket
+
+    config = DispatcherConfig.from_mapping(
+        {
+            "limiters": {
+                "small-model": {"kind": "token_bucket", "settings": {"rpm": 60, "tpm": 6000}}
+            }
+        }
+    )
+    async with open_dispatcher(config) as d:
+        quota = d.limiters["small-model"]
+        assert isinstance(quota, TokenBucket) and quota.capacity == 6000
+        job = Echo(
+            workflow("u", "wf"),
+            requirements=lambda: JobRequirements().require_rate_limiter(quota, 1000),
+        )
+        assert await d.submit(job).result() == "ok"
+        assert quota.in_use == 1000  # a TIME account keeps its debit after the job

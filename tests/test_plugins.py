@@ -113,10 +113,12 @@ def test_nucleo_trio_limiter_kinds_builtin_counting_goes_through_the_hook() -> N
     assert pm.is_registered(builtin)
     providers = [impl.plugin for impl in pm.hook.nucleo_trio_limiter_kinds.get_hookimpls()]
     assert providers == [builtin]
-    assert pm.hook.nucleo_trio_limiter_kinds() == [{"counting": CountingGate}]
+    assert pm.hook.nucleo_trio_limiter_kinds() == [
+        {"counting": CountingGate, "token_bucket": builtin.token_bucket}
+    ]
 
     registry = LimiterRegistry(pm)
-    assert registry.kinds == ("counting",)
+    assert registry.kinds == ("counting", "token_bucket")
     assert "counting" in registry
     assert registry.provider("counting") == "'nucleo_trio.plugins.builtin'"
     gate = registry.create("counting", "render", capacity=3)
@@ -144,12 +146,15 @@ def test_plugin_objects_are_registered_after_the_builtins_in_order() -> None:
     pm = make_plugin_manager(load_entrypoints=False, plugins=[first, second])
     providers = [impl.plugin for impl in pm.hook.nucleo_trio_limiter_kinds.get_hookimpls()]
     assert providers == [builtin, first, second]
-    assert LimiterRegistry(pm).kinds == ("alpha", "counting", "zeta")
+    assert LimiterRegistry(pm).kinds == ("alpha", "counting", "token_bucket", "zeta")
 
 
 def test_a_plugin_answering_none_contributes_nothing() -> None:
     """A plugin whose hook answers None (or nothing) adds no kinds and is not an error."""
-    assert _builtins_only(_kinds_plugin(None), _kinds_plugin({})).kinds == ("counting",)
+    assert _builtins_only(_kinds_plugin(None), _kinds_plugin({})).kinds == (
+        "counting",
+        "token_bucket",
+    )
 
 
 # --- nucleo_trio_limiter_kinds: the real entry point --------------------------------------------

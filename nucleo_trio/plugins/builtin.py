@@ -10,13 +10,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from nucleo_trio.admission import CountingGate
+from nucleo_trio.admission import CountingGate, TokenBucket, TokenBucketConfig
 from nucleo_trio.plugins.hookspecs import LimiterFactory, hookimpl
 
-__all__ = ["nucleo_trio_limiter_kinds"]
+__all__ = ["nucleo_trio_limiter_kinds", "token_bucket"]
+
+
+def token_bucket(name: str, *, rpm: int, tpm: int) -> TokenBucket:
+    """A :class:`~nucleo_trio.admission.TokenBucket` for the model ``name``: ``rpm`` requests and
+    ``tpm`` tokens a minute (``{"kind": "token_bucket", "settings": {"rpm": 600, "tpm": 60000}}``)."""
+    return TokenBucket(name, TokenBucketConfig(rpm, tpm))
 
 
 @hookimpl
 def nucleo_trio_limiter_kinds() -> Mapping[str, LimiterFactory]:
-    """Provide ``"counting"``: a :class:`~nucleo_trio.admission.CountingGate`, ``capacity`` permits."""
-    return {"counting": CountingGate}
+    """Provide ``"counting"`` (a :class:`~nucleo_trio.admission.CountingGate` of ``capacity``
+    permits) and ``"token_bucket"`` (see :func:`token_bucket`)."""
+    return {"counting": CountingGate, "token_bucket": token_bucket}
