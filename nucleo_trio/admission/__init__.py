@@ -13,6 +13,13 @@ from .demand import (
     Grant as Grant,
     units_of as units_of,
 )
+from .elastic_window import (
+    Circuit as Circuit,
+    CircuitState as CircuitState,
+    ElasticWindow as ElasticWindow,
+    ElasticWindowStatus as ElasticWindowStatus,
+    format_window as format_window,
+)
 from .gates import CountingGate as CountingGate
 from .limiter import (
     AbstractRateLimiter as AbstractRateLimiter,
@@ -45,9 +52,13 @@ __all__ = [
     "Admission",
     "AdmissionClosedError",
     "AdmissionWaiter",
+    "Circuit",
+    "CircuitState",
     "CountingGate",
     "Demand",
     "DemandEntry",
+    "ElasticWindow",
+    "ElasticWindowStatus",
     "Grant",
     "LimiterEmitter",
     "LimiterEventType",
@@ -62,5 +73,6 @@ __all__ = [
     "TokenBucketStatus",
     "UnboundedMemory",
     "UnboundedMemoryStatus",
+    "format_window",
     "units_of",
 ]

@@ -1,0 +1,484 @@
+"""A sliding window of requests that stretches under push-back and breaks open when it must.
+
+An elastic window admits at most ``max_requests`` requests in any ``base_window`` seconds. It
+remembers one time stamp per admitted request; a stamp leaves the window when it is older than
+the *effective* window, so ``earliest_fit`` can name the instant a slot frees from the clock
+alone: the k-th oldest stamp plus the window, where k is the shortfall.
+
+Upstream push-back (a 429, or an advisory "slow down") raises an adaptive *throttle* that
+stretches the window: at throttle ``t`` the window is ``base_window * (1 + t)`` long, and the
+stretch applies to the stamps already recorded too. Successes relax it again, slowly while
+push-back is recent, faster once it has been quiet for a few minutes. Only a relaxation wakes
+admission, since only a relaxation can let anyone in sooner.
+
+When the throttle is already at its maximum and failures keep coming, slowing down further is
+pointless: a *circuit breaker* opens. The circuit has three states (:class:`CircuitState`):
+
+* HEALTHY: requests pass (subject to the window);
+* BLOCKED: everyone is refused until a cooldown runs out; after that exactly one request, the
+  head of admission's line, may go through as a *probe*;
+* PROBING: the probe is in flight; everyone is refused until it reports. A success closes the
+  circuit, a failure re-opens it with a doubled cooldown, and a probe that never reports expires
+  back to BLOCKED after ``probe_timeout``.
+
+The circuit lives in one frozen :class:`Circuit` record swapped as a whole, so a reader never
+sees half a transition. trio runs one task at a time and every method here is synchronous, so
+each method is one critical section by construction; the "compare" before each swap documents
+the intent and keeps the code honest should a method ever gain a checkpoint.
+
+Amounts are unit permits: each amount is one request and its value is ignored.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, final
+
+import attrs
+import trio
+
+from ..errors import UncorrectableError
+from .limiter import AbstractRateLimiter, Replenishment
+
+__all__ = ["Circuit", "CircuitState", "ElasticWindow", "ElasticWindowStatus", "format_window"]
+
+log = logging.getLogger("nucleo_trio.admission.elastic_window")
+
+
+class CircuitState(enum.Enum):
+    """The breaker's three states (EW-17)."""
+
+    HEALTHY = "HEALTHY"
+    BLOCKED = "BLOCKED"
+    PROBING = "PROBING"
+
+
+@attrs.frozen
+class Circuit:
+    """One immutable breaker record, replaced whole on every transition (EW-17).
+
+    ``blocked_until`` is the :func:`trio.current_time` instant the cooldown ends, ``cooldown`` the
+    length (seconds) of the current cooldown, ``probe_since`` the instant the probe was claimed.
+    The fields that do not apply to the state are 0.
+    """
+
+    state: CircuitState
+    blocked_until: float = 0.0
+    cooldown: float = 0.0
+    probe_since: float = 0.0
+
+
+HEALTHY_CIRCUIT = Circuit(CircuitState.HEALTHY)
+
+
+@attrs.frozen
+class ElasticWindowStatus:
+    """A window's state at one instant (EW-31); ``effective_window`` is in seconds."""
+
+    max_requests: int
+    available: int
+    throttle: float
+    effective_window: float
+    state: str
+
+    @property
+    def summary(self) -> str:
+        return (
+            f"{self.available}/{self.max_requests} available, window "
+            f"{format_window(self.effective_window)}, throttle {1 + self.throttle:.1f}x, "
+            f"{self.state}"
+        )
+
+
+def format_window(seconds: float) -> str:
+    """Write a window as ``N min``, ``N s`` or ``N ms``, whichever is whole (EW-20)."""
+    ms = seconds * 1000
+    whole_ms = round(ms)
+    if math.isclose(ms, whole_ms, abs_tol=1e-6):
+        if whole_ms and whole_ms % 60_000 == 0:
+            return f"{whole_ms // 60_000} min"
+        if whole_ms and whole_ms % 1000 == 0:
+            return f"{whole_ms // 1000} s"
+        return f"{whole_ms} ms"
+    return f"{ms:g} ms"
+
+
+def _describe(failure: object) -> str:
+    """The upstream's own one-line account of a failure: its ``summary`` if it has one."""
+    summary = getattr(failure, "summary", None)
+    if callable(summary):
+        summary = summary()
+    if isinstance(summary, str) and summary:
+        return summary
+    return str(failure) or type(failure).__name__
+
+
+def _number(owner: str, name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ValueError(f"{owner}: {name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _whole(owner: str, name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{owner}: {name} must be an int, got {value!r}")
+    return value
+
+
+class ElasticWindow(AbstractRateLimiter):
+    """A sliding request window with an adaptive throttle and a circuit breaker (EW).
+
+    A subclass is the template: it sets ``base_window`` (seconds) and ``max_requests`` and may
+    override any tuning default below. The constructor checks them (EW-02)::
+
+        class SearchApiRateLimiter(ElasticWindow):
+            base_window = 60.0
+            max_requests = 100
+
+    (The Java original warns that template getters run before subclass fields exist; class
+    attributes are read off the class, so that hazard, EW-03, does not arise in Python.)
+    """
+
+    base_window: ClassVar[float]
+    """Seconds in the nominal window; a subclass must set it."""
+    max_requests: ClassVar[int]
+    """Requests admitted per nominal window; a subclass must set it."""
+
+    throttle_increment: ClassVar[float] = 1.0
+    throttle_decrement: ClassVar[float] = 0.2
+    max_throttle: ClassVar[float] = 9.0
+    successes_per_decrease: ClassVar[int] = 3
+    recovery_minutes: ClassVar[float] = 5
+    """After this many minutes without pressure every success relaxes the throttle."""
+    recovery_multiplier: ClassVar[float] = 2.5
+    """A quiet success takes ``throttle_decrement * recovery_multiplier`` off."""
+    failures_at_max_to_block: ClassVar[int] = 3
+    initial_cooldown: ClassVar[float] = 30.0
+    max_cooldown: ClassVar[float] = 3600.0
+    probe_timeout: ClassVar[float | None] = None
+    """Seconds a probe may go without a verdict; ``None`` means ``max_cooldown``."""
+
+    def __init__(
+        self, name: str | None = None, *, clock: Callable[[], float] = trio.current_time
+    ) -> None:
+        cls = type(self)
+        owner = cls.__name__
+        for required in ("base_window", "max_requests"):
+            if not hasattr(cls, required):
+                raise TypeError(f"{owner} must set the class attribute {required!r}")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise ValueError(f"{owner}: name must be a non-empty string, got {name!r}")
+        # EW-02: the eight bounds, each error naming the value it refuses.
+        max_requests = _whole(owner, "max_requests", cls.max_requests)
+        base_window = _number(owner, "base_window", cls.base_window)
+        initial_cooldown = _number(owner, "initial_cooldown", cls.initial_cooldown)
+        max_cooldown = _number(owner, "max_cooldown", cls.max_cooldown)
+        failures = _whole(owner, "failures_at_max_to_block", cls.failures_at_max_to_block)
+        successes = _whole(owner, "successes_per_decrease", cls.successes_per_decrease)
+        max_throttle = _number(owner, "max_throttle", cls.max_throttle)
+        probe_timeout = (
+            max_cooldown
+            if cls.probe_timeout is None
+            else _number(owner, "probe_timeout", cls.probe_timeout)
+        )
+        positives: dict[str, float] = {
+            "max_requests": max_requests,
+            "base_window": base_window,
+            "initial_cooldown": initial_cooldown,
+            "failures_at_max_to_block": failures,
+            "successes_per_decrease": successes,
+            "probe_timeout": probe_timeout,
+        }
+        for key, value in positives.items():
+            if value <= 0:
+                raise ValueError(f"{owner}: {key} must be > 0, got {value!r}")
+        if max_throttle < 0:
+            raise ValueError(f"{owner}: max_throttle must be >= 0, got {max_throttle!r}")
+        if max_cooldown < initial_cooldown:
+            raise ValueError(
+                f"{owner}: max_cooldown must be >= initial_cooldown ({initial_cooldown!r}), "
+                f"got {max_cooldown!r}"
+            )
+        self._name = name if name is not None else self._default_name()
+        self._clock = clock
+        self._probe_timeout = probe_timeout
+        self._stamps: deque[float] = deque()
+        self.throttle = 0.0
+        self._successes = 0
+        self._failures_at_max = 0
+        self._last_pressure: float | None = None
+        self._last_failure: object | None = None
+        self._circuit = HEALTHY_CIRCUIT
+
+    @classmethod
+    def _default_name(cls) -> str:
+        """The class name without a trailing ``RateLimiter`` (EW-06)."""
+        trimmed = cls.__name__.removesuffix("RateLimiter")
+        return trimmed or cls.__name__
+
+    # -- identity -------------------------------------------------------------------------------
+    @property
+    def limiter_name(self) -> str:
+        return self._name
+
+    @property
+    @final
+    def limiter_category(self) -> str:
+        return "elastic_window"
+
+    @property
+    def capacity(self) -> int:
+        return self.max_requests
+
+    @property
+    def in_use(self) -> int:
+        """Stamps still in the effective window (EW-05)."""
+        self._cleanup()
+        return len(self._stamps)
+
+    @property
+    @final
+    def requires_http_connection(self) -> bool:
+        """Every window also needs the shared HTTP gate (EW-04)."""
+        return True
+
+    @final
+    def replenishment(self) -> Replenishment:
+        """TIME, and final: a window's slot comes back with the clock, never at release."""
+        return Replenishment.TIME
+
+    @property
+    def circuit(self) -> Circuit:
+        """The current breaker record."""
+        return self._circuit
+
+    @property
+    def state(self) -> CircuitState:
+        return self._circuit.state
+
+    @property
+    def effective_window(self) -> float:
+        """Seconds a stamp stays in the window: the base stretched by the throttle (EW-08)."""
+        return self.base_window * (1 + self.throttle)
+
+    @property
+    def probe_timeout_seconds(self) -> float:
+        """The resolved probe timeout (``max_cooldown`` unless the subclass set one)."""
+        return self._probe_timeout
+
+    @property
+    def cooldown_remaining(self) -> float:
+        """Seconds until the cooldown ends; 0 unless BLOCKED (EW-28)."""
+        circuit = self._circuit
+        if circuit.state is not CircuitState.BLOCKED:
+            return 0.0
+        return max(0.0, circuit.blocked_until - self._clock())
+
+    @property
+    def status_indicator(self) -> str | None:
+        """``blocked``/``probing`` first, then ``throttle:<1+t>x``, else ``None`` (EW-30)."""
+        state = self._circuit.state
+        if state is CircuitState.BLOCKED:
+            return "blocked"
+        if state is CircuitState.PROBING:
+            return "probing"
+        if self.throttle > 0:
+            return f"throttle:{1 + self.throttle:.1f}x"
+        return None
+
+    def status(self) -> ElasticWindowStatus:
+        self._cleanup()
+        return ElasticWindowStatus(
+            self.max_requests,
+            self.max_requests - len(self._stamps),
+            self.throttle,
+            self.effective_window,
+            self._circuit.state.name,
+        )
+
+    # -- the window -------------------------------------------------------------------------------
+    def _cleanup(self) -> None:
+        """Drop the stamps that have left the window.
+
+        A stamp leaves at exactly ``stamp + effective_window``, the instant ``earliest_fit``
+        names, so admission woken at that instant finds the slot free.
+        """
+        cutoff = self._clock() - self.effective_window
+        stamps = self._stamps
+        while stamps and stamps[0] <= cutoff:
+            stamps.popleft()
+
+    def _refuse_alone(self, mine: Sequence[Any]) -> int:
+        asked = len(mine)
+        if asked > self.max_requests:
+            raise UncorrectableError(
+                f"{self._name}: {asked} requests at once can never fit a window of "
+                f"{self.max_requests} requests / {format_window(self.base_window)}"
+            )
+        return asked
+
+    def _nominal_rate(self) -> str:
+        return f"{self.max_requests} requests / {format_window(self.base_window)}"
+
+    def _with_failure(self, message: str) -> str:
+        if self._last_failure is None:
+            return message
+        return f"{message} Last upstream response: {_describe(self._last_failure)}"
+
+    def _cooldown_refusal(self, remaining: float) -> UncorrectableError:
+        return UncorrectableError(
+            self._with_failure(
+                f"{self._name} ({self._nominal_rate()}) is blocked after sustained rate "
+                f"limiting. Cooldown is active: about {math.ceil(remaining)} s remain."
+            )
+        )
+
+    def _probe_refusal(self) -> UncorrectableError:
+        return UncorrectableError(
+            self._with_failure(
+                f"{self._name} ({self._nominal_rate()}) is recovering from sustained rate "
+                "limiting: a single probe request tests the upstream before anyone else goes."
+            )
+        )
+
+    def _check_circuit(self, reserved_ahead: Sequence[Any]) -> Circuit:
+        """Pass or refuse by the breaker (EW-19), expiring a verdictless probe (EW-25)."""
+        while True:
+            circuit = self._circuit
+            if circuit.state is CircuitState.HEALTHY:
+                return circuit
+            now = self._clock()
+            if circuit.state is CircuitState.BLOCKED:
+                if now < circuit.blocked_until:
+                    raise self._cooldown_refusal(circuit.blocked_until - now)
+                if reserved_ahead:
+                    raise self._probe_refusal()  # only the head may probe
+                return circuit
+            if now - circuit.probe_since >= self._probe_timeout:
+                expired = attrs.evolve(circuit, state=CircuitState.BLOCKED, probe_since=0.0)
+                if self._circuit is circuit:
+                    self._circuit = expired
+                    log.warning(
+                        "%s: the probe gave no verdict within %s; back to BLOCKED",
+                        self._name,
+                        format_window(self._probe_timeout),
+                    )
+                continue  # ask again against the record now in place
+            raise self._probe_refusal()
+
+    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        asked = self._refuse_alone(mine)
+        self._check_circuit(reserved_ahead)
+        self._cleanup()
+        return len(self._stamps) + asked + len(reserved_ahead) <= self.max_requests
+
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        asked = self._refuse_alone(mine)
+        circuit = self._check_circuit(reserved_ahead)
+        self._cleanup()
+        if len(self._stamps) + asked + len(reserved_ahead) > self.max_requests:
+            return False  # a full window claims no probe (EW-21)
+        now = self._clock()
+        if circuit.state is CircuitState.BLOCKED:
+            if self._circuit is not circuit:
+                return False  # lost the claim to another asker
+            self._circuit = attrs.evolve(circuit, state=CircuitState.PROBING, probe_since=now)
+            log.info("%s: cooldown over; claimed the single probe", self._name)
+        self._stamps.extend([now] * asked)
+        return True
+
+    def give(self, amounts: Sequence[Any]) -> None:
+        """Roll back: drop the newest stamps, one per amount; a pending probe is undone.
+
+        The newest go because the oldest are what deadlines are computed from. No wake: the
+        account settles inside admission, which wakes itself afterwards (EW-12, EW-26).
+        """
+        for _ in range(min(len(amounts), len(self._stamps))):
+            self._stamps.pop()
+        circuit = self._circuit
+        if circuit.state is CircuitState.PROBING:
+            self._circuit = attrs.evolve(circuit, state=CircuitState.BLOCKED, probe_since=0.0)
+
+    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
+        """When the k-th oldest stamp leaves, k the shortfall; ignores the circuit (EW-10)."""
+        asked = len(mine) + len(reserved_ahead)
+        if asked > self.max_requests:
+            return None
+        self._cleanup()
+        deficit = len(self._stamps) + asked - self.max_requests
+        if deficit <= 0:
+            return self._clock()
+        return self._stamps[deficit - 1] + self.effective_window
+
+    # -- upstream signals -------------------------------------------------------------------------
+    def _raise_throttle(self) -> None:
+        self.throttle = min(self.throttle + self.throttle_increment, self.max_throttle)
+        self._last_pressure = self._clock()
+
+    def on_rate_limit_error(self, failure: BaseException, input: Any = None) -> None:
+        """Tighten, and drive the breaker (EW-13, EW-18, EW-23, EW-24); never wakes anyone."""
+        self._last_failure = failure
+        log.warning("%s upstream failure: %s", self._name, _describe(failure))
+        self._raise_throttle()
+        circuit = self._circuit
+        now = self._clock()
+        if circuit.state is CircuitState.HEALTHY:
+            if self.throttle < self.max_throttle:
+                return
+            self._failures_at_max += 1
+            if self._failures_at_max >= self.failures_at_max_to_block:
+                self._failures_at_max = 0
+                cooldown = float(self.initial_cooldown)
+                self._circuit = Circuit(CircuitState.BLOCKED, now + cooldown, cooldown)
+                log.warning(
+                    "%s: circuit open after %d failures at max throttle; cooling down %s",
+                    self._name,
+                    self.failures_at_max_to_block,
+                    format_window(cooldown),
+                )
+        elif circuit.state is CircuitState.PROBING:
+            cooldown = min(
+                max(2 * circuit.cooldown, float(self.initial_cooldown)), float(self.max_cooldown)
+            )
+            self._circuit = Circuit(CircuitState.BLOCKED, now + cooldown, cooldown)
+            log.warning(
+                "%s: the probe failed; cooling down %s", self._name, format_window(cooldown)
+            )
+        # BLOCKED: the throttle rose above; the circuit keeps its cooldown (EW-24).
+
+    def on_advisory_pressure(self) -> None:
+        """Tighten as a failure would, but leave the circuit and the streak alone (EW-14)."""
+        self._raise_throttle()
+
+    def on_success(self, input: Any = None) -> None:
+        """Relax, and close the circuit after a good probe; wakes at most once (EW-15, EW-16)."""
+        self._failures_at_max = 0
+        woke = False
+        circuit = self._circuit
+        if circuit.state is CircuitState.PROBING:
+            self._circuit = HEALTHY_CIRCUIT
+            log.info("%s: the probe succeeded; circuit closed", self._name)
+            woke = True
+        if self.throttle > 0:
+            self._successes += 1
+            now = self._clock()
+            quiet = (
+                self._last_pressure is None
+                or now - self._last_pressure >= self.recovery_minutes * 60
+            )
+            step: float | None = None
+            if quiet:
+                step = self.throttle_decrement * self.recovery_multiplier
+            elif self._successes % self.successes_per_decrease == 0:
+                step = self.throttle_decrement
+            if step is not None:
+                self._successes = 0
+                before = self.throttle
+                self.throttle = max(0.0, self.throttle - step)
+                woke = woke or self.throttle < before
+        if woke:
+            self._capacity_changed()
