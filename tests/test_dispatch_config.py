@@ -103,3 +103,30 @@ async def test_a_token_bucket_declared_in_configuration(
         )
         assert await d.submit(job).result() == "ok"
         assert quota.in_use == 1000  # a TIME account keeps its debit after the job
+
+
+async def test_an_elastic_window_declared_in_configuration(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The built-in elastic_window kind: max_requests per window seconds, needing the http gate."""
+    from nucleo_trio.admission import ElasticWindow
+
+    config = DispatcherConfig.from_mapping(
+        {
+            "limiters": {
+                "search": {"kind": "elastic_window", "settings": {"max_requests": 2, "window": 10}}
+            }
+        }
+    )
+    async with open_dispatcher(config) as d:
+        window = d.limiters["search"]
+        assert isinstance(window, ElasticWindow)
+        assert window.capacity == 2 and window.requires_http_connection
+        start = trio.current_time()
+        for _ in range(3):
+            job = Echo(
+                workflow("u", "wf"),
+                requirements=lambda: JobRequirements().require_rate_limiter(window),
+            )
+            await d.submit(job).result()
+        assert trio.current_time() - start == pytest.approx(10)  # the third waited for a slot

@@ -114,11 +114,15 @@ def test_nucleo_trio_limiter_kinds_builtin_counting_goes_through_the_hook() -> N
     providers = [impl.plugin for impl in pm.hook.nucleo_trio_limiter_kinds.get_hookimpls()]
     assert providers == [builtin]
     assert pm.hook.nucleo_trio_limiter_kinds() == [
-        {"counting": CountingGate, "token_bucket": builtin.token_bucket}
+        {
+            "counting": CountingGate,
+            "token_bucket": builtin.token_bucket,
+            "elastic_window": builtin.elastic_window,
+        }
     ]
 
     registry = LimiterRegistry(pm)
-    assert registry.kinds == ("counting", "token_bucket")
+    assert registry.kinds == ("counting", "elastic_window", "token_bucket")
     assert "counting" in registry
     assert registry.provider("counting") == "'nucleo_trio.plugins.builtin'"
     gate = registry.create("counting", "render", capacity=3)
@@ -146,13 +150,20 @@ def test_plugin_objects_are_registered_after_the_builtins_in_order() -> None:
     pm = make_plugin_manager(load_entrypoints=False, plugins=[first, second])
     providers = [impl.plugin for impl in pm.hook.nucleo_trio_limiter_kinds.get_hookimpls()]
     assert providers == [builtin, first, second]
-    assert LimiterRegistry(pm).kinds == ("alpha", "counting", "token_bucket", "zeta")
+    assert LimiterRegistry(pm).kinds == (
+        "alpha",
+        "counting",
+        "elastic_window",
+        "token_bucket",
+        "zeta",
+    )
 
 
 def test_a_plugin_answering_none_contributes_nothing() -> None:
     """A plugin whose hook answers None (or nothing) adds no kinds and is not an error."""
     assert _builtins_only(_kinds_plugin(None), _kinds_plugin({})).kinds == (
         "counting",
+        "elastic_window",
         "token_bucket",
     )
 
@@ -444,7 +455,7 @@ def test_an_unknown_kind_names_itself_and_the_known_kinds() -> None:
         registry.create("conting", "db", capacity=1)
     message = str(caught.value)
     assert "unknown limiter kind 'conting'" in message
-    assert "known kinds: 'counting', 'fixed'" in message
+    assert "known kinds: 'counting', 'elastic_window', 'fixed', 'token_bucket'" in message
     assert isinstance(caught.value, LookupError)
     with pytest.raises(UnknownLimiterKindError, match="unknown limiter kind"):
         registry.provider("conting")

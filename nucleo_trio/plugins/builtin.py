@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from nucleo_trio.admission import CountingGate, TokenBucket, TokenBucketConfig
+from nucleo_trio.admission import CountingGate, ElasticWindow, TokenBucket, TokenBucketConfig
 from nucleo_trio.plugins.hookspecs import LimiterFactory, hookimpl
 
-__all__ = ["nucleo_trio_limiter_kinds", "token_bucket"]
+__all__ = ["elastic_window", "nucleo_trio_limiter_kinds", "token_bucket"]
 
 
 def token_bucket(name: str, *, rpm: int, tpm: int) -> TokenBucket:
@@ -22,8 +22,26 @@ def token_bucket(name: str, *, rpm: int, tpm: int) -> TokenBucket:
     return TokenBucket(name, TokenBucketConfig(rpm, tpm))
 
 
+def elastic_window(name: str, *, max_requests: int, window: float) -> ElasticWindow:
+    """An :class:`~nucleo_trio.admission.ElasticWindow` named ``name`` admitting
+    ``max_requests`` per ``window`` seconds, with the template's other defaults
+    (``{"kind": "elastic_window", "settings": {"max_requests": 100, "window": 60}}``)."""
+    template = type(
+        "ConfiguredWindow",
+        (ElasticWindow,),
+        {"base_window": float(window), "max_requests": max_requests},
+    )
+    window_account: ElasticWindow = template(name)
+    return window_account
+
+
 @hookimpl
 def nucleo_trio_limiter_kinds() -> Mapping[str, LimiterFactory]:
     """Provide ``"counting"`` (a :class:`~nucleo_trio.admission.CountingGate` of ``capacity``
-    permits) and ``"token_bucket"`` (see :func:`token_bucket`)."""
-    return {"counting": CountingGate, "token_bucket": token_bucket}
+    permits), ``"token_bucket"`` (see :func:`token_bucket`) and ``"elastic_window"`` (see
+    :func:`elastic_window`)."""
+    return {
+        "counting": CountingGate,
+        "token_bucket": token_bucket,
+        "elastic_window": elastic_window,
+    }
