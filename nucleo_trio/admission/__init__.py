@@ -36,6 +36,13 @@ from .monitor import (
     LimiterEmitter as LimiterEmitter,
     Ticket as Ticket,
 )
+from .named_gates import (
+    DatabaseGate as DatabaseGate,
+    HttpConnectionGate as HttpConnectionGate,
+    ModelGate as ModelGate,
+    StdioEndpointGate as StdioEndpointGate,
+    StdioPoolGate as StdioPoolGate,
+)
 from .status import (
     RateLimiterStatus as RateLimiterStatus,
     SemaphoreLimiterStatus as SemaphoreLimiterStatus,
@@ -48,6 +55,11 @@ from .token_bucket import (
 )
 
 __all__ = [
+    "StdioPoolGate",
+    "StdioEndpointGate",
+    "ModelGate",
+    "HttpConnectionGate",
+    "DatabaseGate",
     "AbstractRateLimiter",
     "Admission",
     "AdmissionClosedError",

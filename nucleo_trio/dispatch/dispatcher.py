@@ -27,7 +27,7 @@ import attrs
 import pluggy
 import trio
 
-from ..admission import Admission, CountingGate, Grant
+from ..admission import Admission, Grant, HttpConnectionGate
 from ..admission.limiter import LimiterEventType, LimiterIdentity, RateLimiter
 from ..bus import events as ev
 from ..bus.bus import MessageBus
@@ -176,7 +176,7 @@ class JobDispatcher:
         self.bus = bus or MessageBus()
         self.admission = Admission(memory, emit=self._emit_limiter_event)
         self._timekeeper = Timekeeper()
-        self.http_gate: RateLimiter = CountingGate("http", self.config.http_connections)
+        self.http_gate: RateLimiter = HttpConnectionGate(self.config.http_connections)
         self.guardrails: GuardrailEnforcer = guardrails or NoGuardrails()
         self.demand_assembler: DemandAssembler = demand_assembler or StandardDemandAssembler()
         self._rng = random.Random(self.config.seed)

@@ -1,0 +1,111 @@
+"""The concrete counting gates: HTTP connections, database connections, a model's concurrency,
+and subprocess (MCP stdio) slots per endpoint and pool-wide.
+
+Each is a :class:`~nucleo_trio.admission.CountingGate` with a name that says what it counts, so
+it shows up as its own row in status and health. A new concurrency cap is one more subclass.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import UncorrectableError
+from .gates import CountingGate
+
+__all__ = [
+    "DEFAULT_HTTP_POOL_SIZE",
+    "DEFAULT_STDIO_MAX_PER_ENDPOINT",
+    "DEFAULT_STDIO_POOL_MAX",
+    "DatabaseGate",
+    "HttpConnectionGate",
+    "ModelGate",
+    "StdioEndpointGate",
+    "StdioPoolGate",
+]
+
+log = logging.getLogger("nucleo_trio.admission.gates")
+
+DEFAULT_HTTP_POOL_SIZE = 1000
+DEFAULT_STDIO_MAX_PER_ENDPOINT = 10
+DEFAULT_STDIO_POOL_MAX = 20
+
+
+class HttpConnectionGate(CountingGate):
+    """``http``: one permit per admitted HTTP-using job, sized to the HTTP connection pool.
+
+    Each dispatcher owns its own (two dispatchers in one process share nothing unless a gate is
+    handed to both); an HTTP client that serves those jobs should size its pool to the same
+    number, so a granted job always finds a connection.
+    """
+
+    def __init__(self, pool_size: int = DEFAULT_HTTP_POOL_SIZE) -> None:
+        super().__init__("http", pool_size)
+
+
+class DatabaseGate(CountingGate):
+    """``db:<name>``: the connections of one database pool (GATE-01..03)."""
+
+    def __init__(self, name: str, max_connections: int) -> None:
+        super().__init__(f"db:{name}", max_connections)
+        self.datasource = name
+
+
+class ModelGate(CountingGate):
+    """One model's concurrent requests, for a catalog entry bounded by ``max_concurrent``
+    rather than a quota window (a model served from a machine the deployment owns; GATE-04)."""
+
+    def __init__(self, entry_id: str, max_concurrent: int | None) -> None:
+        if max_concurrent is None:
+            raise ValueError(
+                f"ModelGate {entry_id!r}: the entry declares no max_concurrent; an entry "
+                "bounded by tokens and requests per minute is a TokenBucket account, not a gate"
+            )
+        super().__init__(entry_id, max_concurrent)
+
+
+class StdioEndpointGate(CountingGate):
+    """``mcp:<endpoint>``: the subprocess slots of one stdio endpoint (GATE-07, GATE-09).
+
+    Once closed it refuses everyone with an error saying so; upstream push-back only logs, since
+    a local subprocess has no quota to throttle.
+    """
+
+    def __init__(self, endpoint: str, max_concurrent: int = DEFAULT_STDIO_MAX_PER_ENDPOINT) -> None:
+        super().__init__(f"mcp:{endpoint}", max_concurrent)
+        self.endpoint = endpoint
+        self.closed = False
+
+    @property
+    def is_idle(self) -> bool:
+        return self.in_use == 0
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _refuse_if_closed(self) -> None:
+        if self.closed:
+            raise UncorrectableError(
+                f"{self.limiter_name}: the endpoint is closed",
+                llm_message=f"The tool endpoint {self.endpoint} is closed; use another tool.",
+            )
+
+    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        self._refuse_if_closed()
+        return super().fits(mine, reserved_ahead)
+
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        self._refuse_if_closed()
+        return super().try_take(mine, reserved_ahead)
+
+    def on_rate_limit_error(self, failure: Any, input: Any = None) -> None:
+        log.warning("%s upstream failure: %s", self.limiter_name, failure)
+
+
+class StdioPoolGate(CountingGate):
+    """``mcp:stdio``: the pool-wide cap on stdio subprocess slots (GATE-08). A stdio tool
+    declares both its endpoint's gate and this one, so admission reserves both for the head."""
+
+    def __init__(self, max_concurrent: int = DEFAULT_STDIO_POOL_MAX) -> None:
+        super().__init__("mcp:stdio", max_concurrent)
