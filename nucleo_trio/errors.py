@@ -852,7 +852,12 @@ class ModelResolutionError(Exception):
 
 @attrs.frozen
 class UpstreamFailure:
-    """What an upstream said when it failed: status, service, detail and Retry-After seconds."""
+    """What an upstream said when it failed: status, service, detail and Retry-After seconds.
+
+    ``backpressure`` is how many units of push-back it counts for an account that throttles
+    (a 429 is 1, an overload 3, a transient error 0): a re-run signal's own increment when one
+    is in the chain, else 1.
+    """
 
     status: int | None = attrs.field(
         validator=attrs.validators.optional(attrs.validators.instance_of(int))
@@ -862,6 +867,7 @@ class UpstreamFailure:
     )
     detail: str = attrs.field(validator=attrs.validators.instance_of(str))
     retry_after: float | None = attrs.field(default=None)
+    backpressure: int = attrs.field(default=1, validator=attrs.validators.instance_of(int))
 
     @retry_after.validator
     def _check_retry_after(self, attribute: attrs.Attribute[float | None], value: object) -> None:
@@ -881,7 +887,7 @@ class UpstreamFailure:
         for link in _walk_chain(exc):
             if isinstance(link, UpstreamRetry):
                 if link.failure is not None:
-                    return link.failure
+                    return attrs.evolve(link.failure, backpressure=link.backpressure_increment)
                 signal = signal or link
             elif isinstance(link, HttpErrorResponse | ExternalServiceError):
                 retry_after = link.retry_after if isinstance(link, ExternalServiceError) else None
@@ -892,10 +898,15 @@ class UpstreamFailure:
                     service=link.service,
                     detail=str(link),
                     retry_after=retry_after,
+                    backpressure=signal.backpressure_increment if signal is not None else 1,
                 )
         if signal is not None:
             return cls(
-                status=None, service=None, detail=str(signal), retry_after=signal.retry_after
+                status=None,
+                service=None,
+                detail=str(signal),
+                retry_after=signal.retry_after,
+                backpressure=signal.backpressure_increment,
             )
         return cls(status=None, service=None, detail=_describe(exc), retry_after=None)
 

@@ -689,7 +689,23 @@ def test_upstream_failure_from_a_connection_failure_has_no_status() -> None:
 def test_upstream_failure_prefers_a_signals_own_failure() -> None:
     """ERR-14: a signal that carries its UpstreamFailure answers with it."""
     own = UpstreamFailure(status=529, service="llm", detail="overloaded", retry_after=30)
-    assert UpstreamFailure.from_exception(OverloadRetry("529", failure=own)) is own
+    answer = UpstreamFailure.from_exception(OverloadRetry("529", failure=own))
+    assert (answer.status, answer.service, answer.detail, answer.retry_after) == (
+        529,
+        "llm",
+        "overloaded",
+        30,
+    )
+    assert answer.backpressure == 3  # weighted by the signal it rode on (TB-16)
+
+
+def test_upstream_failure_counts_its_signals_push_back() -> None:
+    """ERR-14, TB-16: a 429 counts 1, an overload 3, a transient error 0; a plain upstream error 1."""
+    assert UpstreamFailure.from_exception(RateLimitRetry("429")).backpressure == 1
+    assert UpstreamFailure.from_exception(OverloadRetry("529")).backpressure == 3
+    http = http_error_from_status(503, service="llm")
+    assert UpstreamFailure.from_exception(TransientErrorRetry("503", cause=http)).backpressure == 0
+    assert UpstreamFailure.from_exception(http).backpressure == 1
 
 
 def test_upstream_failure_from_a_bare_signal_looks_below_it_then_at_it() -> None:

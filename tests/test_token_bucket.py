@@ -275,3 +275,35 @@ def test_a_bucket_can_be_built_outside_a_trio_run() -> None:
         return status.tokens, status.requests
 
     assert trio.run(read) == (100, 10)
+
+
+async def test_the_dispatcher_weighs_push_back_by_the_signal(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """TB-16, SIG-01: an overload signal raised by a job tightens its bucket by three units (1.5),
+    a transient error by none, through the dispatcher's limiter feedback."""
+    from nucleo_trio.dispatch import open_dispatcher
+    from nucleo_trio.errors import OverloadRetry, TransientErrorRetry
+    from nucleo_trio.jobs import JobContext, JobRequirements, Tool, workflow
+
+    quota = TokenBucket("m", TokenBucketConfig(600, 60_000))
+
+    class Call(Tool[str]):
+        def __init__(self, parent: object, signal: Exception) -> None:
+            super().__init__(parent)  # type: ignore[arg-type]
+            self.signal: Exception | None = signal
+
+        def requirements(self) -> JobRequirements:
+            return JobRequirements().require_rate_limiter(quota, 10)
+
+        async def execute(self, context: JobContext) -> str:
+            if self.signal is not None:
+                signal, self.signal = self.signal, None
+                raise signal
+            return "ok"
+
+    async with open_dispatcher() as d:
+        await d.submit(Call(workflow("u", "a"), TransientErrorRetry("503"))).result()
+        assert quota.throttle == 0.0
+        await d.submit(Call(workflow("u", "b"), OverloadRetry("529"))).result()
+        assert quota.throttle == 1.5

@@ -209,8 +209,12 @@ class TokenBucket(AbstractRateLimiter):
         self.record_backpressure(1)
 
     def on_rate_limit_error(self, failure: Any, input: Any = None) -> None:
+        """Log the upstream's verdict and tighten by its weight: an
+        :class:`~nucleo_trio.errors.UpstreamFailure` carries the push-back its signal counts
+        for (a 429 is 1, an overload 3, a transient error 0); anything else counts as a 429."""
         log.warning("%s upstream failure: %s", self.model_name, failure)
-        self.record_429()
+        weight = getattr(failure, "backpressure", 1)
+        self.record_backpressure(weight if isinstance(weight, int) else 1)
 
     def record_success(self) -> None:
         """Count a success; every third relaxes the throttle, each one after quiet minutes."""
