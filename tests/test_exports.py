@@ -15,6 +15,7 @@ PACKAGES = [
     "nucleo_trio.dispatch",
     "nucleo_trio.jobs",
     "nucleo_trio.plugins",
+    "nucleo_trio.resources",
     "nucleo_trio.errors",
 ]
 

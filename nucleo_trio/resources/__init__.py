@@ -1,0 +1,11 @@
+"""Database providers: the contract a database stack implements to join admission, the
+provider that is only a count, and the registry of providers by name."""
+
+from .provider import (
+    CountingDBResourceProvider as CountingDBResourceProvider,
+    DBHandle as DBHandle,
+    DBResourceProvider as DBResourceProvider,
+)
+from .registry import DBResourceProviders as DBResourceProviders
+
+__all__ = ["CountingDBResourceProvider", "DBHandle", "DBResourceProvider", "DBResourceProviders"]
