@@ -7,5 +7,12 @@ from .provider import (
     DBResourceProvider as DBResourceProvider,
 )
 from .registry import DBResourceProviders as DBResourceProviders
+from .sqlite import SQLiteProvider as SQLiteProvider
 
-__all__ = ["CountingDBResourceProvider", "DBHandle", "DBResourceProvider", "DBResourceProviders"]
+__all__ = [
+    "CountingDBResourceProvider",
+    "DBHandle",
+    "DBResourceProvider",
+    "DBResourceProviders",
+    "SQLiteProvider",
+]
