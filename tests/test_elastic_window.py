@@ -631,7 +631,7 @@ async def test_status_reports_the_window(autojump_clock: trio.testing.MockClock)
     fail(w)
     status = w.status()
     assert status == ElasticWindowStatus(3, 2, 1.0, 2.0, "HEALTHY")
-    assert "2/3" in status.summary and "2 s" in status.summary and "HEALTHY" in status.summary
+    assert "2/3" in status.summary and "2000ms" in status.summary and "HEALTHY" in status.summary
 
 
 async def test_concurrent_status_reads_never_release_live_stamps(

@@ -307,3 +307,17 @@ async def test_the_dispatcher_weighs_push_back_by_the_signal(
         assert quota.throttle == 0.0
         await d.submit(Call(workflow("u", "b"), OverloadRetry("529"))).result()
         assert quota.throttle == 1.5
+
+
+def test_the_status_records_summarize_their_numbers() -> None:
+    """STS-02, STS-03: the bucket's status names requests and tokens and answers has_capacity;
+    the window's names permits, throttle, window and circuit."""
+    from nucleo_trio.admission import ElasticWindowStatus
+    from nucleo_trio.admission.token_bucket import TokenBucketStatus
+
+    status = TokenBucketStatus(10, 3, 1000, 250, 0.0)
+    assert "3/10" in status.summary and "250/1000" in status.summary
+    assert status.has_capacity(250) and not status.has_capacity(251)
+    assert not TokenBucketStatus(10, 0, 1000, 999, 0.0).has_capacity(1)
+    window = ElasticWindowStatus(5, 2, 1.0, 2.0, "HEALTHY")
+    assert "2/5" in window.summary and "2000ms" in window.summary and "HEALTHY" in window.summary

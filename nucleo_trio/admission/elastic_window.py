@@ -87,10 +87,10 @@ class ElasticWindowStatus:
 
     @property
     def summary(self) -> str:
+        """``permits a/m, throttle t, window <n>ms, circuit <S>`` (STS-03)."""
         return (
-            f"{self.available}/{self.max_requests} available, window "
-            f"{format_window(self.effective_window)}, throttle {1 + self.throttle:.1f}x, "
-            f"{self.state}"
+            f"permits {self.available}/{self.max_requests}, throttle {self.throttle:.1f}, "
+            f"window {round(self.effective_window * 1000)}ms, circuit {self.state}"
         )
 
 

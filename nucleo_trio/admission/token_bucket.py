@@ -64,7 +64,12 @@ class TokenBucketStatus:
 
     @property
     def summary(self) -> str:
-        return f"{self.tokens}/{self.tpm} tokens, {self.requests}/{self.rpm} requests"
+        """``requests a/R, tokens t/T`` (STS-02)."""
+        return f"requests {self.requests}/{self.rpm}, tokens {self.tokens}/{self.tpm}"
+
+    def has_capacity(self, tokens: int) -> bool:
+        """Whether one more request of ``tokens`` would fit the levels this status read."""
+        return self.requests > 0 and self.tokens >= tokens
 
 
 class TokenBucket(AbstractRateLimiter):
