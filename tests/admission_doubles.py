@@ -1,4 +1,5 @@
-"""Test doubles for admission: a job that waits, and a TIME-kind token meter."""
+"""Test doubles for admission: a job that waits, a TIME-kind token meter, and the identity
+every fake memory account shares."""
 
 from __future__ import annotations
 
@@ -132,3 +133,29 @@ class Meter(AbstractRateLimiter):
         self.level = min(self.level, cap)
         if grew:
             self._capacity_changed()
+
+
+class MemoryDouble(AbstractRateLimiter):
+    """The identity of a fake memory account: named and categorised "memory", 100 units, 96 in
+    use while ``latched`` and 50 otherwise. Subclasses decide when it fits."""
+
+    latched: bool = False
+
+    @property
+    def limiter_name(self) -> str:
+        return "memory"
+
+    @property
+    def limiter_category(self) -> str:
+        return "memory"
+
+    @property
+    def capacity(self) -> int:
+        return 100
+
+    @property
+    def in_use(self) -> int:
+        return 96 if self.latched else 50
+
+    def status(self) -> SemaphoreLimiterStatus:
+        return SemaphoreLimiterStatus(100, 50, None)

@@ -13,7 +13,6 @@ import trio
 import trio.testing
 
 from nucleo_trio.admission import (
-    AbstractRateLimiter,
     Admission,
     AdmissionClosedError,
     CountingGate,
@@ -21,15 +20,14 @@ from nucleo_trio.admission import (
     Grant,
     LimiterEventType,
     LimiterIdentity,
-    SemaphoreLimiterStatus,
     UnboundedMemory,
 )
 from nucleo_trio.errors import CancellationRequested, UncorrectableError
 from nucleo_trio.jobs.snapshot import JobSnapshot
 
-from .admission_doubles import FakeJob, Meter
+from .admission_doubles import FakeJob, MemoryDouble, Meter
 
-# -- helpers (each admission test module keeps its own small copies) ---------------------------
+# -- helpers; the shared doubles live in admission_doubles.py ----------------------------------
 
 
 class Probe(CountingGate):
@@ -60,7 +58,7 @@ class Probe(CountingGate):
         return sum(1 for call in self.calls if call[0] == op)
 
 
-class FakeMemory(AbstractRateLimiter):
+class FakeMemory(MemoryDouble):
     """A memory account driven by the test: latched or not, an optional pacing instant."""
 
     def __init__(self) -> None:
@@ -70,25 +68,6 @@ class FakeMemory(AbstractRateLimiter):
         self.identity_reads = 0
         self.supplier: Callable[[], int] | None = None
         self.refuse_take = False
-
-    @property
-    def limiter_name(self) -> str:
-        return "memory"
-
-    @property
-    def limiter_category(self) -> str:
-        return "memory"
-
-    @property
-    def capacity(self) -> int:
-        return 100
-
-    @property
-    def in_use(self) -> int:
-        return 96 if self.latched else 50
-
-    def status(self) -> SemaphoreLimiterStatus:
-        return SemaphoreLimiterStatus(100, 50, None)
 
     def account_for(self, amount: Any) -> LimiterIdentity:
         self.identity_reads += 1

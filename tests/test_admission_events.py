@@ -12,19 +12,17 @@ import trio
 import trio.testing
 
 from nucleo_trio.admission import (
-    AbstractRateLimiter,
     Admission,
     CountingGate,
     Demand,
     Grant,
     LimiterEventType,
     LimiterIdentity,
-    SemaphoreLimiterStatus,
 )
 from nucleo_trio.errors import UncorrectableError
 from nucleo_trio.jobs.snapshot import JobSnapshot
 
-from .admission_doubles import FakeJob
+from .admission_doubles import FakeJob, MemoryDouble
 
 HELD = LimiterEventType.HELD
 IMMEDIATE = LimiterEventType.GRANTED_IMMEDIATE
@@ -32,33 +30,14 @@ FROM_HOLD = LimiterEventType.GRANTED_FROM_HOLD
 REJECTED = LimiterEventType.REJECTED
 RELEASED = LimiterEventType.RELEASED
 
-# -- helpers (each admission test module keeps its own small copies) ---------------------------
+# -- helpers; the shared doubles live in admission_doubles.py ----------------------------------
 
 
-class Latch(AbstractRateLimiter):
+class Latch(MemoryDouble):
     """A memory account that is short while latched; clearing it wakes admission."""
 
     def __init__(self) -> None:
         self.latched = False
-
-    @property
-    def limiter_name(self) -> str:
-        return "memory"
-
-    @property
-    def limiter_category(self) -> str:
-        return "memory"
-
-    @property
-    def capacity(self) -> int:
-        return 100
-
-    @property
-    def in_use(self) -> int:
-        return 96 if self.latched else 50
-
-    def status(self) -> SemaphoreLimiterStatus:
-        return SemaphoreLimiterStatus(100, 50, None)
 
     def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
         return not self.latched

@@ -34,30 +34,18 @@ from nucleo_trio.admission import (
 )
 from nucleo_trio.errors import CancellationRequested, LLMReadableError, UncorrectableError
 
-from .admission_doubles import FakeJob, Meter
+from .admission_doubles import FakeJob, MemoryDouble, Meter
 
 # -- accounts and jobs ---------------------------------------------------------------------------
 
 
-class Latch(AbstractRateLimiter):
+class Latch(MemoryDouble):
     """A memory account that refuses while latched. A latch either clears with a wake (an
     event) or at an instant the account names in ``earliest_fit`` (the clock alone)."""
 
     def __init__(self) -> None:
         self.latched = False
         self.until: float | None = None
-
-    @property
-    def limiter_name(self) -> str:
-        return "memory"
-
-    @property
-    def limiter_category(self) -> str:
-        return "memory"
-
-    @property
-    def capacity(self) -> int:
-        return 100
 
     @property
     def in_use(self) -> int:

@@ -11,7 +11,6 @@ import trio
 import trio.testing
 
 from nucleo_trio.admission import (
-    AbstractRateLimiter,
     Admission,
     CountingGate,
     Demand,
@@ -23,32 +22,16 @@ from nucleo_trio.admission import (
     units_of,
 )
 
-from .admission_doubles import FakeJob, Meter
+from .admission_doubles import FakeJob, MemoryDouble, Meter
 
-# -- helpers (each admission test module keeps its own small copies) ---------------------------
+# -- helpers ----------------------------------------------------------------------------------
 
 
-class Latch(AbstractRateLimiter):
+class Latch(MemoryDouble):
     """A memory account that is short while latched; clearing it wakes admission."""
 
     def __init__(self) -> None:
         self.latched = False
-
-    @property
-    def limiter_name(self) -> str:
-        return "memory"
-
-    @property
-    def limiter_category(self) -> str:
-        return "memory"
-
-    @property
-    def capacity(self) -> int:
-        return 100
-
-    @property
-    def in_use(self) -> int:
-        return 96 if self.latched else 50
 
     def status(self) -> SemaphoreLimiterStatus:
         return SemaphoreLimiterStatus(100, 4 if self.latched else 50, None)
