@@ -17,10 +17,16 @@ import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from . import admission_scaling, dispatch_overhead, hostage, rate_accuracy
+from . import admission_scaling, dispatch_overhead, hostage, memory_pressure, rate_accuracy
 from ._harness import Row, format_table, machine_line, progress
 
-BENCHMARKS: tuple[ModuleType, ...] = (dispatch_overhead, admission_scaling, hostage, rate_accuracy)
+BENCHMARKS: tuple[ModuleType, ...] = (
+    dispatch_overhead,
+    admission_scaling,
+    hostage,
+    rate_accuracy,
+    memory_pressure,
+)
 
 
 def _runner(module: ModuleType) -> Callable[[bool], list[Row]]:

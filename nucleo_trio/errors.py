@@ -46,6 +46,7 @@ __all__ = [
     "MAX_PACING_MULTIPLIER",
     "MAX_PACING_SECONDS",
     "UNCORRECTABLE_SUFFIX",
+    "add_suppressed",
     "CancellationRequested",
     "ConfigError",
     "ContextOverflowError",
@@ -99,6 +100,7 @@ __all__ = [
     "http_error_from_status",
     "is_fatal_crash",
     "log_failure",
+    "suppressed",
     "unwrap",
     "unwrap_runtime",
     "wrap_with_context",
@@ -1247,6 +1249,26 @@ def is_fatal_crash(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError | RecursionError):
         return True
     return not isinstance(exc, Exception) and not isinstance(exc, _NOT_CRASHES)
+
+
+_SUPPRESSED = "_nucleo_suppressed"
+
+
+def add_suppressed(error: BaseException, other: BaseException) -> None:
+    """Attach ``other`` to ``error`` as a failure that happened while ``error`` was handled.
+
+    Python chains one exception through ``__context__``; a clean-up that fails after the job's
+    own failure (a rollback, a close) must not replace that failure, so it rides along instead:
+    readable through :func:`suppressed` and shown in the traceback as a note.
+    """
+    riders: list[BaseException] = error.__dict__.setdefault(_SUPPRESSED, [])
+    riders.append(other)
+    error.add_note(f"Suppressed while handling it: {type(other).__name__}: {other}")
+
+
+def suppressed(error: BaseException) -> tuple[BaseException, ...]:
+    """The failures attached to ``error`` with :func:`add_suppressed`, oldest first."""
+    return tuple(error.__dict__.get(_SUPPRESSED, ()))
 
 
 def log_failure(logger: logging.Logger | logging.LoggerAdapter[Any], exc: BaseException) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -57,3 +57,16 @@ async def recorder(dispatcher: JobDispatcher) -> Recorder:
     rec = Recorder()
     dispatcher.bus.subscribe(rec)
     return rec
+
+
+@pytest.fixture(scope="session")
+def postgres_conninfo() -> Iterator[str]:
+    """A PostgreSQL server started for the session (tests/pg_server.py); skips only when no
+    server binary exists on this machine."""
+    from .pg_server import NO_SERVER_REASON, find_binaries, running_server
+
+    binaries = find_binaries()
+    if binaries is None:
+        pytest.skip(NO_SERVER_REASON)
+    with running_server(binaries) as conninfo:
+        yield conninfo

@@ -65,3 +65,15 @@ class Fn(AbstractJob[Any]):
     async def execute(self, context: JobContext) -> Any:
         self.runs += 1
         return await self.fn(context)
+
+
+def naps(seconds: float = 0.0) -> Callable[[JobContext], Any]:
+    """A job body that sleeps ``seconds`` of trio time (a checkpoint for 0)."""
+
+    async def nap(context: JobContext) -> None:
+        if seconds:
+            await trio.sleep(seconds)
+        else:
+            await trio.lowlevel.checkpoint()
+
+    return nap

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -13,11 +14,19 @@ import trio
 from nucleo_trio.admission import (
     AbstractRateLimiter,
     CountingGate,
+    DatabaseGate,
+    ElasticWindow,
+    HttpConnectionGate,
     LimiterIdentity,
+    ModelGate,
     RateLimiter,
     RateLimiterStatus,
     Replenishment,
     SemaphoreLimiterStatus,
+    StdioEndpointGate,
+    StdioPoolGate,
+    TokenBucket,
+    TokenBucketConfig,
     UnboundedMemory,
     UnboundedMemoryStatus,
 )
@@ -403,3 +412,99 @@ def test_status_records_validate_their_numbers() -> None:
     assert memory.usage_ratio == 0.25
     assert memory.summary == "memory unbounded: 25.0% (1.0/4.0 GiB), no gate"
     assert UnboundedMemoryStatus(used_bytes=0, total_bytes=0).usage_ratio == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# The status indicator of every account kind (the memory gate's pace is tested with it)
+# --------------------------------------------------------------------------------------------
+
+INDICATOR = re.compile(r"blocked|probing|throttle:\d+\.\dx|pace:\d+ms")
+"""The four forms a non-nominal indicator takes (ACC-12)."""
+
+
+class QuickCooldownWindow(ElasticWindow):
+    base_window = 1.0
+    max_requests = 3
+    initial_cooldown = 1.0
+    max_cooldown = 4.0
+
+
+def indicator(account: LimiterIdentity) -> str | None:
+    """The account's indicator, checked against ACC-12's grammar on the way."""
+    shown = account.status_indicator
+    assert shown is None or INDICATOR.fullmatch(shown), shown
+    return shown
+
+
+# Each kind, and the amounts that take all it has: a full account is busy, not abnormal.
+EVERY_KIND: dict[str, tuple[Callable[[], RateLimiter], list[Any]]] = {
+    "counting-gate": (lambda: CountingGate("slot", 2), [None, None]),
+    "counting-subclass": (RenderSlots, [None] * 4),
+    "http-gate": (lambda: HttpConnectionGate(3), [None] * 3),
+    "database-gate": (lambda: DatabaseGate("orders", 2), [None, None]),
+    "model-gate": (lambda: ModelGate("local-llama", 2), [None, None]),
+    "stdio-endpoint-gate": (lambda: StdioEndpointGate("files", 2), [None, None]),
+    "stdio-pool-gate": (lambda: StdioPoolGate(2), [None, None]),
+    "unbounded-memory": (UnboundedMemory, []),
+    "plain-base": (Plain, [None]),
+    "token-bucket": (lambda: TokenBucket("model-a", TokenBucketConfig(60, 6000)), [6000]),
+    "elastic-window": (QuickCooldownWindow, [1, 1, 1]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(EVERY_KIND))
+async def test_a_nominal_account_of_every_kind_has_no_indicator(
+    kind: str, autojump_clock: trio.abc.Clock
+) -> None:
+    """ACC-12: status_indicator is None while the account is nominal, for every kind: fresh,
+    and still when all its capacity is taken (a full account is busy, not abnormal)."""
+    make, everything = EVERY_KIND[kind]
+    account = make()
+    assert indicator(account) is None
+    assert account.try_take(everything, [])
+    assert indicator(account) is None
+    account.on_success()
+    assert indicator(account) is None
+
+
+async def test_the_token_bucket_shows_its_throttle_to_one_decimal(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """ACC-12: a throttled bucket shows throttle:<1 + throttle>x with one decimal, and None
+    again once the throttle has relaxed to 0."""
+    bucket = TokenBucket("model-a", TokenBucketConfig(60, 6000))
+    bucket.on_rate_limit_error(RuntimeError("429 Too Many Requests"))
+    assert indicator(bucket) == "throttle:1.5x"
+    for _ in range(3):
+        bucket.on_success()
+    assert bucket.throttle == pytest.approx(0.3)
+    assert indicator(bucket) == "throttle:1.3x"
+    bucket.record_backpressure(3)  # an overload counts three times
+    assert indicator(bucket) == "throttle:2.8x"
+    await trio.sleep(300)  # quiet minutes: every success relaxes
+    while bucket.throttle > 0:
+        bucket.on_success()
+    assert indicator(bucket) is None
+
+
+async def test_the_elastic_window_shows_its_circuit_over_its_throttle(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """ACC-12: a window shows throttle:<1 + throttle>x, then blocked and probing, each of
+    which takes precedence over the throttle, and None again once it has recovered."""
+    window = QuickCooldownWindow()
+    window.on_rate_limit_error(RuntimeError("429"))
+    assert indicator(window) == "throttle:2.0x"
+    for _ in range(11):
+        window.on_rate_limit_error(RuntimeError("429"))
+    assert window.throttle == 9.0
+    assert indicator(window) == "blocked"
+    await trio.sleep(1.0)  # the cooldown runs out; the head claims the probe
+    assert window.try_take([1], [])
+    assert indicator(window) == "probing"
+    window.on_success()  # the probe succeeded: the circuit closes, the throttle remains
+    assert indicator(window) == "throttle:10.0x"
+    await trio.sleep(300)
+    while window.throttle > 0:
+        window.on_success()
+    assert indicator(window) is None

@@ -12,6 +12,7 @@ import logging
 import random
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -156,6 +157,93 @@ def test_a_zero_max_throttle_is_allowed() -> None:
     """EW-02: max throttle only needs to be >= 0."""
     rigid = type("RigidRateLimiter", (SecondWindowRateLimiter,), {"max_throttle": 0.0})
     assert rigid().max_throttle == 0.0
+
+
+@attrs.frozen
+class SearchApiSettings:
+    """A deployment's settings object, as a template reads its values from."""
+
+    requests_per_window: int = 4
+    window_seconds: float = 2.0
+    cooldown_seconds: float = 5.0
+
+
+SEARCH_API = SearchApiSettings()
+
+
+class SearchApiRateLimiter(ElasticWindow):
+    """A template whose settings are a settings object's values, read when the class is made."""
+
+    base_window = SEARCH_API.window_seconds
+    max_requests = SEARCH_API.requests_per_window
+    initial_cooldown = SEARCH_API.cooldown_seconds
+    max_cooldown = 4 * SEARCH_API.cooldown_seconds
+
+
+class StricterSearchApiRateLimiter(SearchApiRateLimiter):
+    """A template refined by a constant in a subclass of a subclass."""
+
+    max_requests = 2
+
+
+async def test_a_template_of_constants_and_settings_values_works(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """EW-03, in its Python form: the template's settings are class attributes, fixed when the
+    class is defined from constants or a settings object's values, and read off the class, so
+    nothing an instance does can change them. Such a subclass is checked and behaves by its
+    settings: its capacity, its window, its cooldown; a subclass of it overrides one value."""
+    w = SearchApiRateLimiter()
+    assert (w.limiter_name, w.capacity, w.effective_window) == ("SearchApi", 4, 2.0)
+    for _ in range(4):
+        assert w.try_take(ONE, [])
+    assert not w.fits(ONE, [])
+    assert w.earliest_fit(ONE, []) == 2.0  # the oldest stamp (t = 0) plus the 2 s window
+    block(w)
+    assert w.circuit.cooldown == 5.0 and w.cooldown_remaining == 5.0
+    stricter = StricterSearchApiRateLimiter()
+    assert (stricter.capacity, stricter.base_window, stricter.initial_cooldown) == (2, 2.0, 5.0)
+    assert stricter.try_take([1, 1], []) and not stricter.fits(ONE, [])
+
+
+def test_a_setting_that_depends_on_the_instance_is_refused() -> None:
+    """EW-03: a setting may not depend on instance state. One written as a property over an
+    instance field (the Java hazard's shape) is refused at construction, naming it; one
+    assigned on an instance, before or after the base initialiser, raises AttributeError."""
+
+    class PropertyRateLimiter(ElasticWindow):
+        base_window = 1.0
+
+        def __init__(self, limit: int) -> None:
+            super().__init__()
+            self._limit = limit
+
+        @property
+        def max_requests(self) -> int:  # type: ignore[override]
+            return self._limit
+
+    with pytest.raises(TypeError, match=r"PropertyRateLimiter\.max_requests must be a class attr"):
+        PropertyRateLimiter(5)
+
+    class AssignedAfterRateLimiter(SecondWindowRateLimiter):
+        def __init__(self, limit: int) -> None:
+            super().__init__()
+            self.max_requests = limit  # type: ignore[misc]
+
+    with pytest.raises(AttributeError, match="max_requests is a template setting"):
+        AssignedAfterRateLimiter(5)
+
+    class AssignedBeforeRateLimiter(SecondWindowRateLimiter):
+        def __init__(self, window: float) -> None:
+            self.base_window = window  # type: ignore[misc]
+            super().__init__()
+
+    with pytest.raises(AttributeError, match="base_window is a template setting"):
+        AssignedBeforeRateLimiter(5.0)
+    w = SecondWindowRateLimiter()
+    with pytest.raises(AttributeError, match="initial_cooldown is a template setting"):
+        w.initial_cooldown = 1.0  # type: ignore[misc]
+    assert w.initial_cooldown == 30.0
 
 
 # -- window arithmetic ----------------------------------------------------------------------------

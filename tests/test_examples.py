@@ -45,6 +45,13 @@ EXPECTED: dict[str, list[str]] = {
         r"^  api held \d+ tools, longest [\d.]+ s; RELEASED 0$",
         r"^db permits in use at the end: 0$",
     ],
+    "guarded_tenants.py": [
+        r"^1 fetched: pricing: three plans, billed monthly$",
+        r"^2 refused: Scope mismatch: .*tenant_id=acme\].*TenantScope\[tenant_id=globex\]$",
+        r"^3 refused: .*169\.254\.169\.254, a link-local address",
+        r"^4 refused: The output of Fetch contains personal data \(email address\)",
+        r"^Fetch ran 2 times; the desk is sealed to ScopeGuard\[TenantScope\[tenant_id=acme\]\]$",
+    ],
     "timeouts_and_retries.py": [
         r"^\[  2\.5 s\] timed out: Job timed out after 2 s \(state TIMED_OUT\)$",
         r"event: Server error: upstream answered 503 \(call 1\)\. Retrying in ~[\d.]+ seconds",

@@ -30,9 +30,11 @@ from nucleo_trio.admission import (
 )
 from nucleo_trio.plugins import (
     PROJECT_NAME,
+    DBProviderKinds,
     LimiterFactory,
     LimiterRegistry,
     PluginError,
+    UnknownDBProviderKindError,
     UnknownLimiterKindError,
     builtin,
     hookimpl,
@@ -318,7 +320,8 @@ def test_check_pending_refuses_an_unknown_hook_naming_plugin_and_hook() -> None:
     assert "Typo instance" in message
     assert "'nucleo_trio_limiter_kind'" in message
     assert "did you mean 'nucleo_trio_limiter_kinds'?" in message
-    assert "Known hooks: nucleo_trio_limiter_kinds" in message
+    known = message.split("Known hooks: ", 1)[1].split(", ")
+    assert "nucleo_trio_limiter_kinds" in known and known == sorted(known)
     assert isinstance(caught.value.__cause__, pluggy.PluginValidationError)
 
 
@@ -470,6 +473,103 @@ def test_an_account_needs_a_non_empty_name() -> None:
         registry.create("counting", 3, capacity=1)  # type: ignore[arg-type]
 
 
+# --- nucleo_trio_db_provider_kinds: database provider kinds ---------------------------------------
+
+POSTGRES_DISTRIBUTION = "nucleo-trio-postgres"
+
+
+def _db_kinds_plugin(kinds: Any) -> object:
+    """A plugin object whose database-provider-kinds hook answers ``kinds``."""
+
+    class DBKindsPlugin:
+        @hookimpl
+        def nucleo_trio_db_provider_kinds(self) -> Any:
+            return kinds
+
+    return DBKindsPlugin()
+
+
+def test_nucleo_trio_db_provider_kinds_builtins_build_sqlite_and_counting(tmp_path: Path) -> None:
+    """The built-in kinds go through the hook: sqlite and counting, each on db:<name>."""
+    from nucleo_trio.resources import CountingDBResourceProvider, SQLiteProvider
+
+    kinds = DBProviderKinds(make_plugin_manager(load_entrypoints=False))
+    assert kinds.kinds == ("counting", "sqlite")
+    assert kinds.provider("sqlite") == repr(builtin.__name__)
+    notes = kinds.create("sqlite", "notes", path=str(tmp_path / "n.db"), max_connections=3)
+    assert isinstance(notes, SQLiteProvider) and notes.name == "notes"
+    assert (notes.admission().limiter_name, notes.admission().capacity) == ("db:notes", 3)
+    counted = kinds.create("counting", "reports", max_concurrent=5)
+    assert isinstance(counted, CountingDBResourceProvider)
+    assert counted.admission().capacity == 5
+
+
+def test_nucleo_trio_db_provider_kinds_entry_point_loads_the_postgres_distribution() -> None:
+    """The PostgreSQL plugin is found through its entry point; FAIL (never skip) when the
+    distribution is missing."""
+    entry = [
+        ep for ep in importlib.metadata.entry_points(group=PROJECT_NAME) if ep.name == "postgres"
+    ]
+    if not entry:
+        pytest.fail(
+            f"the distribution {POSTGRES_DISTRIBUTION!r} (plugins/nucleo-trio-postgres) is not "
+            "installed, so the 'postgres' database kind is unknown. Run the README test command "
+            "(.ci/run), or at least: .venv/bin/pip install -e plugins/nucleo-trio-postgres",
+            pytrace=False,
+        )
+    from nucleo_trio_postgres import PostgresProvider
+
+    kinds = DBProviderKinds(make_plugin_manager())
+    assert "postgres" in kinds and POSTGRES_DISTRIBUTION in kinds.provider("postgres")
+    provider = kinds.create("postgres", "orders", conninfo="dbname=orders", max_connections=4)
+    assert isinstance(provider, PostgresProvider)
+    assert (provider.admission().limiter_name, provider.admission().capacity) == ("db:orders", 4)
+
+
+def test_a_database_kind_claimed_twice_is_refused_naming_both_plugins() -> None:
+    def factory(name: str, **settings: Any) -> Any:
+        raise AssertionError("never built")  # pragma: no cover
+
+    plugin = _db_kinds_plugin({"sqlite": factory})
+    with pytest.raises(PluginError, match="'sqlite' is provided by two plugins") as caught:
+        DBProviderKinds(make_plugin_manager(load_entrypoints=False, plugins=[plugin]))
+    assert builtin.__name__ in str(caught.value) and "DBKindsPlugin" in str(caught.value)
+
+
+def test_an_unknown_database_kind_names_the_known_kinds() -> None:
+    kinds = DBProviderKinds(make_plugin_manager(load_entrypoints=False))
+    with pytest.raises(UnknownDBProviderKindError, match="'mysql'.*'counting', 'sqlite'"):
+        kinds.create("mysql", "orders")
+
+
+def test_a_database_factory_failure_names_kind_and_plugin_but_no_setting_values() -> None:
+    """A factory that raises, returns a non-provider, or names the provider otherwise is
+    refused naming the kind and plugin; setting values (a conninfo may hold a password) are
+    never repeated."""
+    from nucleo_trio.resources import CountingDBResourceProvider
+
+    def refuses(name: str, **settings: Any) -> Any:
+        raise ValueError("cannot reach the host")
+
+    plugin = _db_kinds_plugin(
+        {
+            "refuses": refuses,
+            "not_a_provider": lambda name, **settings: object(),
+            "renames": lambda name, **settings: CountingDBResourceProvider("other", 1),
+        }
+    )
+    kinds = DBProviderKinds(make_plugin_manager(load_entrypoints=False, plugins=[plugin]))
+    with pytest.raises(PluginError, match="'refuses'.*DBKindsPlugin.*cannot reach") as caught:
+        kinds.create("refuses", "orders", conninfo="password=hunter2")
+    assert "hunter2" not in str(caught.value) and "conninfo" in str(caught.value)
+    with pytest.raises(PluginError, match="DBResourceProvider protocol"):
+        kinds.create("not_a_provider", "orders")
+    with pytest.raises(PluginError, match="under the name 'other'"):
+        kinds.create("renames", "orders")
+    with pytest.raises(ValueError, match="non-empty string name"):
+        kinds.create("renames", "")
+
+
 # --- every hook is tested and documented ---------------------------------------------------------
 
 
@@ -514,3 +614,68 @@ def test_every_hook_is_documented() -> None:
     text = docs.read_text()
     undocumented = [hook for hook in _hook_names() if f"`{hook}(" not in text]
     assert not undocumented, f"hooks with no entry in docs/plugins.md: {undocumented}"
+
+
+# --- nucleo_trio_guardrails -------------------------------------------------------------------------
+
+
+def test_nucleo_trio_guardrails_registers_the_shipped_guards_and_a_plugins_own() -> None:
+    """The shipped guards register by name through nucleo_trio_guardrails like any plugin's; a
+    name claimed twice is refused naming both plugins; a factory that builds something other
+    than a guard is refused naming the guardrail and the plugin."""
+    from nucleo_trio.guardrails import ContentGuardrail, Guardrail, PayloadSizeCapGuardrail
+    from nucleo_trio.jobs import workflow
+    from nucleo_trio.plugins.manager import GuardrailKinds
+
+    class NoShouting(ContentGuardrail):
+        async def validate(self, target: Any) -> None:
+            return None
+
+    class GuardPlugin:
+        @hookimpl
+        def nucleo_trio_guardrails(self) -> Mapping[str, Any]:
+            return {"no_shouting": NoShouting, "not_a_guard": lambda parent: object()}
+
+    pm = make_plugin_manager(load_entrypoints=False, plugins=[GuardPlugin()])
+    providers = [impl.plugin for impl in pm.hook.nucleo_trio_guardrails.get_hookimpls()]
+    assert providers[0] is builtin
+    kinds = GuardrailKinds(pm)
+    assert {"payload_size_cap", "pii_detection", "url", "no_shouting"} <= set(kinds.kinds)
+    assert kinds.provider("payload_size_cap") == "'nucleo_trio.plugins.builtin'"
+    root = workflow("u", "wf")
+    assert isinstance(kinds.create("payload_size_cap", root, max_chars=5), PayloadSizeCapGuardrail)
+    assert isinstance(kinds.create("no_shouting", root), Guardrail)
+    with pytest.raises(PluginError, match="'not_a_guard' from plugin .* not a Guardrail"):
+        kinds.create("not_a_guard", root)
+    with pytest.raises(PluginError, match=r"'payload_size_cap' .* could not be built"):
+        kinds.create("payload_size_cap", root)
+
+    class Clash:
+        @hookimpl
+        def nucleo_trio_guardrails(self) -> Mapping[str, Any]:
+            return {"url": NoShouting}
+
+    clashing = make_plugin_manager(load_entrypoints=False, plugins=[Clash()])
+    with pytest.raises(PluginError, match="'url' is provided by two plugins"):
+        GuardrailKinds(clashing)
+
+
+def test_the_memory_reader_hook_is_a_provider_answered_last_by_the_builtin() -> None:
+    """nucleo_trio_memory_reader is firstresult: a plugin's reader wins over the built-in, which
+    answers last (trylast) with a ProcessMemoryReader against the configured limit."""
+    from nucleo_trio.admission import MemoryReading, ProcessMemoryReader
+
+    class FixedReader:
+        def read(self) -> MemoryReading:
+            return MemoryReading(1, 2)
+
+    class ReaderPlugin:
+        @hookimpl
+        def nucleo_trio_memory_reader(self, limit_bytes: int | None) -> Any:
+            return FixedReader()
+
+    alone = make_plugin_manager(load_entrypoints=False)
+    reader = alone.hook.nucleo_trio_memory_reader(limit_bytes=1 << 30)
+    assert isinstance(reader, ProcessMemoryReader) and reader.limit_bytes <= 1 << 30
+    plugged = make_plugin_manager(load_entrypoints=False, plugins=[ReaderPlugin()])
+    assert isinstance(plugged.hook.nucleo_trio_memory_reader(limit_bytes=None), FixedReader)

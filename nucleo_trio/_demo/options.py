@@ -8,6 +8,7 @@ __all__ = [
     "DB_SLOTS",
     "DEFAULT_JOBS",
     "DEFAULT_SEED",
+    "HEALTH_AT",
     "HTTP_CONNECTIONS",
     "MAX_JOBS",
     "MIN_JOBS",
@@ -22,6 +23,8 @@ MAX_JOBS = 10_000
 DB_SLOTS = 4
 HTTP_CONNECTIONS = 8
 SEARCH_REQUESTS_PER_SECOND = 5
+HEALTH_AT = 1.5
+"""Seconds into the run at which the demo prints ``dispatcher.health()``: the fan-out's rush."""
 
 
 def _check_jobs(instance: object, attribute: attrs.Attribute[int], value: int) -> None:

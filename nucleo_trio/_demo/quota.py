@@ -22,7 +22,7 @@ import attrs
 import trio
 
 from ..admission import AbstractRateLimiter, Replenishment
-from ..errors import UncorrectableError
+from ..errors import UncorrectableError, UpstreamFailure
 
 __all__ = ["SearchApiQuota", "SearchApiQuotaStatus"]
 
@@ -144,7 +144,9 @@ class SearchApiQuota(AbstractRateLimiter):
     def on_success(self, input: Any = None) -> None:
         self.successes += 1
 
-    def on_rate_limit_error(self, failure: BaseException, input: Any = None) -> None:
+    def on_rate_limit_error(
+        self, failure: UpstreamFailure | BaseException, input: Any = None
+    ) -> None:
         self.pushbacks += 1
 
     # -- helpers ----------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """Turning the tally into the text a newcomer reads in one look.
 
-Plain text in aligned columns, at most :data:`WIDTH` characters a line, ASCII only. Colour
-(bold titles, dim notes) is used only when the output is a terminal and ``NO_COLOR`` is unset,
-so a pipe, a file or a test gets exactly the same words without escape codes.
+Plain text in aligned columns, at most :data:`WIDTH` characters a line, ASCII only except the
+health snapshot's bars (block characters, or ``#`` and ``.`` for an output that cannot encode
+them). Colour (bold titles, dim notes, the snapshot's tints) is used only when the output is a
+terminal and ``NO_COLOR`` is unset, so a pipe, a file or a test gets exactly the same words
+without escape codes.
 """
 
 from __future__ import annotations
@@ -15,11 +17,20 @@ from typing import TextIO
 
 import attrs
 
+from ..observability import HealthSnapshot
 from .options import DB_SLOTS, HTTP_CONNECTIONS, SEARCH_REQUESTS_PER_SECOND, DemoOptions
 from .tally import AccountRow, KindRow, TallyReport
 from .workload import Behaviour, JobPlan
 
-__all__ = ["SECTION_TITLES", "WIDTH", "Style", "render_header", "render_report"]
+__all__ = [
+    "HEALTH_NAME_WIDTH",
+    "SECTION_TITLES",
+    "WIDTH",
+    "Style",
+    "render_header",
+    "render_health",
+    "render_report",
+]
 
 WIDTH = 100
 """The longest line the report prints; longer messages wrap onto indented lines."""
@@ -33,19 +44,31 @@ SECTION_TITLES = (
 )
 """The titles the report's sections start with, in order."""
 
+HEALTH_NAME_WIDTH = 14
+"""The name column of the health snapshot's rows. The reporter's log gives names 28 columns;
+the demo's accounts have short names, and its lines stay within :data:`WIDTH`."""
+
+_BLOCKS = "\u2588\u2591"
+
 
 @attrs.frozen
 class Style:
-    """ANSI emphasis, or none at all."""
+    """ANSI emphasis, or none at all; block characters, or ASCII where they cannot be written."""
 
     color: bool = False
+    ascii_only: bool = False
 
     @classmethod
     def for_stream(cls, stream: TextIO, color: bool | None = None) -> Style:
-        """Colour when asked to, else only for a terminal with ``NO_COLOR`` unset."""
+        """Colour when asked to, else only for a terminal with ``NO_COLOR`` unset; ASCII bars
+        when the stream's encoding has no block characters."""
         if color is None:
             isatty = getattr(stream, "isatty", None)
             color = bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
+        try:
+            _BLOCKS.encode(getattr(stream, "encoding", None) or "utf-8")
+        except (UnicodeEncodeError, LookupError):
+            return cls(color, ascii_only=True)
         return cls(color)
 
     def bold(self, text: str) -> str:
@@ -78,6 +101,19 @@ def render_header(plans: Sequence[JobPlan], options: DemoOptions, style: Style) 
         f"({planned[Behaviour.OVER_BUDGET]} over budget)."
     )
     return "\n".join([style.bold(first), style.bold(second), style.dim(plan)])
+
+
+# -- the health snapshot --------------------------------------------------------------------------
+def render_health(snapshot: HealthSnapshot, at: float, options: DemoOptions, style: Style) -> str:
+    """What ``dispatcher.health()`` answered mid-run, as the reporter renders it, with one line
+    saying when it was taken."""
+    clock = "real" if options.real_time else "virtual"
+    body = snapshot.render(
+        color=style.color, ascii_only=style.ascii_only, name_width=HEALTH_NAME_WIDTH
+    )
+    title, _, rest = body.partition("\n")
+    note = style.dim(f"  (dispatcher.health(), {at:.1f} s of {clock} time into the run)")
+    return "\n" + style.bold(title) + note + "\n" + rest
 
 
 # -- the report -----------------------------------------------------------------------------------

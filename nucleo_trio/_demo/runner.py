@@ -15,7 +15,7 @@ import logging
 import random
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TextIO
 
 import attrs
@@ -26,9 +26,17 @@ from ..admission import CountingGate
 from ..bus import MessageBus
 from ..dispatch import DispatcherConfig, open_dispatcher
 from ..jobs import JobState, workflow
-from .options import DB_SLOTS, HTTP_CONNECTIONS, SEARCH_REQUESTS_PER_SECOND, DemoOptions
+from ..observability import HealthSnapshot
+from .memory import DemoMemory
+from .options import (
+    DB_SLOTS,
+    HEALTH_AT,
+    HTTP_CONNECTIONS,
+    SEARCH_REQUESTS_PER_SECOND,
+    DemoOptions,
+)
 from .quota import SearchApiQuota
-from .render import Style, render_header, render_report
+from .render import Style, render_header, render_health, render_report
 from .tally import Tally, TallyReport
 from .workload import KIND_CLASSES, Accounts, Fanout, JobPlan, Signals, plan_workload
 
@@ -40,13 +48,16 @@ class DemoOutcome:
     """One finished run: what the bus told, what the orchestrator saw, and how long it took.
 
     ``elapsed`` is seconds on the run's own clock (virtual or real) from the root's submission
-    to its settlement; ``wall`` is the real seconds the whole ``trio.run`` took.
+    to its settlement; ``wall`` is the real seconds the whole ``trio.run`` took. ``health`` is
+    what ``dispatcher.health()`` answered :data:`~.options.HEALTH_AT` seconds into the run
+    (``None`` if the run ended before).
     """
 
     report: TallyReport
     states: Mapping[JobState, int]
     elapsed: float
     wall: float
+    health: HealthSnapshot | None = None
 
     def inconsistencies(self, jobs: int) -> list[str]:
         """Where the numbers do not add up; empty when every job is accounted for once."""
@@ -83,7 +94,11 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     plans = plan_workload(options.jobs, options.seed)
     # The header goes out first: on the real clock the reader has something to read meanwhile.
     print(render_header(plans, options, style), file=stream, flush=True)
-    outcome = execute_demo(options, plans)
+
+    def show(snapshot: HealthSnapshot, at: float) -> None:
+        print(render_health(snapshot, at, options, style), file=stream, flush=True)
+
+    outcome = execute_demo(options, plans, on_health=show)
     print(
         render_report(outcome.report, outcome.elapsed, outcome.wall, options, style),
         file=stream,
@@ -95,24 +110,37 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     return 1 if problems else 0
 
 
-def execute_demo(options: DemoOptions, plans: Sequence[JobPlan] | None = None) -> DemoOutcome:
-    """Run the workload (``plans``, or the seeded plan of ``options``) and print nothing."""
+def execute_demo(
+    options: DemoOptions,
+    plans: Sequence[JobPlan] | None = None,
+    *,
+    on_health: Callable[[HealthSnapshot, float], None] | None = None,
+) -> DemoOutcome:
+    """Run the workload (``plans``, or the seeded plan of ``options``) and print nothing.
+
+    ``on_health`` is handed the mid-run health snapshot and its time into the run, as soon as
+    it is taken.
+    """
     if plans is None:
         plans = plan_workload(options.jobs, options.seed)
     started = time.perf_counter()
     with _runtime_logs(options.verbose):
         if options.real_time:
-            report, states, elapsed = trio.run(_run, tuple(plans), options)
+            report, states, elapsed, health = trio.run(_run, tuple(plans), options, on_health)
         else:
             with _seeded_scheduler(options.seed):
                 clock = trio.testing.MockClock(autojump_threshold=0)
-                report, states, elapsed = trio.run(_run, tuple(plans), options, clock=clock)
-    return DemoOutcome(report, states, elapsed, time.perf_counter() - started)
+                report, states, elapsed, health = trio.run(
+                    _run, tuple(plans), options, on_health, clock=clock
+                )
+    return DemoOutcome(report, states, elapsed, time.perf_counter() - started, health)
 
 
 async def _run(
-    plans: tuple[JobPlan, ...], options: DemoOptions
-) -> tuple[TallyReport, Mapping[JobState, int], float]:
+    plans: tuple[JobPlan, ...],
+    options: DemoOptions,
+    on_health: Callable[[HealthSnapshot, float], None] | None,
+) -> tuple[TallyReport, Mapping[JobState, int], float, HealthSnapshot | None]:
     accounts = Accounts(
         db=CountingGate("db", DB_SLOTS),
         search_api=SearchApiQuota("search-api", SEARCH_REQUESTS_PER_SECOND, 1.0),
@@ -125,15 +153,28 @@ async def _run(
     bus.subscribe(tally)
     config = DispatcherConfig(http_connections=HTTP_CONNECTIONS, seed=options.seed)
     signals = Signals.brief() if options.real_time else Signals()
-    async with open_dispatcher(config, bus=bus) as dispatcher:
+    health: list[HealthSnapshot] = []
+    # The process's real memory would make two runs print two different "Memory:" lines.
+    async with open_dispatcher(config, bus=bus, memory=DemoMemory()) as dispatcher:
         tally.watch(dispatcher.http_gate, f"{HTTP_CONNECTIONS} connections")
         tally.watch(accounts.search_api, f"{SEARCH_REQUESTS_PER_SECOND} per second")
         root = Fanout(workflow("demo-user", "demo"), plans, accounts, signals)
         started = trio.current_time()
-        states = await dispatcher.submit(root).result()
-        elapsed = trio.current_time() - started
+        handle = dispatcher.submit(root)
+        async with trio.open_nursery() as nursery:
+
+            async def look_mid_run() -> None:
+                await trio.sleep_until(started + HEALTH_AT)
+                health.append(dispatcher.health())
+                if on_health is not None:
+                    on_health(health[0], HEALTH_AT)
+
+            nursery.start_soon(look_mid_run)
+            states = await handle.result()
+            elapsed = trio.current_time() - started
+            nursery.cancel_scope.cancel()
     # Leaving the block shut the dispatcher down, and the bus delivered everything before it.
-    return tally.report(), states, elapsed
+    return tally.report(), states, elapsed, health[0] if health else None
 
 
 @contextlib.contextmanager

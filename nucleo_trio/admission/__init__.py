@@ -4,7 +4,9 @@
 :class:`AbstractRateLimiter`, :class:`Replenishment`); ``gates`` the unit-permit
 :class:`CountingGate`; ``demand`` the :class:`Demand` a job asks for and the :class:`Grant` it
 gets; ``monitor`` the :class:`Admission` line and its evaluator; ``memory`` the memory account's
-seam and its default, :class:`UnboundedMemory`; ``status`` the frozen status records.
+seam and its no-op, :class:`UnboundedMemory`; ``memory_gate`` the :class:`MemoryPressureGate`,
+which reads memory through a :class:`MemoryReader` from ``memory_reader``; ``status`` the
+frozen status records.
 """
 
 from .demand import (
@@ -29,6 +31,13 @@ from .limiter import (
     Replenishment as Replenishment,
 )
 from .memory import UnboundedMemory as UnboundedMemory
+from .memory_gate import MemoryPressureGate as MemoryPressureGate
+from .memory_reader import (
+    MemoryReader as MemoryReader,
+    MemoryReading as MemoryReading,
+    ProcessMemoryReader as ProcessMemoryReader,
+    parse_memory_limit as parse_memory_limit,
+)
 from .monitor import (
     Admission as Admission,
     AdmissionClosedError as AdmissionClosedError,
@@ -43,7 +52,10 @@ from .named_gates import (
     StdioEndpointGate as StdioEndpointGate,
     StdioPoolGate as StdioPoolGate,
 )
+from .registry import ModelLimits as ModelLimits, RateLimiterRegistry as RateLimiterRegistry
 from .status import (
+    MemoryPressureStatus as MemoryPressureStatus,
+    MemoryZone as MemoryZone,
     RateLimiterStatus as RateLimiterStatus,
     SemaphoreLimiterStatus as SemaphoreLimiterStatus,
     UnboundedMemoryStatus as UnboundedMemoryStatus,
@@ -75,8 +87,16 @@ __all__ = [
     "LimiterEmitter",
     "LimiterEventType",
     "LimiterIdentity",
+    "MemoryPressureGate",
+    "MemoryPressureStatus",
+    "MemoryReader",
+    "MemoryReading",
+    "MemoryZone",
+    "ProcessMemoryReader",
     "RateLimiter",
     "RateLimiterStatus",
+    "RateLimiterRegistry",
+    "ModelLimits",
     "Replenishment",
     "SemaphoreLimiterStatus",
     "Ticket",
@@ -86,5 +106,6 @@ __all__ = [
     "UnboundedMemory",
     "UnboundedMemoryStatus",
     "format_window",
+    "parse_memory_limit",
     "units_of",
 ]

@@ -32,6 +32,7 @@ Amounts are unit permits: each amount is one request and its value is ignored.
 from __future__ import annotations
 
 import enum
+import inspect
 import logging
 import math
 from collections import deque
@@ -41,10 +42,17 @@ from typing import Any, ClassVar, final
 import attrs
 import trio
 
-from ..errors import UncorrectableError
+from ..errors import UncorrectableError, UpstreamFailure
 from .limiter import AbstractRateLimiter, Replenishment
 
-__all__ = ["Circuit", "CircuitState", "ElasticWindow", "ElasticWindowStatus", "format_window"]
+__all__ = [
+    "TEMPLATE_SETTINGS",
+    "Circuit",
+    "CircuitState",
+    "ElasticWindow",
+    "ElasticWindowStatus",
+    "format_window",
+]
 
 log = logging.getLogger("nucleo_trio.admission.elastic_window")
 
@@ -129,6 +137,25 @@ def _whole(owner: str, name: str, value: object) -> int:
     return value
 
 
+TEMPLATE_SETTINGS = frozenset(
+    {
+        "base_window",
+        "max_requests",
+        "throttle_increment",
+        "throttle_decrement",
+        "max_throttle",
+        "successes_per_decrease",
+        "recovery_minutes",
+        "recovery_multiplier",
+        "failures_at_max_to_block",
+        "initial_cooldown",
+        "max_cooldown",
+        "probe_timeout",
+    }
+)
+"""The class attributes a subclass may set; each is read off the class (EW-01, EW-03)."""
+
+
 class ElasticWindow(AbstractRateLimiter):
     """A sliding request window with an adaptive throttle and a circuit breaker (EW).
 
@@ -139,8 +166,14 @@ class ElasticWindow(AbstractRateLimiter):
             base_window = 60.0
             max_requests = 100
 
-    (The Java original warns that template getters run before subclass fields exist; class
-    attributes are read off the class, so that hazard, EW-03, does not arise in Python.)
+    The settings are class attributes, read off the class (EW-03). The Java original warns
+    that its constructor calls the template getters before a subclass's fields exist, so a
+    getter must return a constant or a settings value, never an instance field. The Python form
+    of that rule: a setting is fixed when the class is defined, from a constant or a settings
+    object (``max_requests = SEARCH.max_requests``), and never depends on instance state. A
+    setting written as a property or method is refused at construction, and assigning one on
+    an instance (before or after ``super().__init__()``) raises :class:`AttributeError`, since
+    the constructor's checks would never see it.
     """
 
     base_window: ClassVar[float]
@@ -170,6 +203,13 @@ class ElasticWindow(AbstractRateLimiter):
         for required in ("base_window", "max_requests"):
             if not hasattr(cls, required):
                 raise TypeError(f"{owner} must set the class attribute {required!r}")
+        for setting in TEMPLATE_SETTINGS:
+            if hasattr(type(inspect.getattr_static(cls, setting, None)), "__get__"):
+                raise TypeError(
+                    f"{owner}.{setting} must be a class attribute holding a constant or a "
+                    "settings value, not a property or method: the settings are read off the "
+                    "class, before any instance state exists"
+                )
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ValueError(f"{owner}: name must be a non-empty string, got {name!r}")
         # EW-02: the eight bounds, each error naming the value it refuses.
@@ -213,6 +253,14 @@ class ElasticWindow(AbstractRateLimiter):
         self._last_pressure: float | None = None
         self._last_failure: object | None = None
         self._circuit = HEALTHY_CIRCUIT
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in TEMPLATE_SETTINGS:
+            raise AttributeError(
+                f"{type(self).__name__}.{name} is a template setting: set it on the class "
+                "(a constant or a settings value), not on an instance"
+            )
+        super().__setattr__(name, value)
 
     @classmethod
     def _default_name(cls) -> str:
@@ -419,7 +467,9 @@ class ElasticWindow(AbstractRateLimiter):
         self.throttle = min(self.throttle + self.throttle_increment, self.max_throttle)
         self._last_pressure = self._clock()
 
-    def on_rate_limit_error(self, failure: BaseException, input: Any = None) -> None:
+    def on_rate_limit_error(
+        self, failure: UpstreamFailure | BaseException, input: Any = None
+    ) -> None:
         """Tighten, and drive the breaker (EW-13, EW-18, EW-23, EW-24); never wakes anyone."""
         self._last_failure = failure
         log.warning("%s upstream failure: %s", self._name, _describe(failure))

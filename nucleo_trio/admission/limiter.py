@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, final, runtime_checkable
 
 if TYPE_CHECKING:
+    from ..errors import UpstreamFailure
     from .status import RateLimiterStatus
 
 __all__ = [
@@ -123,8 +124,12 @@ class RateLimiter(LimiterIdentity, Protocol):
         """The upstream answered; ``input`` is the request when the account wants it."""
         ...
 
-    def on_rate_limit_error(self, failure: BaseException, input: Any = None) -> None:
-        """The upstream pushed back (a 429, an overload); the account may tighten."""
+    def on_rate_limit_error(
+        self, failure: UpstreamFailure | BaseException, input: Any = None
+    ) -> None:
+        """The upstream pushed back (a 429, an overload); the account may tighten. The
+        dispatcher passes the :class:`~nucleo_trio.errors.UpstreamFailure` read off the job's
+        failure chain (ERR-14)."""
         ...
 
     @property
@@ -213,7 +218,9 @@ class AbstractRateLimiter(abc.ABC):
     def on_success(self, input: Any = None) -> None:
         return None
 
-    def on_rate_limit_error(self, failure: BaseException, input: Any = None) -> None:
+    def on_rate_limit_error(
+        self, failure: UpstreamFailure | BaseException, input: Any = None
+    ) -> None:
         return None
 
     @property

@@ -8,10 +8,12 @@ roll-back of a resourceful grant calls ``give([])`` as a *completion*. Admission
 the memory account ``observe_held(supplier)``, a reader of how many waiters it holds on memory.
 An empty demand (an orchestrator's) never meets the memory account at all.
 
-The real gate, which latches near the heap limit and drains its line at a pace the heap can
-take, plugs in here as any :class:`~nucleo_trio.admission.limiter.RateLimiter` named
-``"memory"`` with category ``"memory"``. :class:`UnboundedMemory` is what a dispatcher uses
-without one: it always fits, so it never holds anyone and never emits an event.
+The gate that latches near the memory limit and drains its line at a pace memory can take is
+:class:`~nucleo_trio.admission.memory_gate.MemoryPressureGate`, the dispatcher's default; any
+:class:`~nucleo_trio.admission.limiter.RateLimiter` named ``"memory"`` with category
+``"memory"`` can take its seat. :class:`UnboundedMemory` is what an :class:`Admission` built
+without one uses (and a dispatcher configured with ``MemoryConfig(enabled=False)``): it always
+fits, so it never holds anyone and never emits an event.
 """
 
 from __future__ import annotations

@@ -7,11 +7,18 @@ Instants (``last_activity``) are :func:`trio.current_time` values, the clock eve
 
 from __future__ import annotations
 
+import enum
 from typing import Protocol, runtime_checkable
 
 import attrs
 
-__all__ = ["RateLimiterStatus", "SemaphoreLimiterStatus", "UnboundedMemoryStatus"]
+__all__ = [
+    "MemoryPressureStatus",
+    "MemoryZone",
+    "RateLimiterStatus",
+    "SemaphoreLimiterStatus",
+    "UnboundedMemoryStatus",
+]
 
 _GIB = 1024**3
 
@@ -74,4 +81,62 @@ class UnboundedMemoryStatus:
         return (
             f"memory unbounded: {self.usage_ratio * 100:.1f}% "
             f"({self.used_bytes / _GIB:.1f}/{self.total_bytes / _GIB:.1f} GiB), no gate"
+        )
+
+
+class MemoryZone(enum.StrEnum):
+    """Where the memory pressure gate stands (MEM-31): latched, draining its line, or clear."""
+
+    CRITICAL = "CRITICAL"
+    """The latch is set: no resourceful job is granted until a reading is below 90 %."""
+    DRAINING = "DRAINING"
+    """Memory's line is not empty: it goes one job per completion or per elapsed delay."""
+    GREEN = "GREEN"
+    """Nobody is held on memory: an arrival starts at once."""
+
+
+def _ratio(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"{attribute.name} must be a ratio >= 0, got {value!r}")
+
+
+def _zone(value: str) -> MemoryZone:
+    try:
+        return MemoryZone(value)
+    except ValueError:
+        raise ValueError(f"zone must be one of CRITICAL, DRAINING, GREEN, got {value!r}") from None
+
+
+@attrs.frozen
+class MemoryPressureStatus:
+    """The memory pressure gate at one look (MEM-32, STS-05).
+
+    ``used_bytes`` against ``max_bytes`` is the reading; ``usage_ratio`` is their ratio (the
+    level the curve and the latch read) and ``floor_ratio`` the live-set floor (the reading after
+    the last fall, which the growth penalty measures). ``zone`` is CRITICAL, DRAINING or GREEN;
+    ``held_on_memory`` the length of memory's line; ``pacing_ms`` how long until the delay lets
+    the next job go, 0 when nothing is paced or a completion already lets one go;
+    ``growth_penalty`` the factor a release now would commit.
+    """
+
+    used_bytes: int = attrs.field(validator=_non_negative)
+    max_bytes: int = attrs.field(validator=_non_negative)
+    usage_ratio: float = attrs.field(validator=_ratio)
+    floor_ratio: float = attrs.field(validator=_ratio)
+    zone: MemoryZone = attrs.field(converter=_zone)
+    held_on_memory: int = attrs.field(validator=_non_negative)
+    pacing_ms: int = attrs.field(validator=_non_negative)
+    growth_penalty: float = attrs.field(validator=_ratio)
+
+    @property
+    def summary(self) -> str:
+        """The level, the bytes in GiB, the floor, the zone, memory's line, the next release
+        and the penalty, in that order (STS-05)."""
+        return (
+            f"{self.usage_ratio * 100:.1f}% "
+            f"({self.used_bytes / _GIB:.1f}/{self.max_bytes / _GIB:.1f} GiB), "
+            f"floor {self.floor_ratio * 100:.1f}%, zone {self.zone}, "
+            f"{self.held_on_memory} in memory's line, "
+            f"next release in {self.pacing_ms}ms unless a job finishes first, "
+            f"growth penalty x{self.growth_penalty:.0f}"
         )

@@ -1,6 +1,11 @@
 """The dispatcher: door, lanes, the attempt pipeline, timeouts, re-runs, shutdown."""
 
-from .config import DispatcherConfig as DispatcherConfig, LimiterConfig as LimiterConfig
+from .config import (
+    DatabaseConfig as DatabaseConfig,
+    DispatcherConfig as DispatcherConfig,
+    LimiterConfig as LimiterConfig,
+    MemoryConfig as MemoryConfig,
+)
 from .dispatcher import (
     MAX_CORRECTION_RETRIES as MAX_CORRECTION_RETRIES,
     OBS_CALLER_CLASS as OBS_CALLER_CLASS,
@@ -23,12 +28,14 @@ __all__ = [
     "MAX_CORRECTION_RETRIES",
     "OBS_CALLER_CLASS",
     "PRIORITY_LANE_MAX_TIMEOUT",
+    "DatabaseConfig",
     "DelayedSubmission",
     "DemandAssembler",
     "DispatcherConfig",
     "GuardrailEnforcer",
     "JobDispatcher",
     "LimiterConfig",
+    "MemoryConfig",
     "NoGuardrails",
     "StandardDemandAssembler",
     "grace_period",

@@ -7,9 +7,12 @@ from typing import Any
 
 import attrs
 
-from .._serialization import structure_config
+from .._serialization import converter, structure_config
+from ..admission.memory_reader import parse_memory_limit
+from ..admission.named_gates import DEFAULT_HTTP_POOL_SIZE
+from ..errors import ConfigError
 
-__all__ = ["DispatcherConfig", "LimiterConfig"]
+__all__ = ["DatabaseConfig", "DispatcherConfig", "GuardrailConfig", "LimiterConfig", "MemoryConfig"]
 
 
 @attrs.frozen(kw_only=True)
@@ -21,21 +24,107 @@ class LimiterConfig:
 
 
 @attrs.frozen(kw_only=True)
+class GuardrailConfig:
+    """One guard a deployment attaches to a tool class by registered name:
+    ``{"kind": "payload_size_cap", "settings": {"max_chars": 4000}}``."""
+
+    kind: str
+    settings: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen(kw_only=True)
+class DatabaseConfig:
+    """One datasource a deployment declares by provider kind:
+    ``{"kind": "postgres", "settings": {"conninfo": "...", "max_connections": 4}}``."""
+
+    kind: str
+    settings: dict[str, Any] = attrs.field(factory=dict)
+
+
+def _memory_limit(value: int | str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_memory_limit(value, what="MemoryConfig.limit")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+@attrs.frozen(kw_only=True)
+class MemoryConfig:
+    """The memory pressure gate (on by default): ``{"enabled": true, "limit": "8GiB"}``.
+
+    ``limit`` is the memory the gate measures against, in bytes or as a size (``"8GiB"``,
+    ``"512MiB"``, ``"2GB"``), stored as bytes; a cgroup v2 limit that is tighter wins, and with
+    neither the machine's physical memory is the limit. ``enabled=False`` puts the no-op
+    :class:`~nucleo_trio.admission.UnboundedMemory` in the gate's seat. In plain data
+    ``memory = false`` is short for ``{"enabled": false}``.
+    """
+
+    enabled: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    limit: int | None = attrs.field(default=None, converter=_memory_limit)
+
+
+def _structure_memory(data: Any, _: type) -> MemoryConfig:
+    if isinstance(data, MemoryConfig):
+        return data
+    if isinstance(data, bool):
+        return MemoryConfig(enabled=data)
+    if not isinstance(data, Mapping):
+        raise ValueError(
+            f"memory must be a table of settings (enabled, limit) or a boolean, got {data!r}"
+        )
+    unknown = sorted(set(data) - {"enabled", "limit"})
+    if unknown:
+        raise ValueError(f"memory: unknown setting(s) {unknown}; known: enabled, limit")
+    return MemoryConfig(**data)
+
+
+converter.register_structure_hook(MemoryConfig, _structure_memory)
+
+
+@attrs.frozen(kw_only=True)
 class DispatcherConfig:
     """Settings of one dispatcher.
 
-    ``http_connections`` sizes the ``http`` gate (one permit per admitted HTTP-using job).
+    ``http_connections`` sizes the ``http`` gate (one permit per admitted HTTP-using job) and,
+    through :class:`~nucleo_trio.http.HttpSettings`, the pool of the HTTP client jobs share;
+    it defaults to the pool's default size, 1000 (GATE-05).
     ``shutdown_timeout`` is how long :meth:`JobDispatcher.shutdown` waits for running jobs before
     interrupting them. ``seed`` makes re-run pacing reproducible. ``limiters`` declares accounts
-    by plugin kind, built at start and reachable as ``dispatcher.limiters[name]``.
+    by plugin kind, built at start and reachable as ``dispatcher.limiters[name]``. ``databases``
+    declares database providers by plugin kind, built at start and registered in
+    ``dispatcher.databases`` under their names. ``memory``
+    configures the memory pressure gate (:class:`MemoryConfig`: on by default).
+    ``guardrails`` attaches guards by registered name to tool classes, keyed by the class's
+    fully qualified name (``{"myapp.tools.Fetch": [{"kind": "url"}]}``); they join the guards
+    the class declares on every submission of it or of a subclass.
+    ``health_every`` makes the dispatcher log a health snapshot every that many limiter and
+    lifecycle events (a :class:`~nucleo_trio.observability.SystemHealthReporter`); ``None``
+    subscribes no reporter.
     :meth:`from_mapping` builds one from plain data (a parsed TOML or JSON file), refusing
     unknown keys by name.
     """
 
-    http_connections: int = attrs.field(default=64)
+    http_connections: int = attrs.field(default=DEFAULT_HTTP_POOL_SIZE)
     shutdown_timeout: float = attrs.field(default=30.0)
     seed: int | None = None
     limiters: dict[str, LimiterConfig] = attrs.field(factory=dict)
+    databases: dict[str, DatabaseConfig] = attrs.field(factory=dict)
+    memory: MemoryConfig = attrs.field(
+        factory=MemoryConfig, validator=attrs.validators.instance_of(MemoryConfig)
+    )
+    health_every: int | None = attrs.field(default=50)
+    guardrails: dict[str, list[GuardrailConfig]] = attrs.field(factory=dict)
+
+    @health_every.validator
+    def _check_health_every(self, attribute: attrs.Attribute[int | None], value: object) -> None:
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value <= 0
+        ):
+            raise ValueError(
+                f"DispatcherConfig.health_every must be a positive int or None, got {value!r}"
+            )
 
     @http_connections.validator
     def _check_http(self, attribute: attrs.Attribute[int], value: int) -> None:

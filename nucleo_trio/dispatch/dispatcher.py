@@ -29,6 +29,9 @@ import trio
 
 from ..admission import Admission, Grant, HttpConnectionGate
 from ..admission.limiter import LimiterEventType, LimiterIdentity, RateLimiter
+from ..admission.memory_gate import MemoryPressureGate
+from ..admission.memory_reader import memory_reader_from
+from ..admission.registry import RateLimiterRegistry
 from ..bus import events as ev
 from ..bus.bus import MessageBus
 from ..errors import (
@@ -48,19 +51,34 @@ from ..errors import (
     UncorrectableError,
     UpstreamFailure,
     UpstreamRetry,
+    add_suppressed,
     is_fatal_crash,
     log_failure,
+)
+from ..guardrails import (
+    StandardGuardrailEnforcer,
+    check_attached_guardrails,
+    is_guard_under_enforcement,
 )
 from ..jobs.context import JobContext, _current, current_job
 from ..jobs.handle import JobHandle
 from ..jobs.job import AbstractJob, ScopeAuthority
+from ..jobs.requirements import JobRequirements
 from ..jobs.snapshot import JobSnapshot
 from ..jobs.state import JobState
 from ..jobs.stoppable import AbstractStoppable
-from ..plugins.manager import LimiterRegistry, PluginError, make_plugin_manager
+from ..observability.health import HealthSnapshot, QueueSizes, SystemHealthReporter, capture_health
+from ..plugins.manager import (
+    DBProviderKinds,
+    GuardrailKinds,
+    LimiterRegistry,
+    PluginError,
+    make_plugin_manager,
+)
+from ..resources import DBResourceProvider, DBResourceProviders, JobResources, ResourceCloseError
 from .config import DispatcherConfig
 from .lanes import PRIORITY_LANE_MAX_TIMEOUT, Lane, QueuedJob, grace_period
-from .seams import DemandAssembler, GuardrailEnforcer, NoGuardrails, StandardDemandAssembler
+from .seams import DemandAssembler, GuardrailEnforcer, StandardDemandAssembler
 from .timekeeper import Timekeeper, TimerHandle
 
 __all__ = [
@@ -94,40 +112,6 @@ class _Verdict:
     dependency_failure: bool = False
     cancel_message: str | None = None
     forced: bool = False
-
-
-class _AttemptResources:
-    """What one attempt holds: the grant (and, later, materialized handles). Settles once.
-
-    ``close`` is the cooperative close (a release when the work ran, a rollback when it never
-    did); ``force_close`` is phase two's. Whichever comes first settles; the other is a no-op,
-    so a permit never comes back twice.
-    """
-
-    def __init__(self, admission: Admission, grant: Grant) -> None:
-        self._admission = admission
-        self.grant = grant
-        self.executed = False
-        self.closed = False
-        self.timers: list[TimerHandle] = []
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        if self.executed:
-            self._admission.release(self.grant)
-        else:
-            self._admission.rollback(self.grant)
-
-    def force_close(self) -> None:
-        self.close()
-
-    def disarm(self) -> None:
-        """The attempt ended: its pending timeout calls are dropped."""
-        for timer in self.timers:
-            timer.cancel()
-        self.timers.clear()
 
 
 class DelayedSubmission:
@@ -173,11 +157,23 @@ class JobDispatcher:
         self.plugins: pluggy.PluginManager | None = None
         self.limiter_kinds: LimiterRegistry | None = None
         self.limiters: dict[str, RateLimiter] = {}
+        self.accounts = RateLimiterRegistry()  # shared accounts: per class, per model entry
+        self._seen_accounts: dict[int, LimiterIdentity] = {}  # every account admission told of
+        self.databases = DBResourceProviders()
+        """The database providers jobs may declare by name (``require_database("orders")``)."""
+        self.db_kinds: DBProviderKinds | None = None
         self.bus = bus or MessageBus()
+        self.memory_gate: MemoryPressureGate | None = None
+        """The dispatcher's memory pressure gate; ``None`` when a ``memory`` account was passed
+        in or ``config.memory`` switched it off. Its reader is chosen by the plugins at start."""
+        if memory is None and self.config.memory.enabled:
+            memory = self.memory_gate = MemoryPressureGate()
         self.admission = Admission(memory, emit=self._emit_limiter_event)
         self._timekeeper = Timekeeper()
         self.http_gate: RateLimiter = HttpConnectionGate(self.config.http_connections)
-        self.guardrails: GuardrailEnforcer = guardrails or NoGuardrails()
+        self.guardrails: GuardrailEnforcer = guardrails or StandardGuardrailEnforcer()
+        self.guardrail_kinds: GuardrailKinds | None = None
+        """The guardrails plugins register by name; configuration attaches them to tool classes."""
         self.demand_assembler: DemandAssembler = demand_assembler or StandardDemandAssembler()
         self._rng = random.Random(self.config.seed)
         self._fast = Lane("fast", prioritized=True)
@@ -219,6 +215,8 @@ class JobDispatcher:
         async with trio.open_nursery() as system:
             self._system = system
             await system.start(self.bus.run)
+            if self.config.health_every is not None:
+                self.bus.subscribe(self._health_reporter(self.config.health_every))
             await system.start(self.admission.run)
             await system.start(self._timekeeper.run)
             self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STARTED))
@@ -232,6 +230,8 @@ class JobDispatcher:
         """Plugins (built-ins, then entry points, then ``check_pending``) and the configured
         limiters, before anything runs: a broken plugin or a bad limiter refuses the start."""
         self.plugins = self._plugin_manager or make_plugin_manager()
+        if self.memory_gate is not None:
+            self.memory_gate.use_reader(memory_reader_from(self.plugins, self.config.memory.limit))
         self.limiter_kinds = LimiterRegistry(self.plugins)
         for name, declared in self.config.limiters.items():
             try:
@@ -240,6 +240,17 @@ class JobDispatcher:
                 )
             except (PluginError, TypeError, ValueError) as exc:
                 raise ConfigError(f"dispatcher config: limiter {name!r}: {exc}") from exc
+        self.db_kinds = DBProviderKinds(self.plugins)
+        for name, database in self.config.databases.items():
+            try:
+                provider = self.db_kinds.create(database.kind, name, **database.settings)
+                self.databases.register(provider)
+            except (PluginError, RuntimeError, TypeError, ValueError) as exc:
+                raise ConfigError(
+                    f"dispatcher config: database {name!r} (kind {database.kind!r}): {exc}"
+                ) from exc
+        self.guardrail_kinds = GuardrailKinds(self.plugins)
+        check_attached_guardrails(self.config.guardrails, self.guardrail_kinds)
 
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the seed's shutdown(timeoutMs)
         """Stop in the seed's order.
@@ -392,7 +403,11 @@ class JobDispatcher:
         self, job: AbstractJob[Any], caller: JobContext | None, context: JobContext
     ) -> BaseException | None:
         """The three walls, in order; the first refusal, or ``None``."""
-        if caller is not None and not isinstance(caller.job, ScopeAuthority):
+        if (
+            caller is not None
+            and not isinstance(caller.job, ScopeAuthority)
+            and not is_guard_under_enforcement(job, caller)  # the internal door
+        ):
             return NucleoSystemError(
                 "dispatcher",
                 f"Only orchestrators may submit jobs from inside a job: {caller.job.name} "
@@ -717,10 +732,12 @@ class JobDispatcher:
             )
         self.bus.publish(event)
 
-    async def _attempt(self, queued: QueuedJob, requirements: Any) -> Any:
-        """One attempt: admit, arm the timeout, run, signal, release."""
+    async def _attempt(self, queued: QueuedJob, requirements: JobRequirements) -> Any:
+        """One attempt: admit, arm the timeout, open the handles, run (inside a transaction
+        when asked), signal, close."""
         job, context = queued.job, queued.context
-        demand = self.demand_assembler.assemble(requirements, context, self.http_gate)
+        providers = self._providers_of(requirements)
+        demand = self.demand_assembler.assemble(requirements, context, self.http_gate, providers)
         context.attempt += 1
         # The synchronous half first: a grant at once costs no scheduler step, and a job that
         # must wait joins the line and parks holding nothing.
@@ -729,16 +746,27 @@ class JobDispatcher:
         context.record_admission_wait(grant.wall_wait_ms)
         for account, ms in grant.wait_times_ms.items():
             context.record_resource_wait(account, ms)
-        resources = _AttemptResources(self.admission, grant)
+        resources = JobResources(
+            self.admission,
+            grant,
+            providers,
+            context=context,
+            read_only=requirements.read_only,
+            spawn=self._spawn_system,
+        )
         limiters = [need.limiter for need in requirements.limiters]
         outcome: Any = None
         failure: BaseException | None = None
         assert queued.nursery is not None
         scope = queued.nursery.cancel_scope
+        timers: list[TimerHandle] = []
         try:
             if job.timeout is not None:
-                self._arm_timeout(queued, scope, resources, job.timeout)
+                timers = self._arm_timeout(queued, scope, resources, job.timeout)
             context.is_executing_job_with_resources = not demand.is_empty
+            await resources.materialize()  # a failure rolls the grant back; the job never runs
+            context.resources = resources
+            transactional = requirements.requires_transaction and resources.has_database
             try:
                 await job.pre_execute(context)
                 if not context.try_transition(JobState.RUNNING):
@@ -748,11 +776,18 @@ class JobDispatcher:
                         ev.JobStartedEvent(snapshot=context.snapshot(), attempt=context.attempt)
                     )
                 resources.executed = True
+                if transactional:
+                    await resources.begin_all()
                 outcome = await job.execute(context)
+                if transactional and not context.timed_out and not context.is_cancelled:
+                    transactional = False  # commit_all rolls back what it could not commit
+                    await resources.commit_all()
             except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
                 if _is_cancellation(exc):
                     raise
                 failure = exc
+            if transactional and (failure is not None or context.timed_out or context.is_cancelled):
+                await _roll_back_onto(resources, failure)
             if failure is None and not context.timed_out and not context.is_cancelled:
                 for limiter in limiters:
                     self._signal(limiter.on_success, limiter)
@@ -763,32 +798,59 @@ class JobDispatcher:
                         self._signal(partial(limiter.on_rate_limit_error, upstream), limiter)
         finally:
             context.is_executing_job_with_resources = False
-            resources.disarm()
-            resources.close()
+            for timer in timers:
+                timer.cancel()
+            try:
+                if scope.cancel_called:
+                    # Phase two or shutdown: no checkpoint may replace the job's own verdict,
+                    # so what is still open is aborted and closed in the background.
+                    resources.force_close()
+                else:
+                    await resources.aclose()
+            except ResourceCloseError as close_failure:
+                if failure is None:
+                    failure = close_failure
+                else:
+                    add_suppressed(failure, close_failure)
+            finally:
+                context.resources = None
         if failure is not None:
             raise failure
         if context.timed_out:
             raise JobTimeoutError(_budget(job))
         return outcome
 
+    def _providers_of(self, requirements: JobRequirements) -> tuple[DBResourceProvider, ...]:
+        """The declared databases, names resolved against :attr:`databases`."""
+        return tuple(
+            self.databases.provider(p) if isinstance(p, str) else p for p in requirements.databases
+        )
+
+    def _spawn_system(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run clean-up that must outlive the job (a forced close's handle closes)."""
+        if self._system is not None:
+            self._system.start_soon(fn)
+
     def _arm_timeout(
         self,
         queued: QueuedJob,
         scope: trio.CancelScope,
-        resources: _AttemptResources,
+        resources: JobResources,
         budget: float,
-    ) -> None:
+    ) -> list[TimerHandle]:
         """The two-phase timeout, on the job's own nursery.
 
         Phase one is a timekeeper call at the job's deadline: it sets the timeout and cancel
         flags, runs the callbacks, closes the resources on a task of their own in the job's
         nursery, and sets the nursery's cancel-scope deadline to the end of the grace. Phase two
-        is that deadline: trio cancels the job, and a timekeeper call force-closes what a job
-        that does not unwind still holds. A job that finishes in time costs one heap entry."""
+        is that deadline: trio cancels the job, and a timekeeper call force-closes (aborts) what
+        a job that does not unwind still holds. A job that finishes in time costs one heap
+        entry. Returns the pending calls, which the attempt cancels when it ends."""
         context = queued.context
         context.arm_deadline(budget)
         assert context.deadline is not None
         grace = grace_period(budget)
+        timers: list[TimerHandle] = []
 
         def phase_one() -> None:
             context.time_out()
@@ -796,9 +858,10 @@ class JobDispatcher:
             queued.nursery.start_soon(_close_cooperatively, resources)
             phase_two = trio.current_time() + grace
             scope.deadline = phase_two
-            resources.timers.append(self._timekeeper.call_at(phase_two, resources.force_close))
+            timers.append(self._timekeeper.call_at(phase_two, resources.force_close))
 
-        resources.timers.append(self._timekeeper.call_at(context.deadline, phase_one))
+        timers.append(self._timekeeper.call_at(context.deadline, phase_one))
+        return timers
 
     @staticmethod
     def _signal(call: Any, limiter: RateLimiter) -> None:
@@ -894,6 +957,50 @@ class JobDispatcher:
         """(standard lane, fast lane) sizes."""
         return (len(self._standard), len(self._fast))
 
+    def health(self) -> HealthSnapshot:
+        """The dispatcher at this instant, in the health report's five sections.
+
+        Limiters: every account it knows (the ``http`` gate, the configured limiters, the
+        registry's accounts, each database provider's gate, and every account admission has
+        reported a transition on), read live and sorted by utilisation, each with the jobs held
+        on it; the memory account is a row only while it holds jobs in its line. Memory: the
+        memory account's status line. Jobs running: jobs that started an attempt and have not
+        ended, by type, and their workflows. Queue: the lanes and the jobs parked in admission.
+        """
+        admission = self.admission
+        memory = admission.memory.account_for(None)
+        accounts: list[LimiterIdentity] = [
+            self.http_gate,
+            *self.limiters.values(),
+            *self.accounts.accounts(),
+            *(self.databases.provider(name).admission() for name in self.databases.names()),
+            *self._seen_accounts.values(),
+        ]
+        if admission.held_on(memory) == 0:
+            accounts = [account for account in accounts if account is not memory]
+        running = [
+            (queued.job.job_type, queued.job.workflow_id)
+            for queued in self._running.values()
+            if queued.context.started_at is not None and not queued.context.state.is_terminal
+        ]
+        return capture_health(
+            accounts,
+            waiters=admission.held_on,
+            memory=memory,
+            running=running,
+            queues=QueueSizes(len(self._standard), len(self._fast), admission.queue_size),
+        )
+
+    def _health_reporter(self, every: int) -> SystemHealthReporter:
+        """The reporter :meth:`run` subscribes: logs a snapshot every ``every`` events."""
+        return SystemHealthReporter(
+            every=every,
+            memory=self.admission.memory.account_for(None),
+            queues=lambda: QueueSizes(
+                len(self._standard), len(self._fast), self.admission.queue_size
+            ),
+        )
+
     # -- events ---------------------------------------------------------------------------------
     def _emit_limiter_event(
         self,
@@ -905,6 +1012,7 @@ class JobDispatcher:
         reject_reason: str | None,
         amount: Any,
     ) -> None:
+        self._seen_accounts.setdefault(id(account), account)
         if not self.bus.has_listeners(snapshot.workflow_id if snapshot is not None else None):
             return
         self.bus.publish(
@@ -928,8 +1036,24 @@ def _budget(job: AbstractJob[Any]) -> float:
     return max(job.timeout or 0.0, 1e-9)
 
 
-async def _close_cooperatively(resources: _AttemptResources) -> None:
-    resources.close()
+async def _close_cooperatively(resources: JobResources) -> None:
+    """Phase one's close, on a task of its own in the job's nursery."""
+    try:
+        await resources.aclose()
+    except ResourceCloseError:
+        log.exception("closing the resources of a timed-out job failed")
+
+
+async def _roll_back_onto(resources: JobResources, failure: BaseException | None) -> None:
+    """Roll back a failed transactional attempt; a failed rollback rides on the job's own
+    failure as suppressed (EXEC-05), or is logged when the attempt timed out."""
+    try:
+        await resources.rollback_all()
+    except UncorrectableError as rollback_failure:
+        if failure is not None:
+            add_suppressed(failure, rollback_failure)
+        else:
+            log.error("rolling back a timed-out job failed: %s", rollback_failure)
 
 
 def _workflow_event(snapshot: JobSnapshot, verdict: _Verdict) -> ev.WorkflowCompleteEvent:

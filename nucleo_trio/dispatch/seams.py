@@ -11,12 +11,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..admission import Demand
+from ..resources.job_resources import demand_of
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ..admission.limiter import RateLimiter
     from ..jobs.context import JobContext
     from ..jobs.job import AbstractJob
     from ..jobs.requirements import JobRequirements
+    from ..resources.provider import DBResourceProvider
 
 __all__ = ["DemandAssembler", "GuardrailEnforcer", "NoGuardrails", "StandardDemandAssembler"]
 
@@ -60,22 +64,27 @@ class DemandAssembler(Protocol):
     """Turns one attempt's captured requirements into the whole demand admission grants."""
 
     def assemble(
-        self, requirements: JobRequirements, context: JobContext, http_gate: RateLimiter
+        self,
+        requirements: JobRequirements,
+        context: JobContext,
+        http_gate: RateLimiter,
+        providers: Sequence[DBResourceProvider] = (),
     ) -> Demand:
-        """Build the demand. Raise to fail the attempt before anything is held (a model that
-        cannot be resolved, a spend gate that refuses)."""
+        """Build the demand; ``providers`` are the declared databases, already resolved by
+        name. Raise to fail the attempt before anything is held (a model that cannot be
+        resolved, a spend gate that refuses)."""
         ...
 
 
 class StandardDemandAssembler:
-    """Each custom limiter with its amount, then the HTTP gate when anything needs it."""
+    """The HTTP gate when anything needs it, each custom limiter with its amount, and one
+    permit per declared database (:func:`~nucleo_trio.resources.demand_of`, JR-02)."""
 
     def assemble(
-        self, requirements: JobRequirements, context: JobContext, http_gate: RateLimiter
+        self,
+        requirements: JobRequirements,
+        context: JobContext,
+        http_gate: RateLimiter,
+        providers: Sequence[DBResourceProvider] = (),
     ) -> Demand:
-        demand = Demand()
-        for need in requirements.limiters:
-            demand.add(need.limiter, need.amount)
-        if requirements.needs_http:
-            demand.add(http_gate, None)
-        return demand
+        return demand_of(requirements, http_gate, providers)

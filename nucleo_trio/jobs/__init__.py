@@ -7,6 +7,7 @@ from .context import (
     JobContext as JobContext,
     current_job as current_job,
 )
+from .guarded import GuardedExecution as GuardedExecution
 from .handle import JobHandle as JobHandle
 from .identity import (
     Identifiable as Identifiable,
@@ -43,6 +44,7 @@ __all__ = [
     "AbstractStoppable",
     "CancellationToken",
     "Doer",
+    "GuardedExecution",
     "Identifiable",
     "JobContext",
     "JobHandle",

@@ -18,6 +18,8 @@ from .state import JobState
 if TYPE_CHECKING:
     from ..bus.events import JobEvent, Severity
     from ..dispatch.dispatcher import JobDispatcher
+    from ..guardrails.scope import ScopeGuard
+    from ..resources.job_resources import JobResources
     from .handle import JobHandle
     from .job import AbstractJob
 
@@ -183,10 +185,13 @@ class JobContext:
         self._result: Any = None
         self._has_result = False
         self.is_executing_job_with_resources = False
+        self.resources: JobResources | None = None
+        """The attempt's grant and database handles while it holds them, else ``None``."""
         self.llm_responses: list[Any] = []
         self._dependency_results: dict[JobSnapshot, Any] = {}
         self._dependency_errors: dict[JobSnapshot, BaseException] = {}
         self.handle: JobHandle[Any] | None = None
+        self._scope_guard: ScopeGuard | None = None
 
     # -- identity -----------------------------------------------------------------------------
     @property
@@ -460,6 +465,19 @@ class JobContext:
     def clear_completion_data(self) -> None:
         """Release the recorded LLM responses; after teardown they live on the terminal event."""
         self.llm_responses = []
+
+    # -- scope ----------------------------------------------------------------------------------
+    @property
+    def scope_guard(self) -> ScopeGuard | None:
+        """The scope guard the door captured for this job: an orchestrator's own sealed guard,
+        else the guard of the caller it was admitted under; ``None`` before the door judged it."""
+        return self._scope_guard
+
+    def seal_scope_guard(self, guard: ScopeGuard) -> None:
+        """Capture ``guard`` for this job; the door's call, once (a second raises RuntimeError)."""
+        if self._scope_guard is not None:
+            raise RuntimeError(f"{self.job.name}: the scope guard is already captured")
+        self._scope_guard = guard
 
     # -- submitting -------------------------------------------------------------------------------
     def submit(

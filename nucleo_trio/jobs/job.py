@@ -6,11 +6,13 @@ import abc
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from .guarded import GuardedExecution
 from .identity import Identifiable, mint_id
 from .requirements import JobRequirements
 from .state import JobType
 
 if TYPE_CHECKING:
+    from ..guardrails.scope import ScopeGuard
     from .context import JobContext
     from .handle import JobHandle
 
@@ -62,7 +64,7 @@ def tool_description(text: str) -> Callable[[J], J]:
     return mark
 
 
-class AbstractJob(abc.ABC, Generic[R]):
+class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
     """A unit of work with an identity in a workflow tree.
 
     A job is built under a parent :class:`Identifiable`: a :func:`workflow` root or another job.
@@ -165,8 +167,42 @@ class AbstractJob(abc.ABC, Generic[R]):
 class ScopeAuthority:
     """Marks a job that may submit other jobs from inside its execution: an orchestrator.
 
-    Scope guards (composed and sealed at the orchestrator's own dispatch) attach here.
+    Its effective :class:`~nucleo_trio.guardrails.ScopeGuard` is composed at its own dispatch
+    (its caller's guard, merged with its own scope and with any guard assigned here before
+    dispatch) and sealed. From then on :attr:`scope_guard` answers the captured guard and
+    :meth:`set_scope_guard` refuses, so nothing the flow produces can shed or replace it
+    (GRD-28, GRD-29).
     """
+
+    _assigned_scope_guard: ScopeGuard | None = None
+    _sealed_scope_guard: ScopeGuard | None = None
+
+    @property
+    def scope_guard(self) -> ScopeGuard | None:
+        """The sealed guard once dispatched; before that, the one assigned, if any."""
+        if self._sealed_scope_guard is not None:
+            return self._sealed_scope_guard
+        return self._assigned_scope_guard
+
+    def set_scope_guard(self, guard: ScopeGuard) -> None:
+        """Bind this orchestrator to ``guard`` before it is dispatched; the door merges it into
+        the guard it seals. After the seal this raises :class:`RuntimeError`."""
+        from ..guardrails.scope import ScopeGuard
+
+        if self._sealed_scope_guard is not None:
+            raise RuntimeError(
+                f"{self!r}: the scope guard was sealed at dispatch ({self._sealed_scope_guard}); "
+                "a sealed guard can be neither shed nor replaced"
+            )
+        if not isinstance(guard, ScopeGuard):
+            raise TypeError(f"set_scope_guard takes a ScopeGuard, got {type(guard).__name__}")
+        self._assigned_scope_guard = guard
+
+    def seal_scope_guard(self, guard: ScopeGuard) -> None:
+        """Install the guard the door composed; the dispatcher's call, once."""
+        if self._sealed_scope_guard is not None:
+            raise RuntimeError(f"{self!r}: the scope guard is already sealed")
+        self._sealed_scope_guard = guard
 
 
 class Tool(AbstractJob[R]):

@@ -9,6 +9,7 @@ import attrs
 
 if TYPE_CHECKING:
     from ..admission.limiter import RateLimiter
+    from ..resources.provider import DBResourceProvider
 
 __all__ = ["JobRequirements", "LimiterRequirement"]
 
@@ -32,16 +33,52 @@ class JobRequirements:
 
     ``requires_queueing=False`` runs the job at once instead of through a lane (ROUTE-01).
     A job that declares any resource must have a timeout (SUB-08).
+
+    Databases are declared by provider (or by the name a dispatcher registered it under):
+    the demand gets one permit on each provider's gate, and the job finds its connection
+    through ``context.resources``. With :meth:`require_transaction` the dispatcher runs
+    ``execute`` inside ``begin_all``/``commit_all``, rolling back on a failure.
     """
 
     requires_queueing: bool = True
     requires_http: bool = False
     requires_transaction: bool = False
+    read_only: bool = False
     rate_limiters: list[LimiterRequirement] = attrs.field(factory=list)
+    databases: list[DBResourceProvider | str] = attrs.field(factory=list)
 
     def require_rate_limiter(self, limiter: RateLimiter, amount: Any = None) -> JobRequirements:
-        """Add a custom account to the job's demand; it joins admission like a built-in."""
+        """Add a custom account to the job's demand; it joins admission like a built-in.
+
+        Requiring the same limiter again replaces its amount (JR-04); ``amount`` is what the
+        demand carries for it, ``None`` for a unit permit.
+        """
+        if limiter is None:
+            raise ValueError("require_rate_limiter: the limiter must not be None")
+        for i, need in enumerate(self.rate_limiters):
+            if need.limiter is limiter:
+                self.rate_limiters[i] = LimiterRequirement(limiter, amount)
+                return self
         self.rate_limiters.append(LimiterRequirement(limiter, amount))
+        return self
+
+    def require_database(self, provider: DBResourceProvider | str) -> JobRequirements:
+        """Declare a database: a provider object, or the name it is registered under in the
+        dispatcher (``dispatcher.databases``). Declaring one twice declares it once."""
+        if provider is None or (isinstance(provider, str) and not provider.strip()):
+            raise ValueError(f"require_database: a provider or a provider name, got {provider!r}")
+        if not any(p is provider or p == provider for p in self.databases):
+            self.databases.append(provider)
+        return self
+
+    def require_transaction(self, required: bool = True) -> JobRequirements:
+        """Run ``execute`` inside one transaction per declared database (EXEC-03..05)."""
+        self.requires_transaction = required
+        return self
+
+    def read_only_connections(self, read_only: bool = True) -> JobRequirements:
+        """Ask the providers for read-only connections (a hint the provider passes on)."""
+        self.read_only = read_only
         return self
 
     def require_http(self) -> JobRequirements:
@@ -67,5 +104,5 @@ class JobRequirements:
 
     @property
     def has_resources(self) -> bool:
-        """True when admission must grant something before the job runs."""
-        return bool(self.rate_limiters) or self.needs_http
+        """True when admission must grant something before the job runs (JR-05)."""
+        return bool(self.rate_limiters) or bool(self.databases) or self.needs_http

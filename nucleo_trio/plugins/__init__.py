@@ -10,27 +10,34 @@ and is found through the ``nucleo_trio`` entry-point group (see ``docs/plugins.m
         return {"fixed_slots": FixedSlots}
 
 The runtime builds one manager with :func:`make_plugin_manager` and asks it for limiter kinds
-through a :class:`LimiterRegistry`.
+through a :class:`LimiterRegistry`, and for database provider kinds through a
+:class:`DBProviderKinds`.
 """
 
 from nucleo_trio.plugins.hookspecs import (
     PROJECT_NAME as PROJECT_NAME,
+    DBProviderFactory as DBProviderFactory,
     LimiterFactory as LimiterFactory,
     hookimpl as hookimpl,
     hookspec as hookspec,
 )
 from nucleo_trio.plugins.manager import (
+    DBProviderKinds as DBProviderKinds,
     LimiterRegistry as LimiterRegistry,
     PluginError as PluginError,
+    UnknownDBProviderKindError as UnknownDBProviderKindError,
     UnknownLimiterKindError as UnknownLimiterKindError,
     make_plugin_manager as make_plugin_manager,
 )
 
 __all__ = [
     "PROJECT_NAME",
+    "DBProviderFactory",
+    "DBProviderKinds",
     "LimiterFactory",
     "LimiterRegistry",
     "PluginError",
+    "UnknownDBProviderKindError",
     "UnknownLimiterKindError",
     "hookimpl",
     "hookspec",
@@ -38,6 +45,12 @@ __all__ = [
 ]
 
 # Errors and the registry report themselves under the path users import them from.
-for _public in (LimiterRegistry, PluginError, UnknownLimiterKindError):
+for _public in (
+    DBProviderKinds,
+    LimiterRegistry,
+    PluginError,
+    UnknownDBProviderKindError,
+    UnknownLimiterKindError,
+):
     _public.__module__ = __name__
 del _public

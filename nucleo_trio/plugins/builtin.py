@@ -11,9 +11,33 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from nucleo_trio.admission import CountingGate, ElasticWindow, TokenBucket, TokenBucketConfig
-from nucleo_trio.plugins.hookspecs import LimiterFactory, hookimpl
+from nucleo_trio.admission.memory_reader import MemoryReader, ProcessMemoryReader
+from nucleo_trio.guardrails import (
+    CallerClassAllowListGuardrail,
+    ExfiltrationMarkerGuardrail,
+    PayloadSizeCapGuardrail,
+    PIIDetectionGuardrail,
+    PrincipalAllowListGuardrail,
+    UrlGuardrail,
+)
+from nucleo_trio.plugins.hookspecs import (
+    DBProviderFactory,
+    GuardrailFactory,
+    LimiterFactory,
+    hookimpl,
+)
+from nucleo_trio.resources import CountingDBResourceProvider, SQLiteProvider
 
-__all__ = ["elastic_window", "nucleo_trio_limiter_kinds", "token_bucket"]
+__all__ = [
+    "counting_database",
+    "elastic_window",
+    "nucleo_trio_db_provider_kinds",
+    "nucleo_trio_guardrails",
+    "nucleo_trio_limiter_kinds",
+    "nucleo_trio_memory_reader",
+    "sqlite_database",
+    "token_bucket",
+]
 
 
 def token_bucket(name: str, *, rpm: int, tpm: int) -> TokenBucket:
@@ -44,4 +68,55 @@ def nucleo_trio_limiter_kinds() -> Mapping[str, LimiterFactory]:
         "counting": CountingGate,
         "token_bucket": token_bucket,
         "elastic_window": elastic_window,
+    }
+
+
+# --- database providers -------------------------------------------------------------------------
+
+
+def sqlite_database(name: str, *, path: str, max_connections: int) -> SQLiteProvider:
+    """A :class:`~nucleo_trio.resources.SQLiteProvider` for the database file ``path``, at most
+    ``max_connections`` at once
+    (``{"kind": "sqlite", "settings": {"path": "app.db", "max_connections": 4}}``)."""
+    return SQLiteProvider(name, path, max_connections)
+
+
+def counting_database(name: str, *, max_concurrent: int) -> CountingDBResourceProvider:
+    """A :class:`~nucleo_trio.resources.CountingDBResourceProvider`: only the count of
+    ``max_concurrent`` permits, for a stack that opens its own connections
+    (``{"kind": "counting", "settings": {"max_concurrent": 8}}``)."""
+    return CountingDBResourceProvider(name, max_concurrent)
+
+
+@hookimpl
+def nucleo_trio_db_provider_kinds() -> Mapping[str, DBProviderFactory]:
+    """Provide ``"sqlite"`` (see :func:`sqlite_database`) and ``"counting"`` (see
+    :func:`counting_database`)."""
+    return {"sqlite": sqlite_database, "counting": counting_database}
+
+
+@hookimpl(trylast=True)
+def nucleo_trio_memory_reader(limit_bytes: int | None) -> MemoryReader:
+    """Answer last with a :class:`~nucleo_trio.admission.ProcessMemoryReader`: the process's
+    resident memory against the cgroup v2 limit or ``limit_bytes``, whichever is tighter, else
+    physical memory. A plugin that answers first replaces it."""
+    return ProcessMemoryReader(limit_bytes)
+
+
+# --- guardrails ---------------------------------------------------------------------------------
+
+
+@hookimpl
+def nucleo_trio_guardrails() -> Mapping[str, GuardrailFactory]:
+    """Provide the shipped guards by name: ``"payload_size_cap"`` (setting ``max_chars``),
+    ``"pii_detection"``, ``"principal_allow_list"`` and ``"caller_class_allow_list"`` (setting
+    ``allowed``), ``"url"`` and ``"exfiltration_marker"`` (setting ``direction``, a
+    :class:`~nucleo_trio.guardrails.Direction`, for the content guards that take one)."""
+    return {
+        "payload_size_cap": PayloadSizeCapGuardrail,
+        "pii_detection": PIIDetectionGuardrail,
+        "principal_allow_list": PrincipalAllowListGuardrail,
+        "caller_class_allow_list": CallerClassAllowListGuardrail,
+        "url": UrlGuardrail,
+        "exfiltration_marker": ExfiltrationMarkerGuardrail,
     }

@@ -15,8 +15,8 @@ grants, head reservation and rollback exactly like a built-in gate.
 Two kinds of hook live here, and each stub says which it is:
 
 * **registration hooks** fan out: every plugin may answer, all answers are gathered, and a name
-  claimed by two plugins is refused naming both (limiter kinds; later DB providers, guardrails
-  and event observers);
+  claimed by two plugins is refused naming both (limiter kinds, DB providers, guardrails;
+  later event observers);
 * **provider hooks** pick one thing and are ``firstresult``: the first plugin that answers
   something other than ``None`` wins (later the memory reader and the heartbeat store).
 
@@ -33,13 +33,22 @@ import pluggy
 
 if TYPE_CHECKING:
     from nucleo_trio.admission import RateLimiter
+    from nucleo_trio.admission.memory_reader import MemoryReader
+    from nucleo_trio.guardrails import Guardrail
+    from nucleo_trio.jobs import Identifiable
+    from nucleo_trio.resources import DBResourceProvider
 
 __all__ = [
     "PROJECT_NAME",
+    "DBProviderFactory",
+    "GuardrailFactory",
     "LimiterFactory",
     "hookimpl",
     "hookspec",
+    "nucleo_trio_db_provider_kinds",
+    "nucleo_trio_guardrails",
     "nucleo_trio_limiter_kinds",
+    "nucleo_trio_memory_reader",
 ]
 
 PROJECT_NAME: Final = "nucleo_trio"
@@ -69,6 +78,29 @@ class LimiterFactory(Protocol):
     def __call__(self, name: str, /, *args: Any, **settings: Any) -> RateLimiter: ...
 
 
+class DBProviderFactory(Protocol):
+    """Builds one database provider of a kind: ``factory(name, **settings) -> provider``.
+
+    ``name`` is the datasource's name (its admission account is ``db:<name>``); ``settings``
+    are the kind's keyword options from configuration, such as ``path`` and
+    ``max_connections`` for SQLite or ``conninfo`` for PostgreSQL.
+    """
+
+    def __call__(self, name: str, /, *args: Any, **settings: Any) -> DBResourceProvider: ...
+
+
+class GuardrailFactory(Protocol):
+    """Builds one guard of a registered kind: ``factory(parent, **settings) -> Guardrail``.
+
+    ``parent`` is the job the guard gates (a guard is a job, built fresh for every submission
+    it judges); ``settings`` are the kind's keyword options from configuration, such as
+    ``max_chars`` for a payload size cap. A guardrail class whose constructor takes the parent
+    first is a factory as it stands.
+    """
+
+    def __call__(self, parent: Identifiable, /, *args: Any, **settings: Any) -> Guardrail: ...
+
+
 # Each stub's body is only its docstring: pluggy reads a specification's name, arguments and
 # options but never calls it, hence the `empty-body` ignores.
 
@@ -90,4 +122,48 @@ def nucleo_trio_limiter_kinds() -> Mapping[str, LimiterFactory]:  # type: ignore
     account is created, naming the kind and the plugin. A kind already provided by another
     plugin, built-ins included, is refused naming both plugins: kinds are never silently
     shadowed. Returning ``None`` or an empty mapping contributes nothing.
+    """
+
+
+# --- database providers -------------------------------------------------------------------------
+
+
+@hookspec
+def nucleo_trio_db_provider_kinds() -> Mapping[str, DBProviderFactory]:  # type: ignore[empty-body]
+    """Name the database provider kinds this plugin provides (a registration hook).
+
+    Return a mapping from kind name (``"sqlite"``, ``"postgres"``, ...) to the
+    :class:`DBProviderFactory` that builds one provider of that kind. A configuration's
+    ``databases`` table names a kind per datasource; the dispatcher builds each at start and
+    registers it under its name. A kind provided by two plugins is refused naming both.
+    """
+
+
+# --- guardrails ---------------------------------------------------------------------------------
+
+
+@hookspec
+def nucleo_trio_guardrails() -> Mapping[str, GuardrailFactory]:  # type: ignore[empty-body]
+    """Name the guardrails this plugin provides (a registration hook: every answer counts).
+
+    Return a mapping from guardrail name (``"payload_size_cap"``, ``"url"``, ...) to the
+    :class:`GuardrailFactory` that builds one guard. A configuration's ``guardrails`` table
+    attaches guards by these names to tool classes; the dispatcher checks every attachment at
+    start and builds the guards fresh, with the gated job as parent, on each submission. A name
+    provided by two plugins is refused naming both.
+    """
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def nucleo_trio_memory_reader(limit_bytes: int | None) -> MemoryReader | None:
+    """Provide the reader the memory pressure gate measures with (a provider hook:
+    ``firstresult``, the first answer that is not ``None`` wins).
+
+    ``limit_bytes`` is the limit the deployment configured, or ``None``. The built-in answers
+    last, with a reader of the process's resident memory against the cgroup v2 limit, else the
+    configured limit, else physical memory; a plugin answers first to measure something else
+    (a container's whole memory, or the Python heap through tracemalloc in tests).
     """

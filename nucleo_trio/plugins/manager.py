@@ -9,6 +9,8 @@ and the hook, because a typo'd hook name otherwise fails silently (nothing ever 
 
 :class:`LimiterRegistry` asks every plugin for its limiter kinds once, refuses a kind claimed
 twice, and builds accounts by kind name with every failure traced to the plugin responsible.
+:class:`DBProviderKinds` does the same for database provider kinds, and :class:`GuardrailKinds`
+for guardrails registered by name.
 """
 
 from __future__ import annotations
@@ -23,12 +25,24 @@ from typing import Any, TypeVar, cast
 import pluggy
 
 from nucleo_trio.admission import RateLimiter
+from nucleo_trio.guardrails import Guardrail
+from nucleo_trio.jobs import Identifiable
 from nucleo_trio.plugins import builtin, hookspecs
-from nucleo_trio.plugins.hookspecs import PROJECT_NAME, LimiterFactory
+from nucleo_trio.plugins.hookspecs import (
+    PROJECT_NAME,
+    DBProviderFactory,
+    GuardrailFactory,
+    LimiterFactory,
+)
+from nucleo_trio.resources import DBResourceProvider
 
 __all__ = [
+    "DBProviderKinds",
+    "GuardrailKinds",
     "LimiterRegistry",
     "PluginError",
+    "UnknownDBProviderKindError",
+    "UnknownGuardrailKindError",
     "UnknownLimiterKindError",
     "make_plugin_manager",
 ]
@@ -50,6 +64,21 @@ class UnknownLimiterKindError(PluginError, LookupError):
 
     The message lists the kinds that are known; a missing kind usually means the distribution
     that provides it is not installed in this environment.
+    """
+
+
+class UnknownDBProviderKindError(PluginError, LookupError):
+    """A database provider kind was asked for that no registered plugin provides.
+
+    The message lists the kinds that are known; ``"postgres"`` missing usually means the
+    ``nucleo-trio-postgres`` distribution is not installed in this environment.
+    """
+
+
+class UnknownGuardrailKindError(PluginError, LookupError):
+    """A guardrail was asked for by a name that no registered plugin provides.
+
+    The message lists the names that are known.
     """
 
 
@@ -293,3 +322,169 @@ class LimiterRegistry:
 
     def __repr__(self) -> str:
         return f"LimiterRegistry(kinds={self.kinds!r})"
+
+
+def _as_db_factory(thing: object) -> DBProviderFactory | None:
+    return cast(DBProviderFactory, thing) if callable(thing) else None
+
+
+class DBProviderKinds:
+    """The database provider kinds every plugin provides, and the one place providers are built
+    by kind (a configuration's ``databases`` table names a kind per datasource).
+
+    Built from a plugin manager, it asks the ``nucleo_trio_db_provider_kinds`` hook once. As
+    with :class:`LimiterRegistry`, a kind claimed by two plugins is refused naming both, and
+    every failure to build names the kind and the plugin that provides it.
+
+    >>> kinds = DBProviderKinds(make_plugin_manager(load_entrypoints=False))
+    >>> kinds.kinds
+    ('counting', 'sqlite')
+    >>> provider = kinds.create("counting", "reports", max_concurrent=3)
+    """
+
+    __slots__ = ("_kinds",)
+
+    def __init__(self, plugin_manager: pluggy.PluginManager) -> None:
+        self._kinds: Mapping[str, tuple[DBProviderFactory, str]] = types.MappingProxyType(
+            _collect_named(
+                plugin_manager,
+                "nucleo_trio_db_provider_kinds",
+                "database provider kind",
+                _as_db_factory,
+            )
+        )
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Every known kind name, sorted."""
+        return tuple(sorted(self._kinds))
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._kinds
+
+    def provider(self, kind: str) -> str:
+        """Name the plugin (and distribution, if any) that provides ``kind``."""
+        return self._entry(kind)[1]
+
+    def create(self, kind: str, name: str, **settings: Any) -> DBResourceProvider:
+        """Build the provider of datasource ``name`` of kind ``kind`` from its ``settings``.
+
+        Raises :class:`UnknownDBProviderKindError` naming the kind and the known ones,
+        ``ValueError`` for an empty or non-string ``name``, and :class:`PluginError` naming the
+        kind and its plugin when the factory raises (chained as ``__cause__``) or returns
+        something that does not satisfy the ``DBResourceProvider`` protocol or is named other
+        than ``name``.
+        """
+        factory, label = self._entry(kind)
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a {kind!r} database needs a non-empty string name, got {name!r}")
+        try:
+            provider = factory(name, **settings)
+        except Exception as exc:
+            # Only the settings' names are repeated: a conninfo may carry a password.
+            given = f"settings given: {', '.join(sorted(settings))}" if settings else "no settings"
+            raise PluginError(
+                f"database provider kind {kind!r} from plugin {label} could not build {name!r} "
+                f"({given}): {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(provider, DBResourceProvider):
+            raise PluginError(
+                f"database provider kind {kind!r} from plugin {label} built {name!r} as a "
+                f"{type(provider).__qualname__}, which does not implement the "
+                "DBResourceProvider protocol"
+            )
+        if provider.name != name:
+            raise PluginError(
+                f"database provider kind {kind!r} from plugin {label} built {name!r} under the "
+                f"name {provider.name!r}; a provider must carry its datasource's name"
+            )
+        return provider
+
+    def _entry(self, kind: str) -> tuple[DBProviderFactory, str]:
+        try:
+            return self._kinds[kind]
+        except (KeyError, TypeError):
+            known = ", ".join(repr(k) for k in self.kinds) or "none"
+            raise UnknownDBProviderKindError(
+                f"unknown database provider kind {kind!r}; known kinds: {known} "
+                "(is the plugin that provides it installed?)"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"DBProviderKinds(kinds={self.kinds!r})"
+
+
+def _as_guardrail_factory(thing: object) -> GuardrailFactory | None:
+    return cast(GuardrailFactory, thing) if callable(thing) else None
+
+
+class GuardrailKinds:
+    """The guardrails every plugin registers by name, and the one place a guard is built by
+    name (a configuration's ``guardrails`` table attaches guards to tool classes by name).
+
+    Built from a plugin manager, it asks the ``nucleo_trio_guardrails`` hook once. A name
+    registered by two plugins is refused naming both, and every failure to build names the
+    guardrail and the plugin that provides it.
+
+    >>> kinds = GuardrailKinds(make_plugin_manager(load_entrypoints=False))
+    >>> "payload_size_cap" in kinds
+    True
+    """
+
+    __slots__ = ("_kinds",)
+
+    def __init__(self, plugin_manager: pluggy.PluginManager) -> None:
+        self._kinds: Mapping[str, tuple[GuardrailFactory, str]] = types.MappingProxyType(
+            _collect_named(
+                plugin_manager, "nucleo_trio_guardrails", "guardrail", _as_guardrail_factory
+            )
+        )
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """Every registered guardrail name, sorted."""
+        return tuple(sorted(self._kinds))
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._kinds
+
+    def provider(self, kind: str) -> str:
+        """Name the plugin (and distribution, if any) that provides ``kind``."""
+        return self._entry(kind)[1]
+
+    def create(self, kind: str, parent: Identifiable, **settings: Any) -> Guardrail:
+        """Build the guard registered as ``kind``, gating ``parent``, from its ``settings``.
+
+        Raises :class:`UnknownGuardrailKindError` naming the name and the known ones, and
+        :class:`PluginError` naming the guardrail and its plugin when the factory raises
+        (chained as ``__cause__``) or returns something that is not a
+        :class:`~nucleo_trio.guardrails.Guardrail`.
+        """
+        factory, label = self._entry(kind)
+        try:
+            guard = factory(parent, **settings)
+        except Exception as exc:
+            given = f"settings given: {', '.join(sorted(settings))}" if settings else "no settings"
+            raise PluginError(
+                f"guardrail {kind!r} from plugin {label} could not be built ({given}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(guard, Guardrail):
+            raise PluginError(
+                f"guardrail {kind!r} from plugin {label} built a {type(guard).__qualname__}, "
+                "which is not a Guardrail"
+            )
+        return guard
+
+    def _entry(self, kind: str) -> tuple[GuardrailFactory, str]:
+        try:
+            return self._kinds[kind]
+        except (KeyError, TypeError):
+            known = ", ".join(repr(k) for k in self.kinds) or "none"
+            raise UnknownGuardrailKindError(
+                f"unknown guardrail {kind!r}; known guardrails: {known} "
+                "(is the plugin that provides it installed?)"
+            ) from None
+
+    def __repr__(self) -> str:
+        return f"GuardrailKinds(kinds={self.kinds!r})"

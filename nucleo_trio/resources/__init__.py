@@ -1,6 +1,12 @@
 """Database providers: the contract a database stack implements to join admission, the
-provider that is only a count, and the registry of providers by name."""
+provider that is only a count, the registry of providers by name, and the resources one
+attempt holds (its grant and the handles opened under it)."""
 
+from .job_resources import (
+    JobResources as JobResources,
+    ResourceCloseError as ResourceCloseError,
+    demand_of as demand_of,
+)
 from .provider import (
     CountingDBResourceProvider as CountingDBResourceProvider,
     DBHandle as DBHandle,
@@ -14,5 +20,8 @@ __all__ = [
     "DBHandle",
     "DBResourceProvider",
     "DBResourceProviders",
+    "JobResources",
+    "ResourceCloseError",
     "SQLiteProvider",
+    "demand_of",
 ]

@@ -1,10 +1,11 @@
 """SQLite as a database provider that holds the connection for the job.
 
 The standard library's driver blocks, so every call runs in a worker thread
-(``trio.to_thread``) under the permit admission granted; the connection is opened per handle in
+(``trio.to_thread``) under the permit admission granted, one at a time per handle
+(:class:`~nucleo_trio.resources.threads.HandleCalls`); the connection is opened per handle in
 autocommit mode and transactions are explicit. ``abort`` interrupts whatever statement is
 running (SQLite's ``interrupt`` is safe from any thread) and poisons the handle; the ``close``
-that follows rolls back and hands the connection back.
+that follows rolls back and hands the connection back, even when its caller is cancelled.
 """
 
 from __future__ import annotations
@@ -14,13 +15,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import outcome
 import trio
 
 from ..admission import DatabaseGate, RateLimiter
 from ..errors import UncorrectableError
 from .provider import DBHandle
+from .threads import HandleCalls
 
 __all__ = ["SQLiteProvider"]
+
+_ABORT_CHECK_STEPS = 10_000
+
+
+class _SQLiteHandle(DBHandle):
+    def __init__(
+        self, provider: SQLiteProvider, connection: sqlite3.Connection, read_only: bool
+    ) -> None:
+        super().__init__(provider, connection, read_only=read_only)
+        self.calls = HandleCalls()
 
 
 class SQLiteProvider:
@@ -39,18 +52,17 @@ class SQLiteProvider:
     def admission(self) -> RateLimiter:
         return self._gate
 
-    def _own(self, handle: DBHandle) -> sqlite3.Connection:
-        if not isinstance(handle, DBHandle) or handle.provider is not self:
+    def _own(self, handle: DBHandle) -> _SQLiteHandle:
+        if not isinstance(handle, _SQLiteHandle) or handle.provider is not self:
             raise ValueError(f"Handle was not produced by the SQLite provider {self._name!r}")
-        connection: sqlite3.Connection = handle.connection
-        return connection
+        return handle
 
-    def _live(self, handle: DBHandle) -> sqlite3.Connection:
-        connection = self._own(handle)
-        if handle.aborted or handle.closed:
-            state = "aborted" if handle.aborted else "closed"
+    def _live(self, handle: DBHandle) -> _SQLiteHandle:
+        own = self._own(handle)
+        if own.aborted or own.closed:
+            state = "aborted" if own.aborted else "closed"
             raise UncorrectableError(f"{self._name}: the connection was {state}")
-        return connection
+        return own
 
     def _connect(self, read_only: bool) -> sqlite3.Connection:
         if read_only:
@@ -64,21 +76,26 @@ class SQLiteProvider:
     async def acquire(self, read_only: bool = False) -> DBHandle:
         connection = await trio.to_thread.run_sync(self._connect, read_only)
         self.open_connections += 1
-        return DBHandle(self, connection, read_only=read_only)
+        handle = _SQLiteHandle(self, connection, read_only)
+        # interrupt() reaches only a statement already running; this stops one that starts
+        # after the abort, checked every few thousand VM steps.
+        connection.set_progress_handler(lambda: handle.aborted, _ABORT_CHECK_STEPS)
+        return handle
 
     async def execute(
         self, handle: DBHandle, sql: str, parameters: Sequence[Any] = ()
     ) -> list[tuple[Any, ...]]:
         """Run one statement on the handle's connection and return its rows."""
-        connection = self._live(handle)
+        own = self._live(handle)
+        connection: sqlite3.Connection = own.connection
 
         def run() -> list[tuple[Any, ...]]:
             return connection.execute(sql, parameters).fetchall()
 
         try:
-            return await trio.to_thread.run_sync(run)
+            return await own.calls.run(run)
         except sqlite3.Error as exc:
-            if handle.aborted:
+            if own.aborted:
                 raise UncorrectableError(f"{self._name}: the connection was aborted") from exc
             raise
 
@@ -89,45 +106,65 @@ class SQLiteProvider:
         await self.execute(handle, "COMMIT")
 
     async def await_completion(self, handle: DBHandle) -> None:
-        """A SQLite commit is durable when it returns: nothing to wait for."""
-        self._live(handle)
+        """Wait until no call on the handle is in flight (a commit started by another task,
+        say). A SQLite commit is durable when it returns, so that is all there is to wait for.
+        A close or abort meanwhile releases the waiter with an UncorrectableError."""
+        own = self._live(handle)
+        if not await own.calls.wait_quiet():
+            state = "aborted" if own.aborted else "closed"
+            raise UncorrectableError(
+                f"{self._name}: the connection was {state} before its work completed"
+            )
 
     async def rollback(self, handle: DBHandle) -> None:
         """Roll back an open transaction; with none open, or again, it does nothing."""
-        connection = self._live(handle)
-        if connection.in_transaction:
+        own = self._live(handle)
+        if own.connection.in_transaction:
             await self.execute(handle, "ROLLBACK")
 
     async def close(self, handle: DBHandle) -> None:
         """Roll back what is open and hand the connection back; repeatable, and still hands it
-        back after an abort (whatever the driver says then is an UncorrectableError)."""
-        connection = self._own(handle)
-        if handle.closed:
+        back after an abort (whatever the driver says then is an UncorrectableError). The
+        connection is closed after any statement still in flight, and even if the caller is
+        cancelled while it waits; a repeated close waits until the first has finished."""
+        own = self._own(handle)
+        if own.closed:
+            await own.calls.wait_finished()
             return
-        handle.closed = True
-        self.open_connections -= 1
+        own.closed = True
+        own.calls.release()
+        connection: sqlite3.Connection = own.connection
 
         def finish() -> None:
+            connection.set_progress_handler(None, 0)  # the rollback must run, aborted or not
             try:
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
             finally:
                 connection.close()
 
+        def settle(result: outcome.Outcome[None]) -> None:
+            self.open_connections -= 1
+
         try:
-            await trio.to_thread.run_sync(finish)
+            await own.calls.finish(finish, settle)
         except sqlite3.Error as exc:
             raise UncorrectableError(f"{self._name}: closing the connection failed: {exc}") from exc
 
     def abort(self, handle: DBHandle) -> None:
         """Sever the connection at once (phase two of a timeout): interrupt the running
-        statement; every later use fails until ``close`` hands it back."""
-        connection = self._own(handle)
-        if handle.aborted or handle.closed:
-            handle.aborted = True
+        statement; every later use fails until ``close`` hands it back. An abort while a close
+        waits behind a running statement interrupts that statement too."""
+        own = self._own(handle)
+        already = own.aborted
+        own.aborted = True
+        own.calls.release()
+        if already or own.calls.finished:
             return
-        handle.aborted = True
-        connection.interrupt()
+        try:
+            own.connection.interrupt()
+        except sqlite3.ProgrammingError:
+            pass  # the close already shut it: nothing left to interrupt
 
     def __repr__(self) -> str:
         return f"<SQLiteProvider {self._name!r} {self.path} max={self._gate.capacity}>"

@@ -1,0 +1,357 @@
+"""The memory pressure gate: the account every resourceful demand meets first and takes last.
+
+Memory is the one resource nothing declares: no job knows how much it will hold, and no caller
+can be asked. So the gate does not budget; it holds a line and lets it go at a pace memory can
+take. It reads memory through a :class:`~nucleo_trio.admission.memory_reader.MemoryReader`
+(used bytes against a limit), once per question, and decides from the ratio:
+
+* **The latch.** A reading at or above 95 % sets it; only a reading below 90 % clears it. While
+  it is set nothing resourceful is granted, and the evaluator is told to look again in 2 s.
+  It is logged once when it sets (WARNING) and once when it clears (INFO).
+* **Memory's line** is the waiters admission holds on memory (it hands the gate a reader of
+  their number through ``observe_held``). With nobody in it, a job starts at once at any reading
+  below the latch: a lone arrival is never spaced.
+* **The drain.** While the line is not empty, one job goes per *look* that finds it releasable:
+  a job finished since the last release (a completion: ``give([])``), or the delay for memory
+  *as it reads now* has passed since the last release, whichever comes first. Completions do not
+  pile up: ten of them under the latch are one look when it clears.
+* **The curve.** The delay is cubic in the level: 50 ms at and below 80 %, about 1.1 s at 85 %,
+  8.9 s at 90 %, 30 s at 95 % (:func:`throttle_delay_ms`).
+* **The growth penalty.** The curve reads the level; the penalty reads the *live set*, taken as
+  the *floor*: the first reading, then any reading lower than the one before it (memory only
+  falls when something was freed, so a reading after a fall is the live set plus what was
+  allocated since). Each release commits the penalty a release at that moment would carry: the
+  committed one times 2 to the points the floor gained over the last two releases (a fall
+  divides it the same way), between 1 and 72 000. The wait is the curve times the penalty,
+  capped at one hour; a fall of 17 points is therefore a reset from any state.
+* **The re-check.** Freeing memory signals nothing, so while anything is paced or latched,
+  ``earliest_fit`` is never more than 2 s away: the one timed re-check in admission.
+
+Orchestrators (empty demands) never meet the gate; a line held on another account is that
+account's to release whatever memory reads; both are admission's doing (see
+:mod:`nucleo_trio.admission.monitor`). Times are :func:`trio.current_time` seconds; delays are
+whole milliseconds, as the status reports them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+
+from .limiter import AbstractRateLimiter
+from .memory_reader import MemoryReader, MemoryReading, ProcessMemoryReader
+from .status import MemoryPressureStatus, MemoryZone
+
+__all__ = [
+    "CRITICAL_RATIO",
+    "CURVE_START_RATIO",
+    "MAX_DELAY_MS",
+    "MAX_PENALTY",
+    "MAX_WAIT_MS",
+    "MIN_DELAY_MS",
+    "PENALTY_BASE",
+    "RECHECK_SECONDS",
+    "RECOVERY_RATIO",
+    "MemoryPressureGate",
+    "throttle_delay_ms",
+]
+
+log = logging.getLogger("nucleo_trio.admission.memory")
+
+CURVE_START_RATIO = 0.80
+"""Below this level every release is spaced by the minimum delay (MEM-01)."""
+CRITICAL_RATIO = 0.95
+"""A reading at or above this sets the latch."""
+RECOVERY_RATIO = 0.90
+"""Only a reading below this clears the latch."""
+MIN_DELAY_MS = 50
+MAX_DELAY_MS = 30_000
+PENALTY_BASE = 2.0
+"""The growth penalty moves by this factor per percentage point of floor growth."""
+MAX_WAIT_MS = 3_600_000
+"""The penalised wait never exceeds one hour."""
+MAX_PENALTY = MAX_WAIT_MS / MIN_DELAY_MS
+"""72 000: the cap over the curve's minimum, so a 17-point fall (2^17 > 72 000) resets it."""
+RECHECK_SECONDS = 2.0
+"""While anything is paced or latched, admission looks again at least this often."""
+
+
+def _points(ratio: float) -> float:
+    """A ratio in percentage points, rid of binary noise (0.89 is 89 points, not 88.999...)."""
+    return round(ratio * 100, 6)
+
+
+def throttle_delay_ms(ratio: float) -> int:
+    """The release spacing for a memory level, before the growth penalty (MEM-03, MEM-04).
+
+    ``normalized = clamp((ratio - 0.80) / 0.15, 0, 1)`` and the delay is
+    ``max(50, floor(30 000 * normalized**3))`` ms: 50 at and below 80 %, 1111 at 85 %, 6480 at
+    89 %, 8888 at 90 %, 15 360 at 92 %, 30 000 at 95 % and above.
+    """
+    span = _points(CRITICAL_RATIO) - _points(CURVE_START_RATIO)
+    over = min(max(_points(ratio) - _points(CURVE_START_RATIO), 0.0), span)
+    # Cubed over the span's cube in one division, so 9 points over 15 is exactly 6480.
+    return max(MIN_DELAY_MS, math.floor(MAX_DELAY_MS * over**3 / span**3 + 1e-9))
+
+
+def _nobody() -> int:
+    return 0
+
+
+class MemoryPressureGate(AbstractRateLimiter):
+    """The memory account (see the module docstring): name and category ``memory``, RELEASE.
+
+    ``reader`` measures memory (``None``: a :class:`ProcessMemoryReader` with no configured
+    limit, built at the first look); :meth:`use_reader` swaps it, which is how a dispatcher hands
+    over the reader its plugins chose. ``clock`` reads instants and must agree with
+    :func:`trio.current_time`, the clock admission sleeps on.
+
+    ``capacity`` and ``in_use`` are the limit and the bytes in use as of the last look (they do
+    not read memory again, so the figures a limiter event carries are the ones the transition
+    was decided on).
+    """
+
+    def __init__(
+        self,
+        reader: MemoryReader | None = None,
+        *,
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        if reader is not None:
+            self._check_reader(reader)
+        if not callable(clock):
+            raise TypeError(
+                f"MemoryPressureGate: clock must be callable, got {type(clock).__name__}"
+            )
+        self._reader = reader
+        self._clock = clock
+        self._held: Callable[[], int] = _nobody
+        self._latched = False
+        self._stopping = False
+        self._reading: MemoryReading | None = None
+        self._previous: float | None = None
+        self._floor: float | None = None
+        self._floor_at_last: float | None = None
+        self._floor_before_last: float | None = None
+        self._committed = 1.0
+        self._last_release: float | None = None
+        self._completed = False
+
+    @staticmethod
+    def _check_reader(reader: object) -> None:
+        if not callable(getattr(reader, "read", None)):
+            raise TypeError(
+                f"MemoryPressureGate: reader must be a MemoryReader (with read()), "
+                f"got {type(reader).__name__}"
+            )
+
+    @property
+    def reader(self) -> MemoryReader:
+        """What the gate measures with (the default reader is built on first use)."""
+        if self._reader is None:
+            self._reader = ProcessMemoryReader()
+        return self._reader
+
+    def use_reader(self, reader: MemoryReader) -> None:
+        """Measure with ``reader`` from the next look on; the floor history carries over."""
+        self._check_reader(reader)
+        self._reader = reader
+
+    # -- identity ---------------------------------------------------------------------------------
+    @property
+    def limiter_name(self) -> str:
+        return "memory"
+
+    @property
+    def limiter_category(self) -> str:
+        return "memory"
+
+    @property
+    def capacity(self) -> int:
+        return self._last_reading().limit_bytes
+
+    @property
+    def in_use(self) -> int:
+        return self._last_reading().used_bytes
+
+    @property
+    def is_latched(self) -> bool:
+        """Whether the latch was set at the last look (this does not look again)."""
+        return self._latched
+
+    @property
+    def is_stopping(self) -> bool:
+        """True once :meth:`stop` ran: every question then answers yes (MEM-20)."""
+        return self._stopping
+
+    def observe_held(self, supplier: Callable[[], int]) -> None:
+        """Admission hands over the reader of memory's line (MEM-10)."""
+        if not callable(supplier):
+            raise TypeError(
+                f"MemoryPressureGate.observe_held: supplier must be callable, "
+                f"got {type(supplier).__name__}"
+            )
+        self._held = supplier
+
+    # -- the account ------------------------------------------------------------------------------
+    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """Not latched, and releasable: no release yet, nobody held on memory, a completion
+        since the last release, or the penalised delay for the reading now has passed (MEM-11)."""
+        if self._stopping:
+            return True
+        reading = self._look()
+        return not self._latched and self._releasable(reading.ratio)
+
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """The same check, and a release: stamp it, use up the completion, commit the penalty
+        and shift the floor history (MEM-13)."""
+        if self._stopping:
+            return True
+        reading = self._look()
+        if self._latched or not self._releasable(reading.ratio):
+            return False
+        self._committed = self._penalty()
+        self._floor_before_last = self._floor_at_last
+        self._floor_at_last = self._floor
+        self._last_release = self._clock()
+        self._completed = False
+        return True
+
+    def give(self, amounts: Sequence[Any]) -> None:
+        """A completion: a moment to look, not a token to spend (MEM-14). It lets one job go at
+        the next look that finds the latch clear, however many completions came before it."""
+        self._completed = True
+        self._capacity_changed()
+
+    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
+        """When to look again: in 2 s while latched (without reading memory); ``None`` when
+        nothing paces (no release yet, or nobody held); otherwise the end of the delay for the
+        reading now, but never more than 2 s away, and a delay that already ended as its past
+        instant (MEM-07, MEM-18, MEM-19)."""
+        if self._stopping:
+            return None
+        now = self._clock()
+        reading = None if self._latched else self._look()
+        if reading is None or self._latched:
+            return now + RECHECK_SECONDS
+        last = self._last_release
+        if last is None or self._held() <= 0:
+            return None
+        if self._completed:
+            return now
+        return min(last + self._delay_ms(reading.ratio) / 1000, now + RECHECK_SECONDS)
+
+    # -- stop -------------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Wave every job through from now on (MEM-20): shutting down, nothing is worth holding.
+        Logged once at INFO; runs the wake so admission looks again."""
+        if self._stopping:
+            return
+        self._stopping = True
+        log.info("Memory pressure gate stopping: every job is waved through")
+        self._capacity_changed()
+
+    # -- status -----------------------------------------------------------------------------------
+    @property
+    def status_indicator(self) -> str | None:
+        """``blocked`` while latched, ``pace:<ms>ms`` while the delay holds the next release
+        back and no completion has come, else ``None`` (MEM-33, ACC-12)."""
+        reading = self._look()
+        if self._latched:
+            return "blocked"
+        pacing = self._pacing_ms(reading.ratio, self._clock())
+        return f"pace:{pacing}ms" if pacing > 0 else None
+
+    def status(self) -> MemoryPressureStatus:
+        """The gate at one look: the reading, the floor, the zone, memory's line, the pacing
+        and the penalty (MEM-31, MEM-32)."""
+        reading = self._look()
+        return self._status_of(reading, self._clock())
+
+    def penalised_delay_ms(self, ratio: float) -> int:
+        """The penalised wait for ``ratio`` with the penalty as it stands (MEM-23): the curve
+        times the penalty a release now would commit, capped at one hour."""
+        return self._delay_ms(ratio)
+
+    @property
+    def growth_penalty(self) -> float:
+        """The penalty a release now would commit, from the floor as of the last look (MEM-22)."""
+        return self._penalty()
+
+    # -- internals --------------------------------------------------------------------------------
+    def _look(self) -> MemoryReading:
+        """Read memory once: move the floor on a fall, set or clear the latch, log either."""
+        reader = self._reader
+        reading = (reader if reader is not None else self.reader).read()
+        ratio = reading.ratio
+        previous = self._previous
+        if previous is None or ratio < previous:
+            self._floor = ratio  # a fall: the live set plus what was allocated since (MEM-21)
+        self._previous = ratio
+        self._reading = reading
+        if self._latched:
+            if ratio < RECOVERY_RATIO:
+                self._latched = False
+                log.info("Memory latch cleared: %s", self._summary(reading))
+                self._capacity_changed()
+        elif ratio >= CRITICAL_RATIO:
+            self._latched = True
+            log.warning("Memory latch set: %s", self._summary(reading))
+        return reading
+
+    def _last_reading(self) -> MemoryReading:
+        reading = self._reading
+        if reading is None:
+            reading = self._look()
+        return reading
+
+    def _penalty(self) -> float:
+        before = self._floor_before_last
+        floor = self._floor
+        if before is None or floor is None:
+            return self._committed
+        moved = self._committed * math.pow(PENALTY_BASE, _points(floor) - _points(before))
+        return min(MAX_PENALTY, max(1.0, moved))
+
+    def _delay_ms(self, ratio: float) -> int:
+        return min(MAX_WAIT_MS, round(throttle_delay_ms(ratio) * self._penalty()))
+
+    def _releasable(self, ratio: float) -> bool:
+        last = self._last_release
+        if last is None or self._completed or self._held() <= 0:
+            return True
+        return self._clock() >= last + self._delay_ms(ratio) / 1000
+
+    def _pacing_ms(self, ratio: float, now: float) -> int:
+        last = self._last_release
+        if last is None or self._completed or self._held() <= 0:
+            return 0
+        ahead = last + self._delay_ms(ratio) / 1000 - now
+        return max(0, round(ahead * 1_000_000_000)) // 1_000_000
+
+    def _summary(self, reading: MemoryReading) -> str:
+        return self._status_of(reading, self._clock()).summary
+
+    def _status_of(self, reading: MemoryReading, now: float) -> MemoryPressureStatus:
+        held = max(0, self._held())
+        if self._latched:
+            zone = MemoryZone.CRITICAL
+        elif held > 0:
+            zone = MemoryZone.DRAINING
+        else:
+            zone = MemoryZone.GREEN
+        floor = self._floor if self._floor is not None else reading.ratio
+        return MemoryPressureStatus(
+            reading.used_bytes,
+            reading.limit_bytes,
+            reading.ratio,
+            floor,
+            zone,
+            held,
+            self._pacing_ms(reading.ratio, now),
+            self._penalty(),
+        )

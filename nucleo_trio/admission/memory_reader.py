@@ -1,0 +1,338 @@
+"""Reading memory: how full the process is, as the memory pressure gate sees it.
+
+The gate never measures anything itself; it asks a :class:`MemoryReader` for a
+:class:`MemoryReading` (bytes used against a limit) once per look, and decides from the ratio.
+That keeps the gate's rules testable with a scripted reader in virtual time, and lets a
+deployment measure whatever its memory really is.
+
+The default, :class:`ProcessMemoryReader`, reads the process's resident set size (RSS) against
+a limit fixed when it is built: the tighter of the cgroup v2 ``memory.max`` of the cgroup the
+process runs in (a container's limit) and a configured limit, else the machine's physical
+memory. The admission fast path looks on every resourceful grant, so a read must cost next to
+nothing: on Linux it is one ``pread`` of ``/proc/self/statm`` on a descriptor kept open (about
+a microsecond, fresh at every look); elsewhere it goes through psutil and a reading is reused
+for a couple of milliseconds of the real clock.
+
+The reader a dispatcher uses is chosen through the ``nucleo_trio_memory_reader`` hook (a
+``firstresult`` provider hook): a plugin answers first to measure something else, such as a
+container's whole memory or the Python heap through :mod:`tracemalloc`; the built-in answers
+last with a :class:`ProcessMemoryReader` (see :func:`memory_reader_from`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import attrs
+import psutil  # type: ignore[import-untyped, unused-ignore]
+
+if TYPE_CHECKING:
+    import pluggy
+
+__all__ = [
+    "DEFAULT_MAX_AGE",
+    "MemoryReader",
+    "MemoryReading",
+    "ProcessMemoryReader",
+    "cgroup_memory_limit",
+    "memory_reader_from",
+    "parse_memory_limit",
+]
+
+DEFAULT_MAX_AGE = 0.002
+"""How long (real seconds) :class:`ProcessMemoryReader` reuses a reading taken through psutil:
+long enough that a burst of grants costs one read, short enough that a job's allocation is seen
+by the next look. Readings from ``/proc/self/statm`` are cheap enough to be taken fresh."""
+
+
+def _byte_count(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"MemoryReading.{attribute.name} must be an int, got {value!r}")
+    if value < 0:
+        raise ValueError(f"MemoryReading.{attribute.name} must be >= 0, got {value!r}")
+
+
+@attrs.frozen
+class MemoryReading:
+    """One look at memory: ``used_bytes`` against ``limit_bytes``.
+
+    ``ratio`` is used over limit, or 0 when the limit is not positive (MEM-02): a reader that
+    cannot tell its limit never latches anyone.
+    """
+
+    used_bytes: int = attrs.field(validator=_byte_count)
+    limit_bytes: int = attrs.field(validator=_byte_count)
+
+    @property
+    def ratio(self) -> float:
+        return self.used_bytes / self.limit_bytes if self.limit_bytes > 0 else 0.0
+
+
+@runtime_checkable
+class MemoryReader(Protocol):
+    """What the memory pressure gate measures with.
+
+    ``read()`` answers at once with the memory in use and the limit it is measured against. The
+    gate calls it once per look (every ``fits``, ``try_take``, non-latched ``earliest_fit``,
+    ``status`` and ``status_indicator``), on the trio thread and on the admission fast path, so
+    it must be cheap and must never block: a reader backed by a slow source caches.
+    """
+
+    def read(self) -> MemoryReading: ...
+
+
+# --------------------------------------------------------------------------------------------
+# Sizes
+# --------------------------------------------------------------------------------------------
+
+_UNITS: dict[str, int] = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "ki": 1024,
+    "kib": 1024,
+    "mi": 1024**2,
+    "mib": 1024**2,
+    "gi": 1024**3,
+    "gib": 1024**3,
+    "ti": 1024**4,
+    "tib": 1024**4,
+}
+
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*")
+
+
+def parse_memory_limit(value: object, *, what: str = "memory limit") -> int:
+    """A memory limit in bytes, from an int or a size such as ``"8GiB"``, ``"512 MiB"`` or
+    ``"2GB"``.
+
+    Binary units (``KiB``, ``MiB``, ``GiB``, ``TiB``, also ``Ki``...) count in 1024s, decimal
+    ones (``KB``, ``MB``, ``GB``, ``TB``, also ``K``...) in 1000s, case-insensitively; a bare
+    number is bytes. Anything that is not a positive whole number of bytes is refused with a
+    :class:`ValueError` naming the value: ``0``, ``-1``, ``True``, ``"lots"``, ``"8 parsecs"``.
+    """
+    if isinstance(value, bool):
+        raise ValueError(
+            f"{what} must be a positive number of bytes or a size like '8GiB', got {value!r}"
+        )
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError(f"{what} must be a positive number of bytes, got {value!r}")
+        return value
+    if not isinstance(value, str):
+        raise ValueError(
+            f"{what} must be a positive number of bytes or a size like '8GiB', "
+            f"got {type(value).__name__} {value!r}"
+        )
+    match = _SIZE.fullmatch(value)
+    factor = _UNITS.get(match.group(2).lower()) if match is not None else None
+    if match is None or factor is None:
+        raise ValueError(
+            f"{what} {value!r} is not a size: write a number of bytes or a number with a unit "
+            "(B, KB, MB, GB, TB in 1000s; KiB, MiB, GiB, TiB in 1024s), e.g. '8GiB'"
+        )
+    size = math.floor(float(match.group(1)) * factor)
+    if size <= 0:
+        raise ValueError(f"{what} must be a positive number of bytes, got {value!r}")
+    return size
+
+
+# --------------------------------------------------------------------------------------------
+# cgroup v2
+# --------------------------------------------------------------------------------------------
+
+
+def _cgroup2_mount(mountinfo: str) -> Path | None:
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        if sep and right.split(" ", 1)[0] == "cgroup2":
+            fields = left.split()
+            if len(fields) >= 5:
+                return Path(fields[4])
+    return None
+
+
+def cgroup_memory_limit(
+    *,
+    proc: Path = Path("/proc/self"),
+) -> int | None:
+    """The cgroup v2 memory limit this process runs under, in bytes, or ``None`` when there is
+    none (no cgroup v2 hierarchy, no memory controller, or ``memory.max`` reading ``max``).
+
+    The effective limit is the smallest ``memory.max`` on the way from the process's own cgroup
+    up to the root of the mounted hierarchy, since a parent's limit binds its children too.
+    Unreadable files count as no limit: the reader then falls back to the next source.
+    """
+    try:
+        mount = _cgroup2_mount((proc / "mountinfo").read_text())
+        if mount is None:
+            return None
+        own = ""
+        for line in (proc / "cgroup").read_text().splitlines():
+            if line.startswith("0::"):
+                own = line[3:].strip()
+                break
+    except OSError:
+        return None
+    limits: list[int] = []
+    directory = mount / own.lstrip("/")
+    while True:
+        try:
+            text = (directory / "memory.max").read_text().strip()
+        except OSError:
+            text = "max"
+        if text.isdigit() and int(text) > 0:
+            limits.append(int(text))
+        if directory == mount or mount not in directory.parents:
+            break
+        directory = directory.parent
+    return min(limits) if limits else None
+
+
+# --------------------------------------------------------------------------------------------
+# The process's resident memory
+# --------------------------------------------------------------------------------------------
+
+
+class _Statm:
+    """``/proc/self/statm``, opened once per process (and again in a forked child): one
+    ``pread`` answers the resident set in about a microsecond, so every look can be fresh."""
+
+    fd = -1
+    pid = -1
+    page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+    _opening = threading.Lock()
+
+    @classmethod
+    def resident(cls) -> int:
+        if cls.pid != os.getpid():
+            cls._open()
+        return int(os.pread(cls.fd, 128, 0).split(maxsplit=2)[1]) * cls.page
+
+    @classmethod
+    def _open(cls) -> None:
+        with cls._opening:
+            pid = os.getpid()
+            if cls.pid == pid:
+                return
+            if cls.fd >= 0:
+                # The parent's descriptor, inherited by a fork: it reads the parent's statm.
+                with contextlib.suppress(OSError):
+                    os.close(cls.fd)
+            cls.fd = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            cls.pid = pid
+
+
+def _psutil_resident() -> int:
+    return int(psutil.Process().memory_info().rss)
+
+
+def _resident_source() -> tuple[Callable[[], int], str]:
+    """``/proc/self/statm`` where there is one (Linux), else psutil."""
+    try:
+        _Statm.resident()
+    except (OSError, ValueError, IndexError, AttributeError):
+        return _psutil_resident, "psutil"
+    return _Statm.resident, "statm"
+
+
+class ProcessMemoryReader:
+    """The process's resident memory (RSS) against the process's memory limit.
+
+    The limit is fixed at construction: the tighter of the cgroup v2 limit (when one is set) and
+    ``limit_bytes`` (when given; an int or a size such as ``"8GiB"``, see
+    :func:`parse_memory_limit`), else the machine's physical memory. ``limit_source`` says
+    which: ``"cgroup"``, ``"configured"`` or ``"physical"``.
+
+    Resident memory is read from ``/proc/self/statm`` where the platform has it (about a
+    microsecond, so every read is fresh: ``max_age`` defaults to 0), else through psutil (tens of
+    microseconds, so a reading is reused for :data:`DEFAULT_MAX_AGE` seconds of ``monotonic``, the
+    real clock: resident memory is a fact of the machine, not of trio's clock). ``resident``
+    replaces the source (a callable answering bytes); ``resident_source`` names the one in use.
+    """
+
+    def __init__(
+        self,
+        limit_bytes: int | str | None = None,
+        *,
+        max_age: float | None = None,
+        cgroup_limit: Callable[[], int | None] = cgroup_memory_limit,
+        monotonic: Callable[[], float] = time.monotonic,
+        resident: Callable[[], int] | None = None,
+    ) -> None:
+        if max_age is not None and (
+            isinstance(max_age, bool) or not isinstance(max_age, int | float) or max_age < 0
+        ):
+            raise ValueError(
+                f"ProcessMemoryReader: max_age must be seconds >= 0 or None, got {max_age!r}"
+            )
+        configured = None if limit_bytes is None else parse_memory_limit(limit_bytes)
+        from_cgroup = cgroup_limit()
+        if from_cgroup is not None and (configured is None or from_cgroup < configured):
+            self.limit_bytes, self.limit_source = from_cgroup, "cgroup"
+        elif configured is not None:
+            self.limit_bytes, self.limit_source = configured, "configured"
+        else:
+            self.limit_bytes, self.limit_source = int(psutil.virtual_memory().total), "physical"
+        if resident is None:
+            self._resident, self.resident_source = _resident_source()
+        else:
+            self._resident, self.resident_source = resident, "given"
+        if max_age is None:
+            max_age = 0.0 if self.resident_source == "statm" else DEFAULT_MAX_AGE
+        self.max_age = float(max_age)
+        self._monotonic = monotonic
+        self._reading: MemoryReading | None = None
+        self._read_at = 0.0
+
+    def read(self) -> MemoryReading:
+        if not self.max_age:
+            return MemoryReading(self._resident(), self.limit_bytes)
+        now = self._monotonic()
+        reading = self._reading
+        if reading is None or now - self._read_at >= self.max_age:
+            reading = self._reading = MemoryReading(self._resident(), self.limit_bytes)
+            self._read_at = now
+        return reading
+
+    def __repr__(self) -> str:
+        return (
+            f"<ProcessMemoryReader limit={self.limit_bytes} ({self.limit_source}), "
+            f"resident from {self.resident_source}, max_age={self.max_age}>"
+        )
+
+
+def memory_reader_from(plugins: pluggy.PluginManager, limit_bytes: int | None) -> MemoryReader:
+    """The reader the plugins provide through ``nucleo_trio_memory_reader`` (the first answer
+    that is not ``None``), or a :class:`ProcessMemoryReader` when none answers (the built-ins
+    blocked). An answer that is not a :class:`MemoryReader` is refused with a
+    :class:`~nucleo_trio.plugins.PluginError` naming what came back."""
+    from ..plugins.manager import PluginError  # the plugins import admission: no cycle at load
+
+    reader = plugins.hook.nucleo_trio_memory_reader(limit_bytes=limit_bytes)
+    if reader is None:
+        return ProcessMemoryReader(limit_bytes)
+    if not isinstance(reader, MemoryReader):
+        raise PluginError(
+            "the nucleo_trio_memory_reader hook answered "
+            f"{type(reader).__name__} {reader!r}, which has no read(); a memory reader answers "
+            "read() with a MemoryReading"
+        )
+    return reader

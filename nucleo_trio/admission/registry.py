@@ -1,0 +1,218 @@
+"""The accounts a dispatcher builds on demand: one per limiter class, one bucket and one gate
+per model entry (FAC-01..07).
+
+A job names its accounts in its requirements, and most of them are shared: every request to one
+model must debit the *same* bucket, every job that needs ``RenderSlots`` the same slots. The
+registry is where that sharing lives. Each dispatcher owns one (``dispatcher.accounts``), so two
+dispatchers in one process share no account unless both are handed it::
+
+    slots = dispatcher.accounts.instance(RenderSlots)   # the same object on every call
+    bucket = dispatcher.accounts.bucket(spec)           # one TokenBucket per spec id
+    gate = dispatcher.accounts.gate(local_spec)         # one ModelGate per spec id
+
+A model entry is anything that answers :class:`ModelLimits` (the catalog's entries do). The
+registry reads an entry's numbers once, when it builds the account; later changes go through
+:meth:`RateLimiterRegistry.update_limits`, which adjusts the bucket in place so its throttle and
+its waiters' wake-ups survive.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from typing import Any, Protocol, TypeVar
+
+from ..errors import UncorrectableError
+from .limiter import RateLimiter
+from .named_gates import ModelGate
+from .token_bucket import TokenBucket, TokenBucketConfig, TokenBucketStatus
+
+__all__ = ["ModelLimits", "RateLimiterRegistry"]
+
+L = TypeVar("L")
+
+# Read off the class, never the instance: a property may need a running trio clock.
+_ACCOUNT_METHODS = ("fits", "try_take", "give", "earliest_fit", "account_for", "status")
+
+
+class ModelLimits(Protocol):
+    """What the registry reads from a model entry: its id and its bounds.
+
+    ``tpm`` and ``rpm`` are the provider's tokens and requests per minute (an entry bounded by
+    a quota window); ``max_concurrent`` is the cap of an entry served from a machine the
+    deployment owns. A value the entry does not state is ``None``.
+    """
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def rpm(self) -> int | None: ...
+
+    @property
+    def tpm(self) -> int | None: ...
+
+    @property
+    def max_concurrent(self) -> int | None: ...
+
+
+def _spec_id(spec: ModelLimits) -> str:
+    spec_id = getattr(spec, "id", None)
+    if not isinstance(spec_id, str) or not spec_id.strip():
+        raise TypeError(
+            f"a model entry needs a non-blank str id, got {spec_id!r} on {type(spec).__name__}"
+        )
+    return spec_id
+
+
+def _requests_for(rpm: int | None, tpm: int) -> int:
+    """The request budget: the entry's own, or tpm/1000 when it publishes none (FAC-03).
+
+    A budget under a thousand tokens still allows one request a minute, since a bucket with no
+    requests could never grant anything.
+    """
+    if isinstance(rpm, int) and not isinstance(rpm, bool) and rpm > 0:
+        return rpm
+    return max(1, tpm // 1000)
+
+
+class RateLimiterRegistry:
+    """One dispatcher's shared accounts, built on first use and kept until :meth:`clear`.
+
+    Three maps: limiter instances by concrete class (:meth:`instance`), token buckets by model
+    entry id (:meth:`bucket`) and model gates by entry id (:meth:`gate`). :meth:`accounts` walks
+    all of them, which is how the health snapshot finds them.
+    """
+
+    def __init__(self) -> None:
+        self._instances: dict[type, Any] = {}
+        self._buckets: dict[str, TokenBucket] = {}
+        self._gates: dict[str, ModelGate] = {}
+
+    # -- by class -----------------------------------------------------------------------------------
+    def instance(self, cls: type[L]) -> L:
+        """The one instance of ``cls``, built with no arguments on first use (FAC-01).
+
+        A class that cannot be called without arguments is a deployment fault, not something a
+        model can fix: it is refused with :class:`~nucleo_trio.errors.UncorrectableError` naming
+        the class and saying "no no-arg constructor", caused by the :class:`TypeError` of the
+        binding. Any other failure to build it says "could not be built: <message>", caused by
+        that failure (FAC-02). What the class builds must be a
+        :class:`~nucleo_trio.admission.RateLimiter`.
+        """
+        if not isinstance(cls, type):
+            raise TypeError(f"instance() takes a limiter class, got {cls!r}")
+        present = self._instances.get(cls)
+        if present is not None:
+            return present  # type: ignore[no-any-return]
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        try:
+            signature = inspect.signature(cls)
+        except (TypeError, ValueError):
+            signature = None  # a class inspect cannot read is simply called
+        if signature is not None:
+            try:
+                signature.bind()
+            except TypeError as exc:
+                raise UncorrectableError(
+                    f"rate limiter class {name} has no no-arg constructor "
+                    f"(its constructor is {cls.__name__}{signature}); give it defaults for every "
+                    "argument, or build the instance yourself and declare it directly",
+                    cause=exc,
+                ) from exc
+        try:
+            built = cls()
+        except Exception as exc:
+            raise UncorrectableError(
+                f"rate limiter class {name} could not be built: {exc}", cause=exc
+            ) from exc
+        missing = [m for m in _ACCOUNT_METHODS if not callable(getattr(cls, m, None))]
+        if missing:
+            raise TypeError(f"{name} is not a RateLimiter: it has no {', '.join(missing)}")
+        self._instances[cls] = built
+        return built
+
+    # -- by model entry ----------------------------------------------------------------------------
+    def bucket(self, spec: ModelLimits) -> TokenBucket:
+        """The token bucket of the entry ``spec``, keyed by its id (FAC-03).
+
+        Built on first use from the entry's ``tpm`` and ``rpm`` (``tpm // 1000`` requests when
+        ``rpm`` is missing or not positive) and named after the id. Another entry object with
+        the same id gets the same bucket; its numbers are not read again. An entry with no
+        positive ``tpm`` is refused: a concurrency-bounded entry is a gate (:meth:`gate`).
+        """
+        spec_id = _spec_id(spec)
+        present = self._buckets.get(spec_id)
+        if present is not None:
+            return present
+        tpm = spec.tpm
+        if isinstance(tpm, bool) or not isinstance(tpm, int) or tpm <= 0:
+            raise ValueError(
+                f"model entry {spec_id!r} states no positive tpm (got {tpm!r}); an entry bounded "
+                "by max_concurrent is a ModelGate account, not a token bucket"
+            )
+        return self._new_bucket(spec_id, _requests_for(spec.rpm, tpm), tpm)
+
+    def _new_bucket(self, spec_id: str, rpm: int, tpm: int) -> TokenBucket:
+        bucket = TokenBucket(spec_id, TokenBucketConfig(rpm=rpm, tpm=tpm))
+        self._buckets[spec_id] = bucket
+        return bucket
+
+    def gate(self, spec: ModelLimits) -> ModelGate:
+        """The :class:`~nucleo_trio.admission.ModelGate` of the entry ``spec``, keyed by its id
+        (FAC-04). An entry with no ``max_concurrent`` is refused, as the gate refuses it
+        (GATE-04)."""
+        spec_id = _spec_id(spec)
+        present = self._gates.get(spec_id)
+        if present is not None:
+            return present
+        gate = ModelGate(spec_id, spec.max_concurrent)
+        self._gates[spec_id] = gate
+        return gate
+
+    def update_limits(self, spec: ModelLimits, rpm: int, tpm: int) -> None:
+        """Apply newly learned per-minute caps to the entry's bucket (FAC-05).
+
+        A pair where either number is not positive is ignored. An existing bucket is adjusted
+        in place (:meth:`TokenBucket.set_config`): the same instance, its throttle kept, and a
+        raised cap wakes admission. Without one, a bucket is built with these numbers.
+        """
+        spec_id = _spec_id(spec)
+        if not _positive_int(rpm) or not _positive_int(tpm):
+            return
+        present = self._buckets.get(spec_id)
+        if present is None:
+            self._new_bucket(spec_id, rpm, tpm)
+        else:
+            present.set_config(TokenBucketConfig(rpm=rpm, tpm=tpm))
+
+    def status(self, spec: ModelLimits) -> TokenBucketStatus:
+        """The entry's bucket status, building the bucket if needed (FAC-07)."""
+        return self.bucket(spec).status()
+
+    # -- all of them -------------------------------------------------------------------------------
+    def accounts(self) -> Iterator[RateLimiter]:
+        """Every account the registry holds: instances, then buckets, then gates, each in the
+        order they were built."""
+        yield from self._instances.values()
+        yield from self._buckets.values()
+        yield from self._gates.values()
+
+    def clear(self) -> None:
+        """Forget every instance, bucket and gate (FAC-06); the next call builds afresh."""
+        self._instances.clear()
+        self._buckets.clear()
+        self._gates.clear()
+
+    def __len__(self) -> int:
+        return len(self._instances) + len(self._buckets) + len(self._gates)
+
+    def __repr__(self) -> str:
+        return (
+            f"<RateLimiterRegistry {len(self._instances)} instances, "
+            f"{len(self._buckets)} buckets, {len(self._gates)} gates>"
+        )
+
+
+def _positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

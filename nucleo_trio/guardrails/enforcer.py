@@ -1,0 +1,375 @@
+"""The dispatcher's guardrail and scope seats.
+
+:class:`StandardGuardrailEnforcer` is the dispatcher's default
+:class:`~nucleo_trio.dispatch.GuardrailEnforcer`. It does three things on the dispatch path:
+
+* **At the door** (:meth:`~StandardGuardrailEnforcer.judge_submission`), the third wall: a
+  scoped job and a scoped input are judged against the caller's sealed guard, a refusal being
+  the guard's own :class:`~nucleo_trio.errors.GuardrailError`; an orchestrator's effective guard
+  is composed (the caller's, merged with its own scope and any guard assigned to it) and sealed.
+  A guard job gating a tool crosses the *internal* door instead: it is judged against the
+  guard the gated job was admitted under, and a refusal there is a code error in the guard
+  (:class:`~nucleo_trio.errors.NucleoSystemError` caused by the refusal), never a verdict.
+* **Before any resource** (:meth:`~StandardGuardrailEnforcer.before_resources`): admission, auth
+  and input-content guards, once per submission.
+* **After the release** (:meth:`~StandardGuardrailEnforcer.after_release`): output-content
+  guards against the result; a refusal turns the success into a failure.
+
+Each guard runs as a job of its own, submitted from the gated job's task and awaited holding
+nothing. A guard's own failure reaches the gated job as-is: a :class:`GuardrailError` is a
+refusal, anything else (a crash, its timeout) fails the gated job closed with that error.
+:func:`validate_answer` is the same contract for the validation seat of a thinker.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..errors import CancellationRequested, ConfigError, GuardrailError, NucleoSystemError
+from ..jobs.identity import workflow
+from ..jobs.job import AbstractJob, ScopeAuthority
+from .kinds import (
+    OBS_GUARDS_INPUT,
+    OBS_GUARDS_OUTPUT,
+    OBS_GUARDS_VALIDATION,
+    AdmissionGuardrail,
+    AuthGuardrail,
+    ContentGuardrail,
+    Direction,
+    Guardrail,
+    ValidationGuardrail,
+)
+from .scope import Scope, Scoped, ScopeGuard
+
+if TYPE_CHECKING:
+    from ..dispatch.config import GuardrailConfig
+    from ..dispatch.dispatcher import JobDispatcher
+    from ..jobs.context import JobContext
+    from ..plugins.manager import GuardrailKinds
+
+__all__ = [
+    "StandardGuardrailEnforcer",
+    "attached_guardrails",
+    "check_attached_guardrails",
+    "is_guard_under_enforcement",
+    "run_guards",
+    "validate_answer",
+]
+
+_NO_GUARD = ScopeGuard()
+
+
+def is_guard_under_enforcement(job: AbstractJob[Any], caller: JobContext | None) -> bool:
+    """Whether ``job`` is a guard the enforcer is running for ``caller``: the one job a
+    non-orchestrator submits, through the internal door."""
+    return caller is not None and isinstance(job, Guardrail) and job._gated is caller
+
+
+class StandardGuardrailEnforcer:
+    """Scope at the door, guards around the attempt; see the module documentation.
+
+    A job is asked for its guards once per submission, on the input side: the output guards
+    among them wait here for the release, keyed weakly by the job's context.
+    """
+
+    def __init__(self) -> None:
+        self._output_guards: weakref.WeakKeyDictionary[JobContext, list[ContentGuardrail]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # -- the door -------------------------------------------------------------------------------
+    def judge_submission(
+        self, job: AbstractJob[Any], caller: JobContext | None, metadata: dict[str, Any]
+    ) -> BaseException | None:
+        """The third wall: the refusal for ``job`` submitted by ``caller``, or ``None``; an
+        admitted job's guard is captured (and an orchestrator's sealed) on the way."""
+        if is_guard_under_enforcement(job, caller):
+            assert caller is not None
+            return self._internal_door(job, caller)
+        bound = _NO_GUARD if caller is None else caller.scope_guard or _NO_GUARD
+        return self.judge(job, bound)
+
+    def judge(
+        self, job: AbstractJob[Any], bound: ScopeGuard, *, seal: bool = False
+    ) -> BaseException | None:
+        """Judge ``job``'s claims against ``bound`` (the caller's sealed guard) and, when they
+        pass, capture the guard the job answers to: an orchestrator (or, with ``seal``, a
+        guard at the internal door) gets ``bound`` merged with its own scope, sealed. A
+        heartbeat's fire passes its captured guard here in the caller's role."""
+        try:
+            claims = _claims_of(job)
+        except _ScopeFailure as failure:
+            return failure.error
+        for claim in claims:
+            try:
+                bound.pass_all(claim)
+            except GuardrailError as refusal:
+                return refusal
+            except Exception as exc:
+                return NucleoSystemError(
+                    "dispatcher",
+                    f"judging {job.name}'s claim {claim} against {bound} raised "
+                    f"{type(exc).__name__}: {exc}",
+                    exc,
+                )
+        if seal or isinstance(job, ScopeAuthority):
+            own = claims[0] if isinstance(job, Scoped) else None
+            sealed = bound.merge(own).merge(_assigned_guard(job))
+            _seal_on(job, sealed)
+            job.context.seal_scope_guard(sealed)
+        else:
+            job.context.seal_scope_guard(bound)
+        return None
+
+    def _internal_door(self, guard: AbstractJob[Any], gated: JobContext) -> BaseException | None:
+        """A guard is judged against the guard its gated job was admitted under; a refusal
+        here rendered no verdict, so it is a system error carrying the refusal (GRD-32)."""
+        refusal = self.judge(guard, gated.scope_guard or _NO_GUARD, seal=True)
+        if isinstance(refusal, GuardrailError):
+            return NucleoSystemError(
+                "guardrail",
+                f"{guard.name} gating {gated.job.name} was refused at the internal door: its "
+                f"claim lies outside the flow it gates ({refusal}); a guard refused there "
+                "rendered no verdict",
+                refusal,
+            )
+        return refusal
+
+    # -- the attempt ----------------------------------------------------------------------------
+    async def before_resources(self, job: AbstractJob[Any], context: JobContext) -> None:
+        """Admission, auth and input-content guards, after dependencies and before any
+        resource; a refusal or a guard's failure is raised as-is (GRD-12, GRD-13)."""
+        if isinstance(job, Guardrail):
+            return
+        attached = attached_guardrails(job, context)
+        content = _content(job, attached)
+        self._output_guards[context] = [g for g in content if g.direction is Direction.OUTPUT]
+        guards: list[Guardrail] = [
+            *_declared(job, job.admission_guardrails(), AdmissionGuardrail, "admission"),
+            *_of_kind(attached, AdmissionGuardrail),
+            *_declared(job, job.auth_guardrails(), AuthGuardrail, "auth"),
+            *_of_kind(attached, AuthGuardrail),
+            *(g for g in content if g.direction is Direction.INPUT),
+        ]
+        target = job.guarded_input_target() if guards else None
+        await run_guards(context, guards, target, OBS_GUARDS_INPUT)
+
+    async def after_release(self, job: AbstractJob[Any], context: JobContext, result: Any) -> None:
+        """Output-content guards against ``result``, after the resources are released and
+        before delivery; a refusal turns the success into a failure (GRD-12, EXEC-12)."""
+        if isinstance(job, Guardrail):
+            return
+        guards = self._output_guards.pop(context, None)
+        if guards is None:  # the input side ran under another enforcer
+            content = _content(job, attached_guardrails(job, context))
+            guards = [g for g in content if g.direction is Direction.OUTPUT]
+        await run_guards(context, guards, result, OBS_GUARDS_OUTPUT)
+
+
+async def validate_answer(context: JobContext, candidate: Any) -> None:
+    """The validation seat's contract, for a thinker holding a candidate final answer.
+
+    Runs the job's validation guards (declared and attached) against ``candidate`` and records
+    how many applied under ``obs.guards_validation``. Returns when the answer may be delivered.
+    A :class:`GuardrailError` is a refusal: the seat feeds it back to the thinker as a
+    correction and discards the candidate. Anything else rendered no verdict and fails the
+    thinker closed as a :class:`NucleoSystemError`: a guard refused at the internal door (the
+    refusal as its cause), or a guard that crashed or timed out (that failure as its cause).
+    """
+    job = context.job
+    guards = [
+        *_declared(job, job.validation_guardrails(), ValidationGuardrail, "validation"),
+        *_of_kind(attached_guardrails(job, context), ValidationGuardrail),
+    ]
+    try:
+        await run_guards(context, guards, candidate, OBS_GUARDS_VALIDATION)
+    except (GuardrailError, NucleoSystemError, CancellationRequested):
+        raise
+    except Exception as exc:
+        # No verdict was rendered, so nothing may be fed back as a correction.
+        raise NucleoSystemError(
+            "guardrail",
+            f"a validation guard of {job.name} failed with {type(exc).__name__}: {exc}; the "
+            "candidate answer could not be judged",
+            exc,
+        ) from exc
+
+
+async def run_guards(
+    gated: JobContext, guards: Sequence[Guardrail], target: Any, count_key: str
+) -> None:
+    """Run each guard that applies to ``target`` as a job of its own, in order, and record how
+    many applied under ``count_key`` (zero included, GRD-15). The first failure stops the run
+    and is raised as the guard raised it."""
+    applied = 0
+    try:
+        for guard in guards:
+            if guard.target_type is None:
+                judged = None
+            elif target is not None and isinstance(target, guard.target_type):
+                judged = target
+            else:
+                continue  # not this guard's kind of target (GRD-11)
+            applied += 1
+            guard._gate(gated, judged)
+            await _run_one(gated, guard)
+    finally:
+        gated.metadata[count_key] = applied
+
+
+async def _run_one(gated: JobContext, guard: Guardrail) -> None:
+    """Submit ``guard`` through the internal door and wait for it holding nothing; a cancel of
+    the gated job cancels the guard too."""
+    handle = gated.dispatcher.submit(guard)
+    with trio.CancelScope() as scope:
+        unregister = gated.on_cancel(scope.cancel)
+        try:
+            await handle.result()
+            return
+        finally:
+            unregister()
+    reason = gated.cancel_reason or "Job cancelled"
+    handle.cancel(f"the job it gates was cancelled: {reason}")
+    raise CancellationRequested(reason)
+
+
+def _declared(job: AbstractJob[Any], guards: Iterable[Any], kind: type, what: str) -> list[Any]:
+    declared = list(guards or ())
+    for guard in declared:
+        if not isinstance(guard, kind):
+            raise NucleoSystemError(
+                "guardrail",
+                f"{job.name} declares {type(guard).__name__} among its {what} guardrails, "
+                f"which is not a {kind.__name__}",
+            )
+    return declared
+
+
+def _of_kind(guards: Iterable[Guardrail], kind: type) -> list[Any]:
+    return [guard for guard in guards if isinstance(guard, kind)]
+
+
+def _content(job: AbstractJob[Any], attached: Sequence[Guardrail]) -> list[ContentGuardrail]:
+    declared = _declared(job, job.content_guardrails(), ContentGuardrail, "content")
+    return [*declared, *_of_kind(attached, ContentGuardrail)]
+
+
+# -- scope claims -----------------------------------------------------------------------------------
+class _ScopeFailure(Exception):
+    def __init__(self, error: NucleoSystemError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _claims_of(job: AbstractJob[Any]) -> list[Scope]:
+    """The job's own scope first (when it declares one), then its input's claim, then the
+    members of a guard assigned to an orchestrator before dispatch.
+
+    The input is the job's ``input`` attribute and, when it differs, its guarded input target:
+    a job that points its content guards at part of its input does not hide the input's claim.
+    """
+    claims: list[Scope] = []
+    if isinstance(job, Scoped):
+        claims.append(_scope_of(job, job, "its scope()"))
+    try:
+        target = job.guarded_input_target()
+    except Exception as exc:
+        raise _ScopeFailure(
+            NucleoSystemError(
+                "dispatcher",
+                f"{job.name}: guarded_input_target() raised {type(exc).__name__}: {exc}",
+                exc,
+            )
+        ) from exc
+    inputs = [getattr(job, "input", None)]
+    if target is not inputs[0]:
+        inputs.append(target)
+    for given in inputs:
+        if isinstance(given, Scoped):
+            claims.append(_scope_of(job, given, "its input's scope()"))
+    assigned = _assigned_guard(job)
+    if assigned is not None:
+        claims.extend(assigned.scopes)
+    return claims
+
+
+def _assigned_guard(job: object) -> ScopeGuard | None:
+    """The guard assigned to an orchestrator before its dispatch (a guard has none)."""
+    if isinstance(job, Guardrail) or not isinstance(job, ScopeAuthority):
+        return None
+    return job.scope_guard
+
+
+def _seal_on(job: object, guard: ScopeGuard) -> None:
+    if isinstance(job, Guardrail):
+        job.seal_scope_guard(guard)
+    elif isinstance(job, ScopeAuthority):
+        job.seal_scope_guard(guard)
+
+
+def _scope_of(job: AbstractJob[Any], declarer: Scoped, what: str) -> Scope:
+    try:
+        scope = declarer.scope()
+    except Exception as exc:
+        raise _ScopeFailure(
+            NucleoSystemError(
+                "dispatcher",
+                f"{job.name} was refused at the door: {what} raised {type(exc).__name__}: {exc}",
+                exc,
+            )
+        ) from exc
+    if not isinstance(scope, Scope):
+        raise _ScopeFailure(
+            NucleoSystemError(
+                "dispatcher",
+                f"{job.name} was refused at the door: {what} answered {scope!r}, not a Scope",
+            )
+        )
+    return scope
+
+
+# -- guards attached from configuration -----------------------------------------------------------
+def _class_path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def attached_guardrails(job: AbstractJob[Any], context: JobContext) -> list[Guardrail]:
+    """The guards the dispatcher's configuration attaches to ``job``'s class or any class it
+    extends (by fully qualified name), built fresh with ``job`` as their parent."""
+    dispatcher: JobDispatcher | None = context.dispatcher
+    if dispatcher is None:  # a context built outside any dispatcher
+        return []
+    attachments = dispatcher.config.guardrails
+    kinds = dispatcher.guardrail_kinds
+    if not attachments or kinds is None:
+        return []
+    built: list[Guardrail] = []
+    for cls in type(job).__mro__:
+        for declared in attachments.get(_class_path(cls), ()):
+            built.append(kinds.create(declared.kind, job, **declared.settings))
+    return built
+
+
+def check_attached_guardrails(
+    attachments: Mapping[str, Sequence[GuardrailConfig]], kinds: GuardrailKinds
+) -> None:
+    """Refuse, before anything runs, a configuration that attaches an unknown guardrail kind or
+    one its kind cannot build from the settings given (a :class:`ConfigError` naming both)."""
+    probe = workflow("nucleo-config", "guardrail-check")
+    for path, declared in attachments.items():
+        if "." not in path.strip("."):
+            raise ConfigError(
+                f"dispatcher config: guardrails are attached to a fully qualified class name "
+                f"such as 'myapp.tools.Fetch', got {path!r}"
+            )
+        for entry in declared:
+            try:
+                kinds.create(entry.kind, probe, **entry.settings)
+            except Exception as exc:
+                raise ConfigError(
+                    f"dispatcher config: guardrail {entry.kind!r} attached to {path}: {exc}"
+                ) from exc

@@ -1,0 +1,139 @@
+"""Blocking database drivers in worker threads: one handle's calls, and a close that finishes.
+
+A provider over a blocking driver (``sqlite3``, psycopg) runs every call in a worker thread so
+the trio thread never waits on the network or the disk. Two things then need care, and
+:class:`HandleCalls` holds both for one handle:
+
+* a handle's calls run one at a time, each holding the handle's lock in its thread, so the
+  close that hands the connection back waits for a statement still running instead of pulling
+  the connection from under it;
+* the count of calls in flight lives on the trio side, so ``await_completion`` can wait for it
+  to reach zero, and ``close`` or ``abort`` can release every such waiter at once.
+
+The close itself runs through :meth:`HandleCalls.finish`, whose thread starts even when the
+caller is already cancelled and whose bookkeeping runs when the thread ends whether or not
+anyone still waits for it: a job killed while it closes, or a close abandoned after a time
+limit, still hands its connection back.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, TypeVar
+
+import trio
+
+if TYPE_CHECKING:
+    from outcome import Outcome
+
+__all__ = ["HandleCalls", "finish_in_thread"]
+
+T = TypeVar("T")
+
+
+async def finish_in_thread(work: Callable[[], T], settle: Callable[[Outcome[T]], None]) -> T:
+    """Run ``work`` in a worker thread to the end, then ``settle(outcome)`` in the trio thread.
+
+    Unlike ``trio.to_thread.run_sync``, the thread starts even if the caller is already
+    cancelled, and ``settle`` runs when it ends even if the caller stopped waiting (cancelled,
+    or gave up after a time limit): it is where a provider puts the connection back or counts
+    it gone, so that bookkeeping never depends on the caller's patience. ``settle`` must not
+    raise. Returns what ``work`` returned, or raises what it raised.
+    """
+    token = trio.lowlevel.current_trio_token()
+    done = trio.Event()
+    results: list[Outcome[T]] = []
+
+    def settle_here(result: Outcome[T]) -> None:
+        try:
+            settle(result)
+        finally:
+            results.append(result)
+            done.set()
+
+    def deliver(result: Outcome[T]) -> None:
+        try:
+            token.run_sync_soon(settle_here, result)
+        except trio.RunFinishedError:
+            pass  # the run is over, and every connection with it
+
+    trio.lowlevel.start_thread_soon(work, deliver, name=f"finish {work!r}")
+    await done.wait()
+    return results[0].unwrap()
+
+
+class HandleCalls:
+    """The blocking calls on one handle's connection, one at a time in worker threads.
+
+    :meth:`run` runs a call in a thread under the handle's lock; :meth:`wait_quiet` waits
+    until no call is in flight, or until :meth:`release` (close or abort) frees the waiters;
+    :meth:`finish` runs the close after whatever call is still in flight. ``finished`` turns
+    true once the provider has the connection back, after which nothing may touch it, and
+    :meth:`wait_finished` waits for that (a repeated close waits for the first).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._quiet = trio.Event()
+        self._quiet.set()
+        self.released = False
+        self._finished = trio.Event()
+
+    @property
+    def finished(self) -> bool:
+        """The close has run and the provider has the connection back (or counted it gone)."""
+        return self._finished.is_set()
+
+    async def wait_finished(self) -> None:
+        """Wait until :meth:`finish` has run to the end and settled."""
+        await self._finished.wait()
+
+    @property
+    def in_flight(self) -> int:
+        """Calls started and not yet returned."""
+        return self._in_flight
+
+    def _locked(self, call: Callable[[], T]) -> T:
+        with self._lock:
+            return call()
+
+    async def run(self, call: Callable[[], T]) -> T:
+        """Run ``call`` in a worker thread once the handle's previous calls are done.
+
+        The thread runs to the end even if the caller is cancelled meanwhile (a driver call
+        cannot be abandoned halfway); ``abort`` is what cuts a running statement short.
+        """
+        if self._in_flight == 0 and not self.released:
+            self._quiet = trio.Event()
+        self._in_flight += 1
+        try:
+            return await trio.to_thread.run_sync(self._locked, call)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._quiet.set()
+
+    async def wait_quiet(self) -> bool:
+        """Wait until no call is in flight: ``True``; or until released first: ``False``."""
+        await self._quiet.wait()
+        return not self.released
+
+    def release(self) -> None:
+        """The handle is closing or aborted: free every waiter of :meth:`wait_quiet` now."""
+        self.released = True
+        self._quiet.set()
+
+    async def finish(self, close: Callable[[], T], settle: Callable[[Outcome[T]], None]) -> T:
+        """Run ``close`` after any call in flight, to the end (see :func:`finish_in_thread`);
+        ``settle`` runs in the trio thread when it is done, and ``finished`` is true by then."""
+
+        def settled(result: Outcome[T]) -> None:
+            try:
+                settle(result)
+            finally:
+                self._finished.set()
+
+        return await finish_in_thread(partial(self._locked, close), settled)

@@ -1,0 +1,512 @@
+"""JobResources: demand assembly, materialization under the grant, transactions, close."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from nucleo_trio import errors
+from nucleo_trio.admission import Admission, CountingGate, Demand, ElasticWindow, HttpConnectionGate
+from nucleo_trio.dispatch import JobDispatcher
+from nucleo_trio.errors import JobDeadlockError, UncorrectableError, suppressed
+from nucleo_trio.jobs import JobContext, JobRequirements, JobState, Orchestrator, workflow
+from nucleo_trio.resources import JobResources, ResourceCloseError, demand_of
+
+from .admission_doubles import Meter
+from .conftest import settle
+from .db_doubles import ProviderFault, RecordingProvider
+from .jobs_for_tests import Fn, naps
+
+HTTP = HttpConnectionGate(10)
+
+
+class Search(ElasticWindow):
+    max_requests = 5
+    base_window = 1.0
+
+
+def names(demand: Demand) -> list[str]:
+    return [entry.limiter.limiter_name for entry in demand.entries]
+
+
+async def opened(
+    *providers: RecordingProvider, extra: Demand | None = None, read_only: bool = False
+) -> tuple[Admission, JobResources]:
+    """Admit one permit per provider (plus ``extra``) and materialize the handles."""
+    admission = Admission()
+    demand = extra or Demand()
+    for provider in providers:
+        demand.add(provider.admission())
+    grant = await admission.admit(demand)
+    resources = JobResources(admission, grant, providers, read_only=read_only)
+    await resources.materialize()
+    return admission, resources
+
+
+# -- demand assembly ------------------------------------------------------------------------------
+
+
+def test_no_requirements_and_empty_requirements_demand_nothing() -> None:
+    """JR-01: None requirements (an orchestrator's) and empty ones give an empty demand."""
+    assert demand_of(None, HTTP).is_empty
+    assert demand_of(JobRequirements(), HTTP).is_empty
+
+
+def test_the_demand_is_assembled_in_order_from_the_requirements() -> None:
+    """JR-02: the http gate when needed, each custom limiter with its amount in declaration
+    order, then one unit permit on each declared provider's gate."""
+    quota, slots = CountingGate("quota", 5), CountingGate("slots", 3)
+    orders, audit = RecordingProvider("orders"), RecordingProvider("audit")
+    requirements = (
+        JobRequirements()
+        .require_database(orders)
+        .require_rate_limiter(quota, 2)
+        .require_http()
+        .require_rate_limiter(slots)
+        .require_database(audit)
+    )
+    demand = demand_of(requirements, HTTP, [orders, audit])
+    assert names(demand) == ["http", "quota", "slots", "db:orders", "db:audit"]
+    entries = {entry.limiter.limiter_name: entry for entry in demand.entries}
+    assert demand.amounts_on(entries["quota"]) == (2,)
+    assert demand.amounts_on(entries["db:orders"]) == (None,)
+
+
+def test_a_window_or_an_explicit_flag_needs_the_http_gate() -> None:
+    """JR-03: http is needed when set explicitly or when any custom limiter needs it (every
+    elastic window); a plain gate alone does not bring it."""
+    plain = JobRequirements().require_rate_limiter(CountingGate("quota", 5))
+    assert not plain.needs_http
+    assert names(demand_of(plain, HTTP)) == ["quota"]
+    window = Search("search")
+    windowed = JobRequirements().require_rate_limiter(window)
+    assert windowed.needs_http
+    assert names(demand_of(windowed, HTTP)) == ["http", "search"]
+    assert JobRequirements().require_http().needs_http
+
+
+def test_requiring_a_limiter_again_replaces_its_amount() -> None:
+    """JR-04: a None limiter is refused; the same limiter again replaces its amount; the amount
+    is what the demand carries (3 for 3, None for a unit permit)."""
+    with pytest.raises(ValueError, match="must not be None"):
+        JobRequirements().require_rate_limiter(None)  # type: ignore[arg-type]
+    quota = CountingGate("quota", 5)
+    requirements = JobRequirements().require_rate_limiter(quota, 1).require_rate_limiter(quota, 3)
+    assert [(r.limiter, r.amount) for r in requirements.limiters] == [(quota, 3)]
+    demand = demand_of(requirements, HTTP)
+    assert demand.amounts_on(demand.entries[0]) == (3,)
+    unit = demand_of(JobRequirements().require_rate_limiter(quota), HTTP)
+    assert unit.amounts_on(unit.entries[0]) == (None,)
+
+
+def test_a_database_alone_makes_a_job_resourceful() -> None:
+    """JR-05: requires resources = databases, OR custom limiters, OR http needed."""
+    assert not JobRequirements().has_resources
+    assert JobRequirements().require_database("orders").has_resources
+    assert JobRequirements().require_http().has_resources
+    assert JobRequirements().require_rate_limiter(CountingGate("q", 1)).has_resources
+    with pytest.raises(ValueError, match="provider name"):
+        JobRequirements().require_database("  ")
+
+
+async def test_a_database_job_without_a_timeout_is_refused_before_admission(
+    dispatcher: JobDispatcher,
+) -> None:
+    """JR-05: a job that needs resources must declare a timeout; the dispatcher refuses it
+    before admission (the message mentions the timeout) and the gate is never taken."""
+    orders = RecordingProvider("orders")
+    job = Fn(
+        workflow("u", "wf"),
+        naps(),
+        requirements=lambda: JobRequirements().require_database(orders),
+        timeout=None,
+    )
+    with pytest.raises(Exception, match="timeout"):
+        await dispatcher.submit(job).result()
+    assert orders.log == [] and orders.gate.in_use == 0
+
+
+# -- construction = admission ---------------------------------------------------------------------
+
+
+async def test_a_job_parked_on_one_account_holds_no_database_permit(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """JR-07: the attempt is admitted as a whole; while it waits it holds nothing, so the free
+    database gate in a demand that also names a full account stays at 0."""
+    orders = RecordingProvider("orders")
+    busy = CountingGate("busy", 1)
+    gate_free = trio.Event()
+
+    async def hog(ctx: JobContext) -> None:
+        await gate_free.wait()
+
+    async def write(ctx: JobContext) -> str:
+        return str(ctx.resources.get(orders) if ctx.resources else None)
+
+    root = workflow("u", "wf")
+    first = dispatcher.submit(
+        Fn(root, hog, requirements=lambda: JobRequirements().require_rate_limiter(busy))
+    )
+    second = dispatcher.submit(
+        Fn(
+            root,
+            write,
+            requirements=lambda: (
+                JobRequirements().require_rate_limiter(busy).require_database(orders)
+            ),
+        )
+    )
+    await settle()
+    assert busy.in_use == 1 and orders.gate.in_use == 0 and orders.log == []
+    assert dispatcher.admission.queue_size == 1
+    gate_free.set()
+    await first.result()
+    assert await second.result() == "conn:orders"
+    assert orders.gate.in_use == 0 and orders.open_handles == 0
+
+
+async def test_a_cancel_while_parked_leaves_the_line_holding_nothing(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """JR-08: a job cancelled while parked in admission leaves the line (queue size 0), holds
+    nothing, and ends CANCELLED; its provider never opened a handle."""
+    orders = RecordingProvider("orders", max_concurrent=1)
+    release = trio.Event()
+
+    async def hold(ctx: JobContext) -> None:
+        await release.wait()
+
+    needs = lambda: JobRequirements().require_database(orders)  # noqa: E731
+    root = workflow("u", "wf")
+    holder = dispatcher.submit(Fn(root, hold, requirements=needs))
+    waiter_job = Fn(root, hold, requirements=needs)
+    waiter = dispatcher.submit(waiter_job)
+    await settle()
+    assert dispatcher.admission.queue_size == 1
+    dispatcher.cancel(waiter_job.job_id, "not needed")
+    with pytest.raises(errors.JobCancelledError):
+        await waiter.result()
+    assert dispatcher.admission.queue_size == 0
+    assert waiter_job.context.state is JobState.CANCELLED and waiter_job.runs == 0
+    release.set()
+    await holder.result()
+    assert orders.log.count("orders.acquire") == 1 and orders.gate.in_use == 0
+
+
+async def test_the_waits_are_recorded_per_account_and_in_total(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """JR-09: after the grant, each account's wait is summed under ``wait_times`` and the wall
+    wait under ``admission_wait_ms``."""
+    orders = RecordingProvider("orders", max_concurrent=1)
+    needs = lambda: JobRequirements().require_database(orders)  # noqa: E731
+    root = workflow("u", "wf")
+    first = dispatcher.submit(Fn(root, naps(2), requirements=needs))
+    second_job = Fn(root, naps(), requirements=needs)
+    second = dispatcher.submit(second_job)
+    await first.result()
+    await second.result()
+    metadata = second_job.context.metadata
+    assert metadata["wait_times"]["db:orders"] == pytest.approx(2000, abs=5)
+    assert metadata["admission_wait_ms"] == pytest.approx(2000, abs=5)
+
+
+# -- materialization ------------------------------------------------------------------------------
+
+
+async def test_a_handle_that_fails_to_open_rolls_back_the_whole_grant() -> None:
+    """JR-10: handles open in declaration order; when one fails, those already open are closed
+    in reverse and the whole grant is rolled back (the metered account too: 1 take, 1 give);
+    the error names the provider and the job never runs."""
+    log: list[str] = []
+    first, second = RecordingProvider("a", log), RecordingProvider("b", log)
+    third = RecordingProvider("c", log, fail={"acquire"})
+    meter = Meter("tokens", cap=10, rate=0)
+    admission = Admission()
+    demand = Demand().add(meter, 4)
+    for p in (first, second, third):
+        demand.add(p.admission())
+    grant = await admission.admit(demand)
+    resources = JobResources(admission, grant, [first, second, third])
+    with pytest.raises(UncorrectableError) as caught:
+        await resources.materialize()
+    assert "Failed to acquire database handle from RecordingProvider" in str(caught.value)
+    assert isinstance(caught.value.__cause__, ProviderFault)
+    assert log == ["a.acquire", "b.acquire", "c.acquire", "b.close", "a.close"]
+    assert (meter.takes, meter.gives) == (1, 1)
+    assert all(p.gate.in_use == 0 for p in (first, second, third))
+    assert resources.settled and not resources.has_database
+
+
+async def test_a_materialization_failure_through_the_dispatcher_never_runs_the_job(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """JR-10: through the dispatcher, the job fails with the acquisition error, execute never
+    runs, and the gate is back at 0."""
+    broken = RecordingProvider("broken", fail={"acquire"})
+    job = Fn(
+        workflow("u", "wf"),
+        naps(),
+        requirements=lambda: JobRequirements().require_database(broken),
+    )
+    with pytest.raises(UncorrectableError, match="Failed to acquire database handle"):
+        await dispatcher.submit(job).result()
+    assert job.runs == 0 and broken.gate.in_use == 0
+    assert job.context.state is JobState.FAILED
+
+
+async def test_get_refuses_an_undeclared_provider() -> None:
+    """JR-12: get and handle refuse a provider the job did not declare ("not declared");
+    has_database is true when any handle exists; a declared one is found by object or name."""
+    orders, other = RecordingProvider("orders"), RecordingProvider("other")
+    _, resources = await opened(orders)
+    assert resources.has_database
+    assert resources.get(orders) == "conn:orders" == resources.get("orders")
+    assert resources.handle(orders).provider is orders
+    with pytest.raises(LookupError, match="not declared"):
+        resources.get(other)
+    with pytest.raises(LookupError, match="not declared"):
+        resources.handle("other")
+    _, empty = await opened()
+    assert not empty.has_database
+
+
+# -- transactions ---------------------------------------------------------------------------------
+
+
+async def test_commit_all_commits_in_order_and_a_failure_rolls_back_the_uncommitted_rest() -> None:
+    """JR-13, JR-14, JR-15, JR-16: begin on each in order; commit then await on each in order;
+    when the second commit fails, the second and third are rolled back in reverse, the first
+    stays committed, and the error names the failing provider with the failure as cause. A
+    later rollback_all skips the committed first provider."""
+    log: list[str] = []
+    first = RecordingProvider("first", log)
+    second = RecordingProvider("second", log, fail={"commit"})
+    third = RecordingProvider("third", log)
+    _, resources = await opened(first, second, third)
+    await resources.begin_all()
+    with pytest.raises(UncorrectableError) as caught:
+        await resources.commit_all()
+    assert "RecordingProvider ('second')" in str(caught.value)
+    assert isinstance(caught.value.__cause__, ProviderFault)
+    assert [e for e in log if e.startswith("first")] == [
+        "first.acquire",
+        "first.begin",
+        "first.commit",
+        "first.await",
+    ]
+    assert [e for e in log if e.startswith("second")] == [
+        "second.acquire",
+        "second.begin",
+        "second.commit",
+        "second.rollback",
+    ]
+    assert [e for e in log if e.startswith("third")] == [
+        "third.acquire",
+        "third.begin",
+        "third.rollback",
+    ]
+    assert log.index("third.rollback") < log.index("second.rollback")
+    log.clear()
+    await resources.rollback_all()
+    assert log == ["third.rollback", "second.rollback"]
+
+
+async def test_a_rollback_that_fails_during_commit_all_rides_as_suppressed() -> None:
+    """JR-15: rollback failures while commit_all unwinds are attached as suppressed."""
+    log: list[str] = []
+    first = RecordingProvider("first", log, fail={"commit"})
+    second = RecordingProvider("second", log, fail={"rollback"})
+    _, resources = await opened(first, second)
+    await resources.begin_all()
+    with pytest.raises(UncorrectableError) as caught:
+        await resources.commit_all()
+    riders = suppressed(caught.value)
+    assert len(riders) == 1 and "second rollback failed" in str(riders[0])
+    assert log[-2:] == ["second.rollback", "first.rollback"]
+
+
+async def test_begin_all_clears_what_was_committed() -> None:
+    """JR-13: a new begin_all starts a fresh transaction everywhere: a later commit_all commits
+    every provider again."""
+    log: list[str] = []
+    only = RecordingProvider("only", log)
+    _, resources = await opened(only)
+    await resources.begin_all()
+    await resources.commit_all()
+    await resources.begin_all()
+    await resources.commit_all()
+    assert log.count("only.commit") == 2 and log.count("only.begin") == 2
+
+
+async def test_rollback_all_goes_in_reverse_and_aggregates_failures() -> None:
+    """JR-17: rollback_all runs in reverse, skips committed providers, goes on after a failure,
+    and raises "rollback_all encountered N errors" with each failure suppressed."""
+    log: list[str] = []
+    first = RecordingProvider("first", log, fail={"rollback"})
+    second = RecordingProvider("second", log)
+    third = RecordingProvider("third", log, fail={"rollback"})
+    _, resources = await opened(first, second, third)
+    await resources.begin_all()
+    log.clear()
+    with pytest.raises(UncorrectableError, match="rollback_all encountered 2 errors") as caught:
+        await resources.rollback_all()
+    assert log == ["third.rollback", "second.rollback", "first.rollback"]
+    assert [str(e) for e in suppressed(caught.value)] == [
+        "third rollback failed",
+        "first rollback failed",
+    ]
+
+
+# -- close ----------------------------------------------------------------------------------------
+
+
+async def test_close_closes_every_handle_before_the_grant_returns_and_aggregates_failures() -> None:
+    """JR-18: close marks the resources released, closes every handle in declaration order
+    (going on after a failure), releases the grant, then raises ResourceCloseError naming the
+    first failing provider, with that failure as cause and later ones suppressed."""
+    log: list[str] = []
+    first = RecordingProvider("first", log, fail={"close"})
+    second = RecordingProvider("second", log)
+    third = RecordingProvider("third", log, fail={"close"})
+    _, resources = await opened(first, second, third)
+    resources.executed = True
+    with pytest.raises(ResourceCloseError) as caught:
+        await resources.aclose()
+    assert str(caught.value) == (
+        "Failed to close database handle from RecordingProvider: first close failed"
+    )
+    assert str(caught.value.__cause__) == "first close failed"
+    assert [str(e) for e in suppressed(caught.value)] == ["third close failed"]
+    assert [e for e in log if e.endswith("close")] == ["first.close", "second.close", "third.close"]
+    assert all(p.gate.in_use == 0 for p in (first, second, third))
+    await resources.aclose()  # a second close is harmless
+    assert log.count("second.close") == 1
+
+
+async def test_force_close_aborts_then_closes_and_settles_once(
+    nursery: trio.Nursery,
+) -> None:
+    """JR-19: force_close aborts each handle, releases the grant at once and closes the aborted
+    handles in the background; a later close is harmless because the grant settles once."""
+    log: list[str] = []
+    only = RecordingProvider("only", log)
+    meter = Meter("tokens", cap=10, rate=0)
+    admission = Admission()
+    grant = await admission.admit(Demand().add(meter, 2).add(only.admission()))
+    resources = JobResources(admission, grant, [only], spawn=nursery.start_soon)
+    await resources.materialize()
+    resources.executed = True
+    resources.force_close()
+    assert log == ["only.acquire", "only.abort"]
+    assert only.gate.in_use == 0
+    await settle()
+    assert log == ["only.acquire", "only.abort", "only.close"]
+    await resources.aclose()
+    resources.force_close()
+    assert log.count("only.close") == 1 and (meter.takes, meter.gives) == (1, 0)
+
+
+async def test_a_force_close_during_commit_all_walks_the_same_fixed_handles(
+    nursery: trio.Nursery,
+) -> None:
+    """JR-11: the handles are fixed at materialization, so a force_close racing a commit_all
+    changes no mapping under it; the grant settles exactly once."""
+    log: list[str] = []
+    first, second = RecordingProvider("first", log), RecordingProvider("second", log)
+    _, resources = await opened(first, second)
+    resources.executed = True
+    await resources.begin_all()
+    outcome: list[BaseException | None] = []
+
+    async def commit() -> None:
+        try:
+            await resources.commit_all()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    nursery.start_soon(commit)
+    await trio.lowlevel.checkpoint()  # commit_all is inside first.commit's checkpoint
+    resources.force_close()
+    await settle()
+    assert outcome == [None]  # no "dictionary changed size during iteration"
+    assert log.count("first.abort") == 1 and log.count("second.abort") == 1
+    assert first.gate.in_use == 0 and second.gate.in_use == 0
+    await resources.aclose()
+    assert first.gate.in_use == 0
+
+
+async def test_completion_gives_back_only_release_accounts(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """JR-20: on completion the permits go back only to RELEASE accounts: the TIME meter is taken
+    once and given back 0 times; the database gate is back at 0."""
+    meter = Meter("tokens", cap=100, rate=0)
+    orders = RecordingProvider("orders")
+    job = Fn(
+        workflow("u", "wf"),
+        naps(0.5),
+        requirements=lambda: (
+            JobRequirements().require_rate_limiter(meter, 5).require_database(orders)
+        ),
+    )
+    await dispatcher.submit(job).result()
+    assert (meter.takes, meter.gives) == (1, 0)
+    assert orders.gate.in_use == 0 and orders.open_handles == 0
+
+
+async def test_a_job_holding_a_database_cannot_wait_on_another_job(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """JR-21: a job holding a database permit that waits on another job's handle gets
+    JobDeadlockError naming both jobs and its call site, even when the other job already
+    finished; an orchestrator, which holds nothing, may wait on its children."""
+    orders = RecordingProvider("orders")
+    root = workflow("u", "wf")
+    finished = dispatcher.submit(Fn(root, naps()))
+    await finished.result()
+
+    async def waits(ctx: JobContext) -> Any:
+        return await finished.result()
+
+    holder = Fn(root, waits, requirements=lambda: JobRequirements().require_database(orders))
+    with pytest.raises(JobDeadlockError) as caught:
+        await dispatcher.submit(holder).result()
+    message = str(caught.value)
+    assert holder.job_id in message and finished.job_id in message
+    assert "test_job_resources.py" in message
+    assert orders.gate.in_use == 0
+
+    class Waits(Orchestrator[str]):
+        async def execute(self, context: JobContext) -> str:
+            child = context.dispatcher.submit(Fn(self, naps(1)))
+            await child.result()
+            return "waited"
+
+    assert await dispatcher.submit(Waits(root)).result() == "waited"
+
+
+async def test_a_database_declared_by_name_resolves_against_the_dispatcher(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """DB-07: a database declared by name is the provider the dispatcher registered under that
+    name; a name nobody registered fails the job naming the missing and the registered names."""
+    orders = RecordingProvider("orders")
+    dispatcher.databases.register(orders)
+
+    async def use(ctx: JobContext) -> str:
+        assert ctx.resources is not None
+        return str(ctx.resources.get("orders"))
+
+    root = workflow("u", "wf")
+    named = Fn(root, use, requirements=lambda: JobRequirements().require_database("orders"))
+    assert await dispatcher.submit(named).result() == "conn:orders"
+    missing = Fn(root, use, requirements=lambda: JobRequirements().require_database("ledger"))
+    with pytest.raises(RuntimeError, match="'ledger'.*registered: orders"):
+        await dispatcher.submit(missing).result()
+    assert orders.gate.in_use == 0
