@@ -432,8 +432,9 @@ async def test_a_handle_from_another_provider_is_refused(backend: Backend) -> No
 async def test_through_the_dispatcher_jobs_never_hold_more_connections_than_the_bound(
     backend: Backend,
 ) -> None:
-    """DB-12, DB-02: six writing jobs through a real dispatcher commit six rows, never more
-    than two connections out at once; the permits and the connections are all back."""
+    """DB-12, DB-02, EXEC-03: six transactional writing jobs through a real dispatcher (the
+    dispatcher opens each job's handle under its permit, begins and commits) commit six rows,
+    never more than two connections out at once; the permits and the connections are all back."""
     from nucleo_trio.dispatch import open_dispatcher
     from nucleo_trio.jobs import JobContext, JobRequirements, Tool, workflow
 
@@ -442,19 +443,13 @@ async def test_through_the_dispatcher_jobs_never_hold_more_connections_than_the_
 
     class Write(Tool[None]):
         def requirements(self) -> JobRequirements:
-            return JobRequirements().require_rate_limiter(provider.admission())
+            return JobRequirements().require_database(provider).require_transaction()
 
         async def execute(self, context: JobContext) -> None:
             nonlocal peak
-            handle = await provider.acquire()
+            assert context.resources is not None
             peak = max(peak, backend.active())
-            try:
-                await provider.begin(handle)
-                await backend.insert(handle, self.job_id)
-                await provider.commit(handle)
-                await provider.await_completion(handle)
-            finally:
-                await provider.close(handle)
+            await backend.insert(context.resources.handle(provider), self.job_id)
 
     async with open_dispatcher() as dispatcher:
         root = workflow("u", "writes")

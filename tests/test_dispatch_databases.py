@@ -117,8 +117,9 @@ async def test_a_configured_name_already_taken_refuses_the_start(nursery: trio.N
 
 
 async def test_a_postgres_database_from_configuration(postgres_conninfo: str) -> None:
-    """The plugin's kind, named in plain data, builds a PostgresProvider that jobs write
-    through; its connections are closed when the provider is closed."""
+    """The plugin's kind, named in plain data, builds a PostgresProvider that jobs declare by
+    name and write through in a transaction; the dispatcher that built it closes its
+    connections at shutdown."""
     import psycopg
     from nucleo_trio_postgres import PostgresProvider
 
@@ -145,16 +146,12 @@ async def test_a_postgres_database_from_configuration(postgres_conninfo: str) ->
 
     class Order(Tool[None]):
         def requirements(self) -> JobRequirements:
-            return JobRequirements().require_rate_limiter(orders.admission())
+            return JobRequirements().require_database("orders").require_transaction()
 
         async def execute(self, context: JobContext) -> None:
-            handle = await orders.acquire()
-            try:
-                await orders.begin(handle)
-                await orders.execute(handle, "INSERT INTO configured VALUES (%s)", [self.job_id])
-                await orders.commit(handle)
-            finally:
-                await orders.close(handle)
+            assert context.resources is not None
+            handle = context.resources.handle("orders")
+            await orders.execute(handle, "INSERT INTO configured VALUES (%s)", [self.job_id])
 
     async with open_dispatcher(config) as dispatcher:
         orders = dispatcher.databases.get("orders", PostgresProvider)
@@ -164,6 +161,5 @@ async def test_a_postgres_database_from_configuration(postgres_conninfo: str) ->
         for handle in [dispatcher.submit(job) for job in jobs]:
             await handle.result()
         assert orders.active_connections == 0 and orders.idle_connections <= 2
-    await orders.aclose()
-    assert orders.idle_connections == 0
+    assert orders.idle_connections == 0  # the dispatcher built it, so its shutdown closed it
     assert await trio.to_thread.run_sync(notes) == sorted((job.job_id,) for job in jobs)

@@ -101,6 +101,9 @@ MAX_CORRECTION_RETRIES = 4
 
 MAX_TRUNCATION_RETRIES = 1
 
+DATABASE_CLOSE_WINDOW = 10.0
+"""Seconds shutdown gives each configured database provider to close its idle connections."""
+
 
 @attrs.define
 class _Verdict:
@@ -160,6 +163,7 @@ class JobDispatcher:
         self.accounts = RateLimiterRegistry()  # shared accounts: per class, per model entry
         self._seen_accounts: dict[int, LimiterIdentity] = {}  # every account admission told of
         self.databases = DBResourceProviders()
+        self._built_databases: list[DBResourceProvider] = []
         """The database providers jobs may declare by name (``require_database("orders")``)."""
         self.db_kinds: DBProviderKinds | None = None
         self.bus = bus or MessageBus()
@@ -245,6 +249,7 @@ class JobDispatcher:
             try:
                 provider = self.db_kinds.create(database.kind, name, **database.settings)
                 self.databases.register(provider)
+                self._built_databases.append(provider)
             except (PluginError, RuntimeError, TypeError, ValueError) as exc:
                 raise ConfigError(
                     f"dispatcher config: database {name!r} (kind {database.kind!r}): {exc}"
@@ -284,10 +289,30 @@ class JobDispatcher:
                 await stoppable.stop()
             except Exception:
                 log.exception("stopping %r failed", stoppable)
+        await self._close_built_databases()
         self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STOPPED))
         self._stopped = True
         await self.bus.stop()
         self._closed.set()
+
+    async def _close_built_databases(self) -> None:
+        """Close the idle connections of the providers this dispatcher built from its config
+        (a provider passed in by the caller is the caller's to close)."""
+        for provider in self._built_databases:
+            aclose = getattr(provider, "aclose", None)
+            if aclose is None:
+                continue
+            try:
+                with trio.move_on_after(DATABASE_CLOSE_WINDOW) as window:
+                    await aclose()
+                if window.cancelled_caught:
+                    log.error(
+                        "closing database %r took over %.0f s; abandoned",
+                        provider.name,
+                        DATABASE_CLOSE_WINDOW,
+                    )
+            except Exception:
+                log.exception("closing database %r failed", provider.name)
 
     def register_stoppable(self, stoppable: AbstractStoppable) -> None:
         """Stop ``stoppable`` at shutdown, after the jobs and before the bus."""
