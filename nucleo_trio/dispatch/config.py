@@ -100,8 +100,9 @@ class DispatcherConfig:
     fully qualified name (``{"myapp.tools.Fetch": [{"kind": "url"}]}``); they join the guards
     the class declares on every submission of it or of a subclass.
     ``health_every`` makes the dispatcher log a health snapshot every that many limiter and
-    lifecycle events (a :class:`~nucleo_trio.observability.SystemHealthReporter`); ``None``
-    subscribes no reporter.
+    lifecycle events (a :class:`~nucleo_trio.observability.SystemHealthReporter`; the seed's
+    reporter uses 50). It is off (``None``) by default: a subscriber makes the bus build every
+    event, which costs each job a little; :meth:`JobDispatcher.health` answers either way.
     :meth:`from_mapping` builds one from plain data (a parsed TOML or JSON file), refusing
     unknown keys by name.
     """
@@ -114,7 +115,7 @@ class DispatcherConfig:
     memory: MemoryConfig = attrs.field(
         factory=MemoryConfig, validator=attrs.validators.instance_of(MemoryConfig)
     )
-    health_every: int | None = attrs.field(default=50)
+    health_every: int | None = attrs.field(default=None)
     guardrails: dict[str, list[GuardrailConfig]] = attrs.field(factory=dict)
 
     @health_every.validator
