@@ -135,9 +135,12 @@ class MemoryPressureGate(AbstractRateLimiter):
         self._reading: MemoryReading | None = None
         self._previous: float | None = None
         self._floor: float | None = None
-        self._floor_at_last: float | None = None
-        self._floor_before_last: float | None = None
+        # The floor in points, now, at the last release and at the release before it.
+        self._floor_points: float | None = None
+        self._points_at_last: float | None = None
+        self._points_before_last: float | None = None
         self._committed = 1.0
+        self._would_commit: float | None = None  # the penalty a release now would commit
         self._last_release: float | None = None
         self._completed = False
 
@@ -215,8 +218,9 @@ class MemoryPressureGate(AbstractRateLimiter):
         if self._latched or not self._releasable(reading.ratio):
             return False
         self._committed = self._penalty()
-        self._floor_before_last = self._floor_at_last
-        self._floor_at_last = self._floor
+        self._points_before_last = self._points_at_last
+        self._points_at_last = self._floor_points
+        self._would_commit = None
         self._last_release = self._clock()
         self._completed = False
         return True
@@ -291,6 +295,8 @@ class MemoryPressureGate(AbstractRateLimiter):
         previous = self._previous
         if previous is None or ratio < previous:
             self._floor = ratio  # a fall: the live set plus what was allocated since (MEM-21)
+            self._floor_points = _points(ratio)
+            self._would_commit = None
         self._previous = ratio
         self._reading = reading
         if self._latched:
@@ -310,12 +316,16 @@ class MemoryPressureGate(AbstractRateLimiter):
         return reading
 
     def _penalty(self) -> float:
-        before = self._floor_before_last
-        floor = self._floor
-        if before is None or floor is None:
-            return self._committed
-        moved = self._committed * math.pow(PENALTY_BASE, _points(floor) - _points(before))
-        return min(MAX_PENALTY, max(1.0, moved))
+        penalty = self._would_commit
+        if penalty is None:
+            before, floor = self._points_before_last, self._floor_points
+            if before is None or floor is None:
+                penalty = self._committed
+            else:
+                moved = self._committed * math.pow(PENALTY_BASE, floor - before)
+                penalty = min(MAX_PENALTY, max(1.0, moved))
+            self._would_commit = penalty  # it moves only with the floor and at a release
+        return penalty
 
     def _delay_ms(self, ratio: float) -> int:
         return min(MAX_WAIT_MS, round(throttle_delay_ms(ratio) * self._penalty()))

@@ -163,7 +163,8 @@ def nucleo_trio_memory_reader(limit_bytes: int | None) -> MemoryReader | None:
     ``firstresult``, the first answer that is not ``None`` wins).
 
     ``limit_bytes`` is the limit the deployment configured, or ``None``. The built-in answers
-    last, with a reader of the process's resident memory against the cgroup v2 limit, else the
-    configured limit, else physical memory; a plugin answers first to measure something else
+    last, with a reader of the process's resident memory against the tighter of the cgroup v2
+    limit and the configured limit (physical memory when neither is set); a plugin answers
+    first to measure something else
     (a container's whole memory, or the Python heap through tracemalloc in tests).
     """
