@@ -187,5 +187,6 @@ class Grant:
         """Mark the grant settled; True only for the first caller (ADM-49)."""
         if self._settled:
             return False
-        self._settled = True
+        # Past attrs' on-setattr hooks: this runs once per job, on the hot path.
+        object.__setattr__(self, "_settled", True)
         return True

@@ -68,7 +68,8 @@ import itertools
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import trio
@@ -285,6 +286,9 @@ def _name_of(identity: LimiterIdentity) -> str:
         return type(identity).__name__
 
 
+_NO_WAITS: Mapping[str, int] = MappingProxyType({})
+
+
 def _ms(seconds: float) -> int:
     return max(0, round(seconds * 1_000_000_000)) // 1_000_000
 
@@ -483,8 +487,12 @@ class Admission:
                 f"Admission.enter: demand must be a Demand, got {type(demand).__name__}"
             )
         self._check_open()
-        arrival = self._clock()
         entries = demand.entries
+        if not entries and not self._line:
+            # ADM-11's inline attempt of an empty demand grants it at once, touching nothing and
+            # reporting nothing (DG-10); it needs no waiter to get there.
+            return Grant((), None, 0.0, _NO_WAITS, owner=self)
+        arrival = self._clock()
         # ADM-09: the snapshot is the job as it stands at the admit call. It is only read when
         # something will report it: an emitter is wired and the demand holds anything.
         snapshot: JobSnapshot | None | _Unset = None

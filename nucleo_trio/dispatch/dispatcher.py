@@ -847,6 +847,8 @@ class JobDispatcher:
 
     def _providers_of(self, requirements: JobRequirements) -> tuple[DBResourceProvider, ...]:
         """The declared databases, names resolved against :attr:`databases`."""
+        if not requirements.databases:
+            return ()
         return tuple(
             self.databases.provider(p) if isinstance(p, str) else p for p in requirements.databases
         )

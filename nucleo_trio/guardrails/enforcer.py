@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..errors import CancellationRequested, ConfigError, GuardrailError, NucleoSystemError
+from ..jobs.guarded import GuardedExecution
 from ..jobs.identity import workflow
 from ..jobs.job import AbstractJob, ScopeAuthority
 from .kinds import (
@@ -146,6 +147,11 @@ class StandardGuardrailEnforcer:
         if isinstance(job, Guardrail):
             return
         attached = attached_guardrails(job, context)
+        if not attached and _declares_no_guards(type(job)):
+            # The common case costs no guard lists; the output side finds nothing either.
+            context.metadata[OBS_GUARDS_INPUT] = 0  # none applied (GRD-15)
+            self._output_guards[context] = []
+            return
         content = _content(job, attached)
         self._output_guards[context] = [g for g in content if g.direction is Direction.OUTPUT]
         guards: list[Guardrail] = [
@@ -247,6 +253,26 @@ def _declared(job: AbstractJob[Any], guards: Iterable[Any], kind: type, what: st
                 f"which is not a {kind.__name__}",
             )
     return declared
+
+
+_GUARD_DECLARATIONS = (
+    "content_guardrails",
+    "auth_guardrails",
+    "admission_guardrails",
+)
+_NO_GUARDS_BY_CLASS: dict[type, bool] = {}
+
+
+def _declares_no_guards(cls: type) -> bool:
+    """True when ``cls`` keeps every input-side and content declaration of
+    :class:`GuardedExecution` as it is (so it declares none); remembered per class."""
+    known = _NO_GUARDS_BY_CLASS.get(cls)
+    if known is None:
+        known = all(
+            getattr(cls, name) is getattr(GuardedExecution, name) for name in _GUARD_DECLARATIONS
+        )
+        _NO_GUARDS_BY_CLASS[cls] = known
+    return known
 
 
 def _of_kind(guards: Iterable[Guardrail], kind: type) -> list[Any]:
