@@ -647,7 +647,7 @@ def test_nucleo_trio_guardrails_registers_the_shipped_guards_and_a_plugins_own()
     assert isinstance(kinds.create("no_shouting", root), Guardrail)
     with pytest.raises(PluginError, match="'not_a_guard' from plugin .* not a Guardrail"):
         kinds.create("not_a_guard", root)
-    with pytest.raises(PluginError, match=r"'payload_size_cap' .* could not be built"):
+    with pytest.raises(PluginError, match=r"'payload_size_cap' .* could not build its guard"):
         kinds.create("payload_size_cap", root)
 
     class Clash:

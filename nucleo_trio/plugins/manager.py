@@ -20,7 +20,7 @@ import importlib.metadata
 import inspect
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import pluggy
 
@@ -245,35 +245,38 @@ def _collect_named(
     return found
 
 
-def _as_factory(thing: object) -> LimiterFactory | None:
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _as_callable(thing: object) -> Callable[..., Any] | None:
     # Only callability can be checked up front; the result is checked at each create().
-    return cast(LimiterFactory, thing) if callable(thing) else None
+    return thing if callable(thing) else None
 
 
-class LimiterRegistry:
-    """The limiter kinds every plugin provides, and the one place accounts are built by kind.
+class _NamedFactories(Generic[F]):
+    """What the three registries share: one hook asked once, the factories it named, who
+    provides each, and the failures that name the kind and its plugin.
 
-    Built from a plugin manager (usually :func:`make_plugin_manager`), it asks the
-    ``nucleo_trio_limiter_kinds`` hook once and keeps the answers. Construction raises
-    :class:`PluginError` when two plugins claim the same kind (naming both) or a plugin answers
-    with something that is not a mapping of kind names to callables.
-
-    >>> registry = LimiterRegistry(make_plugin_manager(load_entrypoints=False))
-    >>> registry.kinds
-    ('counting',)
-    >>> gate = registry.create("counting", "render", capacity=4)
+    A subclass sets the hook, how a kind is called in messages (``what``), the error for an
+    unknown kind, and its own typed ``create`` on top of :meth:`_build`.
     """
 
     __slots__ = ("_kinds",)
 
+    _hook: ClassVar[str]
+    _what: ClassVar[str]
+    _plural: ClassVar[str] = "kinds"
+    _unknown: ClassVar[type[PluginError]]
+
     def __init__(self, plugin_manager: pluggy.PluginManager) -> None:
-        self._kinds: Mapping[str, tuple[LimiterFactory, str]] = types.MappingProxyType(
-            _collect_named(plugin_manager, "nucleo_trio_limiter_kinds", "limiter kind", _as_factory)
+        collected = _collect_named(plugin_manager, self._hook, self._what, _as_callable)
+        self._kinds: Mapping[str, tuple[F, str]] = types.MappingProxyType(
+            {name: (cast(F, factory), label) for name, (factory, label) in collected.items()}
         )
 
     @property
     def kinds(self) -> tuple[str, ...]:
-        """Every known kind name, sorted."""
+        """Every known name, sorted."""
         return tuple(sorted(self._kinds))
 
     def __contains__(self, kind: object) -> bool:
@@ -283,6 +286,60 @@ class LimiterRegistry:
         """Name the plugin (and distribution, if any) that provides ``kind``."""
         return self._entry(kind)[1]
 
+    def _entry(self, kind: str) -> tuple[F, str]:
+        try:
+            return self._kinds[kind]
+        except (KeyError, TypeError):
+            known = ", ".join(repr(k) for k in self.kinds) or "none"
+            raise self._unknown(
+                f"unknown {self._what} {kind!r}; known {self._plural}: {known} "
+                "(is the plugin that provides it installed?)"
+            ) from None
+
+    def _build(self, kind: str, first: object, what_is_built: str, settings: dict[str, Any]) -> Any:
+        """Call ``kind``'s factory with ``first`` and ``settings``; a failure is a
+        :class:`PluginError` naming the kind and its plugin, chained to the cause."""
+        factory, label = self._entry(kind)
+        try:
+            return factory(first, **settings)
+        except Exception as exc:
+            # Only the settings' names are repeated: their values may be credentials.
+            given = f"settings given: {', '.join(sorted(settings))}" if settings else "no settings"
+            raise PluginError(
+                f"{self._what} {kind!r} from plugin {label} could not build {what_is_built} "
+                f"({given}): {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _refuse(self, kind: str, what_is_built: str, built: object, expected: str) -> PluginError:
+        label = self._entry(kind)[1]
+        return PluginError(
+            f"{self._what} {kind!r} from plugin {label} built {what_is_built} as a "
+            f"{type(built).__qualname__}, which {expected}"
+        )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(kinds={self.kinds!r})"
+
+
+class LimiterRegistry(_NamedFactories[LimiterFactory]):
+    """The limiter kinds every plugin provides, and the one place accounts are built by kind.
+
+    Built from a plugin manager (usually :func:`make_plugin_manager`), it asks the
+    ``nucleo_trio_limiter_kinds`` hook once and keeps the answers. Construction raises
+    :class:`PluginError` when two plugins claim the same kind (naming both) or a plugin answers
+    with something that is not a mapping of kind names to callables.
+
+    >>> registry = LimiterRegistry(make_plugin_manager(load_entrypoints=False))
+    >>> "counting" in registry.kinds
+    True
+    >>> gate = registry.create("counting", "render", capacity=4)
+    """
+
+    __slots__ = ()
+    _hook = "nucleo_trio_limiter_kinds"
+    _what = "limiter kind"
+    _unknown = UnknownLimiterKindError
+
     def create(self, kind: str, name: str, **settings: Any) -> RateLimiter:
         """Build the account ``name`` of limiter kind ``kind`` from its ``settings``.
 
@@ -291,44 +348,18 @@ class LimiterRegistry:
         kind and its plugin when the factory raises (the failure is chained as ``__cause__``)
         or returns something that does not satisfy the ``RateLimiter`` protocol.
         """
-        factory, label = self._entry(kind)
+        self._entry(kind)
         if not isinstance(name, str) or not name:
             raise ValueError(f"a {kind!r} limiter needs a non-empty string name, got {name!r}")
-        try:
-            limiter = factory(name, **settings)
-        except Exception as exc:
-            # Only the settings' names are repeated: their values may be credentials.
-            given = f"settings given: {', '.join(sorted(settings))}" if settings else "no settings"
-            raise PluginError(
-                f"limiter kind {kind!r} from plugin {label} could not build {name!r} "
-                f"({given}): {type(exc).__name__}: {exc}"
-            ) from exc
+        limiter = self._build(kind, name, repr(name), settings)
         if not isinstance(limiter, RateLimiter):
-            raise PluginError(
-                f"limiter kind {kind!r} from plugin {label} built {name!r} as a "
-                f"{type(limiter).__qualname__}, which does not implement the RateLimiter protocol"
+            raise self._refuse(
+                kind, repr(name), limiter, "does not implement the RateLimiter protocol"
             )
         return limiter
 
-    def _entry(self, kind: str) -> tuple[LimiterFactory, str]:
-        try:
-            return self._kinds[kind]
-        except (KeyError, TypeError):
-            known = ", ".join(repr(k) for k in self.kinds) or "none"
-            raise UnknownLimiterKindError(
-                f"unknown limiter kind {kind!r}; known kinds: {known} "
-                "(is the plugin that provides it installed?)"
-            ) from None
 
-    def __repr__(self) -> str:
-        return f"LimiterRegistry(kinds={self.kinds!r})"
-
-
-def _as_db_factory(thing: object) -> DBProviderFactory | None:
-    return cast(DBProviderFactory, thing) if callable(thing) else None
-
-
-class DBProviderKinds:
+class DBProviderKinds(_NamedFactories[DBProviderFactory]):
     """The database provider kinds every plugin provides, and the one place providers are built
     by kind (a configuration's ``databases`` table names a kind per datasource).
 
@@ -342,29 +373,10 @@ class DBProviderKinds:
     >>> provider = kinds.create("counting", "reports", max_concurrent=3)
     """
 
-    __slots__ = ("_kinds",)
-
-    def __init__(self, plugin_manager: pluggy.PluginManager) -> None:
-        self._kinds: Mapping[str, tuple[DBProviderFactory, str]] = types.MappingProxyType(
-            _collect_named(
-                plugin_manager,
-                "nucleo_trio_db_provider_kinds",
-                "database provider kind",
-                _as_db_factory,
-            )
-        )
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        """Every known kind name, sorted."""
-        return tuple(sorted(self._kinds))
-
-    def __contains__(self, kind: object) -> bool:
-        return kind in self._kinds
-
-    def provider(self, kind: str) -> str:
-        """Name the plugin (and distribution, if any) that provides ``kind``."""
-        return self._entry(kind)[1]
+    __slots__ = ()
+    _hook = "nucleo_trio_db_provider_kinds"
+    _what = "database provider kind"
+    _unknown = UnknownDBProviderKindError
 
     def create(self, kind: str, name: str, **settings: Any) -> DBResourceProvider:
         """Build the provider of datasource ``name`` of kind ``kind`` from its ``settings``.
@@ -375,50 +387,23 @@ class DBProviderKinds:
         something that does not satisfy the ``DBResourceProvider`` protocol or is named other
         than ``name``.
         """
-        factory, label = self._entry(kind)
+        self._entry(kind)
         if not isinstance(name, str) or not name:
             raise ValueError(f"a {kind!r} database needs a non-empty string name, got {name!r}")
-        try:
-            provider = factory(name, **settings)
-        except Exception as exc:
-            # Only the settings' names are repeated: a conninfo may carry a password.
-            given = f"settings given: {', '.join(sorted(settings))}" if settings else "no settings"
-            raise PluginError(
-                f"database provider kind {kind!r} from plugin {label} could not build {name!r} "
-                f"({given}): {type(exc).__name__}: {exc}"
-            ) from exc
+        provider = self._build(kind, name, repr(name), settings)
         if not isinstance(provider, DBResourceProvider):
-            raise PluginError(
-                f"database provider kind {kind!r} from plugin {label} built {name!r} as a "
-                f"{type(provider).__qualname__}, which does not implement the "
-                "DBResourceProvider protocol"
+            raise self._refuse(
+                kind, repr(name), provider, "does not implement the DBResourceProvider protocol"
             )
         if provider.name != name:
             raise PluginError(
-                f"database provider kind {kind!r} from plugin {label} built {name!r} under the "
-                f"name {provider.name!r}; a provider must carry its datasource's name"
+                f"{self._what} {kind!r} from plugin {self.provider(kind)} built {name!r} under "
+                f"the name {provider.name!r}; a provider must carry its datasource's name"
             )
         return provider
 
-    def _entry(self, kind: str) -> tuple[DBProviderFactory, str]:
-        try:
-            return self._kinds[kind]
-        except (KeyError, TypeError):
-            known = ", ".join(repr(k) for k in self.kinds) or "none"
-            raise UnknownDBProviderKindError(
-                f"unknown database provider kind {kind!r}; known kinds: {known} "
-                "(is the plugin that provides it installed?)"
-            ) from None
 
-    def __repr__(self) -> str:
-        return f"DBProviderKinds(kinds={self.kinds!r})"
-
-
-def _as_guardrail_factory(thing: object) -> GuardrailFactory | None:
-    return cast(GuardrailFactory, thing) if callable(thing) else None
-
-
-class GuardrailKinds:
+class GuardrailKinds(_NamedFactories[GuardrailFactory]):
     """The guardrails every plugin registers by name, and the one place a guard is built by
     name (a configuration's ``guardrails`` table attaches guards to tool classes by name).
 
@@ -431,26 +416,11 @@ class GuardrailKinds:
     True
     """
 
-    __slots__ = ("_kinds",)
-
-    def __init__(self, plugin_manager: pluggy.PluginManager) -> None:
-        self._kinds: Mapping[str, tuple[GuardrailFactory, str]] = types.MappingProxyType(
-            _collect_named(
-                plugin_manager, "nucleo_trio_guardrails", "guardrail", _as_guardrail_factory
-            )
-        )
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        """Every registered guardrail name, sorted."""
-        return tuple(sorted(self._kinds))
-
-    def __contains__(self, kind: object) -> bool:
-        return kind in self._kinds
-
-    def provider(self, kind: str) -> str:
-        """Name the plugin (and distribution, if any) that provides ``kind``."""
-        return self._entry(kind)[1]
+    __slots__ = ()
+    _hook = "nucleo_trio_guardrails"
+    _what = "guardrail"
+    _plural = "guardrails"
+    _unknown = UnknownGuardrailKindError
 
     def create(self, kind: str, parent: Identifiable, **settings: Any) -> Guardrail:
         """Build the guard registered as ``kind``, gating ``parent``, from its ``settings``.
@@ -460,31 +430,7 @@ class GuardrailKinds:
         (chained as ``__cause__``) or returns something that is not a
         :class:`~nucleo_trio.guardrails.Guardrail`.
         """
-        factory, label = self._entry(kind)
-        try:
-            guard = factory(parent, **settings)
-        except Exception as exc:
-            given = f"settings given: {', '.join(sorted(settings))}" if settings else "no settings"
-            raise PluginError(
-                f"guardrail {kind!r} from plugin {label} could not be built ({given}): "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+        guard = self._build(kind, parent, "its guard", settings)
         if not isinstance(guard, Guardrail):
-            raise PluginError(
-                f"guardrail {kind!r} from plugin {label} built a {type(guard).__qualname__}, "
-                "which is not a Guardrail"
-            )
+            raise self._refuse(kind, "its guard", guard, "is not a Guardrail")
         return guard
-
-    def _entry(self, kind: str) -> tuple[GuardrailFactory, str]:
-        try:
-            return self._kinds[kind]
-        except (KeyError, TypeError):
-            known = ", ".join(repr(k) for k in self.kinds) or "none"
-            raise UnknownGuardrailKindError(
-                f"unknown guardrail {kind!r}; known guardrails: {known} "
-                "(is the plugin that provides it installed?)"
-            ) from None
-
-    def __repr__(self) -> str:
-        return f"GuardrailKinds(kinds={self.kinds!r})"
