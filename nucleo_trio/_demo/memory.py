@@ -8,12 +8,9 @@ and its status line, the health snapshot's "Memory:" line, is the same every tim
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import attrs
 
-from ..admission import AbstractRateLimiter
+from ..admission.memory import UnboundedMemory
 
 __all__ = ["DemoMemory", "DemoMemoryStatus"]
 
@@ -27,16 +24,10 @@ class DemoMemoryStatus:
         return "not gated in the demo (a real deployment paces admission near its memory limit)"
 
 
-class DemoMemory(AbstractRateLimiter):
-    """A memory account (``memory``, category ``memory``) that always fits; RELEASE."""
-
-    @property
-    def limiter_name(self) -> str:
-        return "memory"
-
-    @property
-    def limiter_category(self) -> str:
-        return "memory"
+class DemoMemory(UnboundedMemory):
+    """A memory account (``memory``, category ``memory``) that always fits, like
+    :class:`~nucleo_trio.admission.memory.UnboundedMemory`, but reads nothing: its figures and
+    its status line are the same on every run."""
 
     @property
     def capacity(self) -> int:
@@ -46,17 +37,5 @@ class DemoMemory(AbstractRateLimiter):
     def in_use(self) -> int:
         return 0
 
-    def status(self) -> DemoMemoryStatus:
+    def status(self) -> DemoMemoryStatus:  # type: ignore[override]
         return DemoMemoryStatus()
-
-    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
-        return True
-
-    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
-        return True
-
-    def give(self, amounts: Sequence[Any]) -> None:
-        return None
-
-    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
-        return None
