@@ -18,51 +18,29 @@ from typing import Any
 import outcome
 import trio
 
-from ..admission import DatabaseGate, RateLimiter
 from ..errors import UncorrectableError
 from .provider import DBHandle
-from .threads import HandleCalls
+from .threads import ThreadedHandle, ThreadedProvider
 
 __all__ = ["SQLiteProvider"]
 
 _ABORT_CHECK_STEPS = 10_000
 
 
-class _SQLiteHandle(DBHandle):
-    def __init__(
-        self, provider: SQLiteProvider, connection: sqlite3.Connection, read_only: bool
-    ) -> None:
-        super().__init__(provider, connection, read_only=read_only)
-        self.calls = HandleCalls()
+class _SQLiteHandle(ThreadedHandle):
+    connection: sqlite3.Connection
 
 
-class SQLiteProvider:
+class SQLiteProvider(ThreadedProvider[_SQLiteHandle]):
     """Connections to the SQLite database at ``path``, at most ``max_connections`` at once."""
 
+    _handle_type = _SQLiteHandle
+    _label = "SQLite"
+
     def __init__(self, name: str, path: str | Path, max_connections: int) -> None:
-        self._gate = DatabaseGate(name, max_connections)
-        self._name = name
+        super().__init__(name, max_connections)
         self.path = Path(path)
         self.open_connections = 0
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def admission(self) -> RateLimiter:
-        return self._gate
-
-    def _own(self, handle: DBHandle) -> _SQLiteHandle:
-        if not isinstance(handle, _SQLiteHandle) or handle.provider is not self:
-            raise ValueError(f"Handle was not produced by the SQLite provider {self._name!r}")
-        return handle
-
-    def _live(self, handle: DBHandle) -> _SQLiteHandle:
-        own = self._own(handle)
-        if own.aborted or own.closed:
-            state = "aborted" if own.aborted else "closed"
-            raise UncorrectableError(f"{self._name}: the connection was {state}")
-        return own
 
     def _connect(self, read_only: bool) -> sqlite3.Connection:
         if read_only:
@@ -76,7 +54,7 @@ class SQLiteProvider:
     async def acquire(self, read_only: bool = False) -> DBHandle:
         connection = await trio.to_thread.run_sync(self._connect, read_only)
         self.open_connections += 1
-        handle = _SQLiteHandle(self, connection, read_only)
+        handle = _SQLiteHandle(self, connection, read_only=read_only)
         # interrupt() reaches only a statement already running; this stops one that starts
         # after the abort, checked every few thousand VM steps.
         connection.set_progress_handler(lambda: handle.aborted, _ABORT_CHECK_STEPS)
@@ -98,12 +76,6 @@ class SQLiteProvider:
             if own.aborted:
                 raise UncorrectableError(f"{self._name}: the connection was aborted") from exc
             raise
-
-    async def begin(self, handle: DBHandle) -> None:
-        await self.execute(handle, "BEGIN")
-
-    async def commit(self, handle: DBHandle) -> None:
-        await self.execute(handle, "COMMIT")
 
     async def await_completion(self, handle: DBHandle) -> None:
         """Wait until no call on the handle is in flight (a commit started by another task,

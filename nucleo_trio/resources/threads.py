@@ -18,19 +18,25 @@ limit, still hands its connection back.
 
 from __future__ import annotations
 
+import abc
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import trio
+
+from ..admission import DatabaseGate, RateLimiter
+from ..errors import UncorrectableError
+from .provider import DBHandle
 
 if TYPE_CHECKING:
     from outcome import Outcome
 
-__all__ = ["HandleCalls", "finish_in_thread"]
+__all__ = ["HandleCalls", "ThreadedHandle", "ThreadedProvider", "finish_in_thread"]
 
 T = TypeVar("T")
+HandleT = TypeVar("HandleT", bound="ThreadedHandle")
 
 
 async def finish_in_thread(work: Callable[[], T], settle: Callable[[Outcome[T]], None]) -> T:
@@ -137,3 +143,62 @@ class HandleCalls:
                 self._finished.set()
 
         return await finish_in_thread(partial(self._locked, close), settled)
+
+
+class ThreadedHandle(DBHandle):
+    """A handle whose calls run in worker threads, one at a time (:class:`HandleCalls`)."""
+
+    def __init__(self, provider: object, connection: Any = None, *, read_only: bool) -> None:
+        super().__init__(provider, connection, read_only=read_only)
+        self.calls = HandleCalls()
+
+
+class ThreadedProvider(abc.ABC, Generic[HandleT]):
+    """What the providers over blocking drivers share: the name, the ``db:<name>`` gate that is
+    their admission account (DB-01), the check that a handle is this provider's own (DB-04's
+    refusal names the provider) and still usable, and the transaction verbs as statements.
+
+    A subclass sets ``_handle_type`` and ``_label`` (``"SQLite"``, ``"PostgreSQL"``) and
+    implements ``execute``, ``acquire``, ``await_completion``, ``rollback``, ``close`` and
+    ``abort``.
+    """
+
+    _handle_type: ClassVar[type[ThreadedHandle]]
+    _label: ClassVar[str]
+
+    def __init__(self, name: str, max_connections: int) -> None:
+        self._gate = DatabaseGate(name, max_connections)
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def admission(self) -> RateLimiter:
+        return self._gate
+
+    def _own(self, handle: DBHandle) -> HandleT:
+        if not isinstance(handle, self._handle_type) or handle.provider is not self:
+            raise ValueError(
+                f"Handle was not produced by the {self._label} provider {self._name!r}"
+            )
+        return handle  # type: ignore[return-value]
+
+    def _live(self, handle: DBHandle) -> HandleT:
+        own = self._own(handle)
+        if own.aborted or own.closed:
+            state = "aborted" if own.aborted else "closed"
+            raise UncorrectableError(f"{self._name}: the connection was {state}")
+        return own
+
+    @abc.abstractmethod
+    async def execute(
+        self, handle: DBHandle, sql: str, parameters: Any = ()
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement on the handle's connection, in its worker thread; its rows."""
+
+    async def begin(self, handle: DBHandle) -> None:
+        await self.execute(handle, "BEGIN")
+
+    async def commit(self, handle: DBHandle) -> None:
+        await self.execute(handle, "COMMIT")

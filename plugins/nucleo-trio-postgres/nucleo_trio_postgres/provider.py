@@ -35,10 +35,9 @@ import psycopg
 import trio
 from psycopg import pq
 
-from nucleo_trio.admission import DatabaseGate, RateLimiter
 from nucleo_trio.errors import UncorrectableError
 from nucleo_trio.resources import DBHandle
-from nucleo_trio.resources.threads import HandleCalls, finish_in_thread
+from nucleo_trio.resources.threads import ThreadedHandle, ThreadedProvider, finish_in_thread
 
 __all__ = ["PostgresProvider"]
 
@@ -113,14 +112,13 @@ class _Pooled:
             self.socket.close()
 
 
-class _PostgresHandle(DBHandle):
+class _PostgresHandle(ThreadedHandle):
     def __init__(self, provider: PostgresProvider, pooled: _Pooled, read_only: bool) -> None:
         super().__init__(provider, pooled.connection, read_only=read_only)
         self.pooled = pooled
-        self.calls = HandleCalls()
 
 
-class PostgresProvider:
+class PostgresProvider(ThreadedProvider[_PostgresHandle]):
     """Connections to the PostgreSQL database at ``conninfo``, at most ``max_connections``.
 
     ``conninfo`` is a libpq connection string or URI (``"host=/run/postgresql dbname=app"``,
@@ -129,21 +127,16 @@ class PostgresProvider:
     the idle ones once the provider is no longer needed.
     """
 
+    _handle_type = _PostgresHandle
+    _label = "PostgreSQL"
+
     def __init__(self, name: str, conninfo: str, max_connections: int) -> None:
-        self._gate = DatabaseGate(name, max_connections)
-        self._name = name
+        super().__init__(name, max_connections)
         self._max = max_connections
         self.conninfo = conninfo
         self._idle: list[_Pooled] = []
         self._open = 0  # idle, checked out, connecting and closing: never above the bound
         self.active_connections = 0
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def admission(self) -> RateLimiter:
-        return self._gate
 
     @property
     def idle_connections(self) -> int:
@@ -201,18 +194,6 @@ class PostgresProvider:
         return _PostgresHandle(self, pooled, read_only)
 
     # -- the verbs ------------------------------------------------------------------------------
-    def _own(self, handle: DBHandle) -> _PostgresHandle:
-        if not isinstance(handle, _PostgresHandle) or handle.provider is not self:
-            raise ValueError(f"Handle was not produced by the PostgreSQL provider {self._name!r}")
-        return handle
-
-    def _live(self, handle: DBHandle) -> _PostgresHandle:
-        own = self._own(handle)
-        if own.aborted or own.closed:
-            state = "aborted" if own.aborted else "closed"
-            raise UncorrectableError(f"{self._name}: the connection was {state}")
-        return own
-
     async def execute(
         self, handle: DBHandle, sql: str, parameters: Sequence[Any] = ()
     ) -> list[tuple[Any, ...]]:
@@ -234,12 +215,6 @@ class PostgresProvider:
                     f"{self._name}: the connection was aborted", cause=exc
                 ) from exc
             raise
-
-    async def begin(self, handle: DBHandle) -> None:
-        await self.execute(handle, "BEGIN")
-
-    async def commit(self, handle: DBHandle) -> None:
-        await self.execute(handle, "COMMIT")
 
     async def await_completion(self, handle: DBHandle) -> None:
         """Wait until no call on the handle is in flight (a commit started by another task,
