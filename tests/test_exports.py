@@ -17,6 +17,9 @@ PACKAGES = [
     "nucleo_trio.plugins",
     "nucleo_trio.resources",
     "nucleo_trio.errors",
+    "nucleo_trio.guardrails",
+    "nucleo_trio.http",
+    "nucleo_trio.observability",
 ]
 
 
