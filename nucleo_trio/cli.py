@@ -1,6 +1,6 @@
 """The ``nucleo-trio`` command line.
 
-One parser with a subcommand per task; each subcommand adds its own arguments and names the
+One parser with a subcommand per task (``demo``, ``trajectory``); each subcommand adds its own arguments and names the
 function that runs it (``handler``), which answers the exit code. A subcommand imports what it
 runs only when it runs, so ``--help`` stays instant and one broken subcommand cannot take the
 others down. ``main`` is the console script's entry point and what ``python -m nucleo_trio``
@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _add_demo(commands)
+    _add_trajectory(commands)
     return parser
 
 
@@ -71,7 +72,9 @@ limiter written in the demo ({SEARCH_REQUESTS_PER_SECOND} requests per second). 
 once or it waits holding nothing. A few jobs time out, a few fail, a few are pushed back by
 their upstream once and succeed on the re-run, one exhausts its re-run budget, a few are
 cancelled. A bus observer tallies it all: outcomes per kind of job, admission per account,
-the events by type, example failures, and the time and throughput.
+the events by type, example failures, and the time and throughput. A TrajectoryRecorder
+records every job into SQLite, and the run ends with the workflow read back in call order
+(--record FILE keeps the recording; `nucleo-trio trajectory FILE` reads it again).
 
 By default the run happens in virtual time (trio's MockClock with autojump): instant, and the
 same seed prints the same numbers. --real-time runs it on the wall clock (about ten seconds).
@@ -111,6 +114,12 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="emphasis with ANSI codes: auto uses it on a terminal unless NO_COLOR is set",
     )
     demo.add_argument(
+        "--record",
+        metavar="FILE",
+        default=None,
+        help="keep the run's recording in this SQLite file (a temporary file otherwise)",
+    )
+    demo.add_argument(
         "-v",
         "--verbose",
         action="store_true",
@@ -139,8 +148,69 @@ def _run_demo(args: argparse.Namespace) -> int:
         real_time=args.real_time,
         verbose=args.verbose,
         color=color,
+        record=args.record,
     )
     return run_demo(options)
+
+
+# -- trajectory -----------------------------------------------------------------------------------
+_TRAJECTORY_DESCRIPTION = """\
+Print a recorded workflow as a tree, in the order its jobs were called: each parent's children
+by (iteration_number, started_at), depth first, with each job's outcome, attempts, duration and
+failure. DB is a file a TrajectoryRecorder wrote (nucleo_trio.observability); without WORKFLOW
+the command lists the workflows the file holds, the most recent first.
+Exit status: 0 when printed, 1 when the file or the workflow is not there."""
+
+
+def _add_trajectory(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    trajectory = commands.add_parser(
+        "trajectory",
+        help="print a recorded workflow in call order, with outcomes and durations",
+        description=_TRAJECTORY_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    trajectory.add_argument("database", metavar="DB", help="the recording (a SQLite file)")
+    trajectory.add_argument(
+        "workflow", metavar="WORKFLOW", nargs="?", help="the workflow id; omit it to list them"
+    )
+    trajectory.add_argument(
+        "--max-children",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="show at most N children of a parent and sum up the rest (default: all)",
+    )
+    trajectory.set_defaults(handler=_run_trajectory)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _run_trajectory(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    from .observability.trajectory import recorded_workflows, render_trajectory, trajectory
+
+    try:
+        if args.workflow is None:
+            workflows = recorded_workflows(args.database)
+            print(f"{len(workflows)} workflow(s) in {args.database}, the most recent first:")
+            for summary in workflows:
+                print(f"  {summary.workflow_id}  {summary.user_id}  {summary.jobs} job(s)")
+            return 0
+        recorded = trajectory(args.database, args.workflow)
+    except (OSError, ValueError, LookupError, sqlite3.Error) as exc:
+        print(f"{PROG} trajectory: {exc}", file=sys.stderr)
+        return 1
+    print(render_trajectory(recorded, max_children=args.max_children))
+    return 0
 
 
 def _version() -> str:

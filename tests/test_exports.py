@@ -18,6 +18,10 @@ PACKAGES = [
     "nucleo_trio.resources",
     "nucleo_trio.errors",
     "nucleo_trio.guardrails",
+    "nucleo_trio.heartbeat",
+    "nucleo_trio.llm",
+    "nucleo_trio.llm.clients",
+    "nucleo_trio.models",
     "nucleo_trio.http",
     "nucleo_trio.observability",
 ]

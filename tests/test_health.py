@@ -505,7 +505,8 @@ async def test_the_dispatcher_subscribes_a_reporter_unless_told_not_to(
     caplog.set_level(logging.INFO, logger=LOGGER)
     gate = CountingGate("render", 1)
     async with open_dispatcher(DispatcherConfig(health_every=10)) as dispatcher:
-        assert len(dispatcher.bus.subscriptions) == 1
+        reporters = [s for s in dispatcher.bus.subscriptions if "SystemHealthReporter" in repr(s)]
+        assert len(reporters) == 1
         root = workflow("alice", "reporter")
         for _ in range(6):
             dispatcher.submit(
@@ -521,7 +522,7 @@ async def test_the_dispatcher_subscribes_a_reporter_unless_told_not_to(
     quiet = JobDispatcher(DispatcherConfig(health_every=None))
     async with trio.open_nursery() as nursery:
         await nursery.start(quiet.run)
-        assert quiet.bus.subscriptions == ()
+        assert not [s for s in quiet.bus.subscriptions if "SystemHealthReporter" in repr(s)]
         await quiet.shutdown()
 
 

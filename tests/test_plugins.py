@@ -679,3 +679,123 @@ def test_the_memory_reader_hook_is_a_provider_answered_last_by_the_builtin() -> 
     assert isinstance(reader, ProcessMemoryReader) and reader.limit_bytes <= 1 << 30
     plugged = make_plugin_manager(load_entrypoints=False, plugins=[ReaderPlugin()])
     assert isinstance(plugged.hook.nucleo_trio_memory_reader(limit_bytes=None), FixedReader)
+
+
+# --- nucleo_trio_model_catalog ---------------------------------------------------------------------
+
+
+def test_nucleo_trio_model_catalog_fragments_merge_and_a_named_file_wins(
+    tmp_path: Path,
+) -> None:
+    """MOD-05: with no catalog file named, every plugin's fragment through
+    nucleo_trio_model_catalog is merged; a fragment declaring pins or an id another fragment
+    declared is refused naming the plugin; a named file is the whole catalog."""
+    from nucleo_trio.errors import ConfigError
+    from nucleo_trio.models import load_catalog
+
+    def fragment(spec_id: str, **extra: Any) -> Mapping[str, Any]:
+        entry = {
+            "id": spec_id,
+            "grade": "SMALL",
+            "provider_key": "acme",
+            "max_context_tokens": 8000,
+            "max_output_tokens": 1000,
+        }
+        return {"models": [entry], **extra}
+
+    class First:
+        @hookimpl
+        def nucleo_trio_model_catalog(self) -> Mapping[str, Any]:
+            return fragment("acme-a")
+
+    class Second:
+        @hookimpl
+        def nucleo_trio_model_catalog(self) -> Mapping[str, Any]:
+            return fragment("acme-b")
+
+    class Silent:
+        @hookimpl
+        def nucleo_trio_model_catalog(self) -> None:
+            return None
+
+    pm = make_plugin_manager(load_entrypoints=False, plugins=[First(), Second(), Silent()])
+    catalog = load_catalog(plugins=pm, environ={})
+    assert [e.id for e in catalog] == ["acme-a", "acme-b"]
+
+    class Twice:
+        @hookimpl
+        def nucleo_trio_model_catalog(self) -> Mapping[str, Any]:
+            return fragment("acme-a")
+
+    clash = make_plugin_manager(load_entrypoints=False, plugins=[First(), Twice()])
+    with pytest.raises(ConfigError, match="'acme-a' is declared by two catalog fragments"):
+        load_catalog(plugins=clash, environ={})
+
+    class Pinning:
+        @hookimpl
+        def nucleo_trio_model_catalog(self) -> Mapping[str, Any]:
+            return fragment("acme-c", pins={"SMALL": ["acme-c"]})
+
+    pinning = make_plugin_manager(load_entrypoints=False, plugins=[Pinning()])
+    with pytest.raises(ConfigError, match="Pinning.* may not declare pins"):
+        load_catalog(plugins=pinning, environ={})
+
+    named = tmp_path / "models.json"
+    named.write_text('{"models": []}')
+    assert len(load_catalog(plugins=pm, environ={"NUCLEO_TRIO_MODELS": str(named)})) == 0
+    with pytest.raises(ConfigError, match="no model catalog"):
+        load_catalog(plugins=make_plugin_manager(load_entrypoints=False), environ={})
+
+
+# --- nucleo_trio_heartbeat_store -------------------------------------------------------------------
+
+
+def test_the_heartbeat_store_hook_is_a_provider_answered_last_by_the_builtin(
+    tmp_path: Path,
+) -> None:
+    """nucleo_trio_heartbeat_store is firstresult: the built-in answers last for "memory" and
+    "sqlite" and None for any other kind, a plugin answers first for a kind of its own, and
+    heartbeat_store_from turns an unanswered kind or refused settings into a ConfigError."""
+    from nucleo_trio.dispatch import HeartbeatConfig
+    from nucleo_trio.errors import ConfigError
+    from nucleo_trio.heartbeat import (
+        InMemoryHeartbeatStore,
+        SQLiteHeartbeatStore,
+        heartbeat_store_from,
+    )
+
+    alone = make_plugin_manager(load_entrypoints=False)
+    hook = alone.hook.nucleo_trio_heartbeat_store
+    assert isinstance(hook(kind="memory", settings={}), InMemoryHeartbeatStore)
+    path = tmp_path / "beats.db"
+    durable = hook(kind="sqlite", settings={"path": str(path)})
+    assert isinstance(durable, SQLiteHeartbeatStore) and path.is_file()
+    trio.run(durable.aclose)
+    assert hook(kind="redis", settings={}) is None
+
+    class RedisLike(InMemoryHeartbeatStore):
+        pass
+
+    class StorePlugin:
+        @hookimpl
+        def nucleo_trio_heartbeat_store(self, kind: str, settings: Mapping[str, Any]) -> Any:
+            return RedisLike() if kind == "redis" else None
+
+    plugged = make_plugin_manager(load_entrypoints=False, plugins=[StorePlugin()])
+    assert isinstance(heartbeat_store_from(plugged, HeartbeatConfig(kind="redis")), RedisLike)
+    assert type(heartbeat_store_from(plugged, HeartbeatConfig())) is InMemoryHeartbeatStore
+    with pytest.raises(ConfigError, match="no plugin provides the heartbeat store kind 'redis'"):
+        heartbeat_store_from(alone, HeartbeatConfig(kind="redis"))
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) \['path'\]; known: none"):
+        heartbeat_store_from(alone, HeartbeatConfig(settings={"path": "x"}))
+    with pytest.raises(ConfigError, match="'sqlite' needs the setting 'path'"):
+        heartbeat_store_from(alone, HeartbeatConfig(kind="sqlite"))
+
+    class Broken:
+        @hookimpl
+        def nucleo_trio_heartbeat_store(self, kind: str) -> Any:
+            return object()
+
+    broken = make_plugin_manager(load_entrypoints=False, plugins=[Broken()])
+    with pytest.raises(PluginError, match="is not a HeartbeatStore"):
+        heartbeat_store_from(broken, HeartbeatConfig())

@@ -13,6 +13,7 @@ __all__ = [
     "MAX_JOBS",
     "MIN_JOBS",
     "SEARCH_REQUESTS_PER_SECOND",
+    "TRAJECTORY_CHILDREN",
     "DemoOptions",
 ]
 
@@ -25,6 +26,8 @@ HTTP_CONNECTIONS = 8
 SEARCH_REQUESTS_PER_SECOND = 5
 HEALTH_AT = 1.5
 """Seconds into the run at which the demo prints ``dispatcher.health()``: the fan-out's rush."""
+TRAJECTORY_CHILDREN = 8
+"""How many of the root's children the printed trajectory shows before it sums up the rest."""
 
 
 def _check_jobs(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -36,10 +39,13 @@ def _check_jobs(instance: object, attribute: attrs.Attribute[int], value: int) -
 
 @attrs.frozen(kw_only=True)
 class DemoOptions:
-    """How to run the demo. ``color`` ``None`` means: only when the output is a terminal."""
+    """How to run the demo. ``color`` ``None`` means: only when the output is a terminal.
+    ``record`` keeps the run's recording in that SQLite file; ``None`` records into a
+    temporary file that is removed after the trajectory is printed."""
 
     jobs: int = attrs.field(default=DEFAULT_JOBS, validator=_check_jobs)
     seed: int = attrs.field(default=DEFAULT_SEED, validator=attrs.validators.instance_of(int))
     real_time: bool = False
     verbose: bool = False
     color: bool | None = None
+    record: str | None = None

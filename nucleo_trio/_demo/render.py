@@ -17,8 +17,14 @@ from typing import TextIO
 
 import attrs
 
-from ..observability import HealthSnapshot
-from .options import DB_SLOTS, HTTP_CONNECTIONS, SEARCH_REQUESTS_PER_SECOND, DemoOptions
+from ..observability import HealthSnapshot, Trajectory, render_trajectory
+from .options import (
+    DB_SLOTS,
+    HTTP_CONNECTIONS,
+    SEARCH_REQUESTS_PER_SECOND,
+    TRAJECTORY_CHILDREN,
+    DemoOptions,
+)
 from .tally import AccountRow, KindRow, TallyReport
 from .workload import Behaviour, JobPlan
 
@@ -30,6 +36,7 @@ __all__ = [
     "render_header",
     "render_health",
     "render_report",
+    "render_trajectory_section",
 ]
 
 WIDTH = 100
@@ -41,6 +48,7 @@ SECTION_TITLES = (
     "Events seen on the bus",
     "Example failures",
     "Elapsed",
+    "Trajectory",
 )
 """The titles the report's sections start with, in order."""
 
@@ -258,6 +266,35 @@ def _elapsed(
             "The code: nucleo_trio/_demo/workload.py (jobs), quota.py (limiter), tally.py (observer)."
         )
     )
+    return "\n".join(lines)
+
+
+# -- the trajectory -------------------------------------------------------------------------------
+def render_trajectory_section(recorded: Trajectory, options: DemoOptions, style: Style) -> str:
+    """The workflow as the recorder kept it, read back in call order: the root and its first
+    children, the rest summed up. Durations only on the real clock (a snapshot's instants are
+    wall-clock time, which a virtual run hardly moves), and never a random id, so a virtual run
+    prints the same trajectory every time."""
+    where = (
+        f"recorded into {options.record}" if options.record else "recorded into a temporary file"
+    )
+    title = style.bold("Trajectory") + style.dim(
+        f"  ({where} by a TrajectoryRecorder, read back in call order)"
+    )
+    body = render_trajectory(
+        recorded,
+        ids=False,
+        durations=options.real_time,
+        max_children=TRAJECTORY_CHILDREN,
+        width=WIDTH - 2,
+    )
+    lines = ["", title, *("  " + line for line in body.splitlines())]
+    if options.record:
+        lines.append(
+            style.dim(
+                f"  All of it: nucleo-trio trajectory {options.record} {recorded.workflow_id}"
+            )
+        )
     return "\n".join(lines)
 
 

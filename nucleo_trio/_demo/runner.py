@@ -1,5 +1,9 @@
 """Running the demo: build the accounts, run the workflow under one dispatcher, print the tally.
 
+A :class:`~nucleo_trio.observability.TrajectoryRecorder` records the run into a SQLite file (a
+temporary one unless ``record`` names one), and the report ends with the workflow read back from
+it in call order.
+
 By default the whole run happens in virtual time: ``trio.run`` gets a
 :class:`trio.testing.MockClock` with ``autojump_threshold=0``, so whenever every task is waiting
 the clock jumps straight to the next deadline. A run that spans half a minute of timeouts,
@@ -14,6 +18,7 @@ import importlib
 import logging
 import random
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TextIO
@@ -26,7 +31,7 @@ from ..admission import CountingGate
 from ..bus import MessageBus
 from ..dispatch import DispatcherConfig, open_dispatcher
 from ..jobs import JobState, workflow
-from ..observability import HealthSnapshot
+from ..observability import HealthSnapshot, Trajectory, TrajectoryRecorder, trajectory
 from .memory import DemoMemory
 from .options import (
     DB_SLOTS,
@@ -36,8 +41,9 @@ from .options import (
     DemoOptions,
 )
 from .quota import SearchApiQuota
-from .render import Style, render_header, render_health, render_report
+from .render import Style, render_header, render_health, render_report, render_trajectory_section
 from .tally import Tally, TallyReport
+from .thinking import render_thinker_section, run_thinker
 from .workload import KIND_CLASSES, Accounts, Fanout, JobPlan, Signals, plan_workload
 
 __all__ = ["DemoOutcome", "execute_demo", "run_demo"]
@@ -50,7 +56,7 @@ class DemoOutcome:
     ``elapsed`` is seconds on the run's own clock (virtual or real) from the root's submission
     to its settlement; ``wall`` is the real seconds the whole ``trio.run`` took. ``health`` is
     what ``dispatcher.health()`` answered :data:`~.options.HEALTH_AT` seconds into the run
-    (``None`` if the run ended before).
+    (``None`` if the run ended before). ``trajectory`` is the workflow as the recorder kept it.
     """
 
     report: TallyReport
@@ -58,6 +64,7 @@ class DemoOutcome:
     elapsed: float
     wall: float
     health: HealthSnapshot | None = None
+    trajectory: Trajectory | None = None
 
     def inconsistencies(self, jobs: int) -> list[str]:
         """Where the numbers do not add up; empty when every job is accounted for once."""
@@ -104,6 +111,10 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
         file=stream,
         flush=True,
     )
+    if outcome.trajectory is not None:
+        print(render_trajectory_section(outcome.trajectory, options, style), file=stream)
+    thinker = run_thinker(options.seed, verbose=options.verbose)
+    print(render_thinker_section(thinker, style), file=stream, flush=True)
     problems = outcome.inconsistencies(options.jobs)
     for problem in problems:
         print(f"nucleo-trio demo: the tally does not add up: {problem}", file=sys.stderr)
@@ -124,23 +135,33 @@ def execute_demo(
     if plans is None:
         plans = plan_workload(options.jobs, options.seed)
     started = time.perf_counter()
-    with _runtime_logs(options.verbose):
-        if options.real_time:
-            report, states, elapsed, health = trio.run(_run, tuple(plans), options, on_health)
-        else:
-            with _seeded_scheduler(options.seed):
-                clock = trio.testing.MockClock(autojump_threshold=0)
-                report, states, elapsed, health = trio.run(
-                    _run, tuple(plans), options, on_health, clock=clock
+    with _runtime_logs(options.verbose), tempfile.TemporaryDirectory() as scratch:
+        database = options.record or f"{scratch}/demo.db"
+        recorder = TrajectoryRecorder(database)
+        try:
+            if options.real_time:
+                report, states, elapsed, health, root = trio.run(
+                    _run, tuple(plans), options, on_health, recorder
                 )
-    return DemoOutcome(report, states, elapsed, time.perf_counter() - started, health)
+            else:
+                with _seeded_scheduler(options.seed):
+                    clock = trio.testing.MockClock(autojump_threshold=0)
+                    report, states, elapsed, health, root = trio.run(
+                        _run, tuple(plans), options, on_health, recorder, clock=clock
+                    )
+        finally:
+            recorder.close()
+        recorded = trajectory(database, root)
+    wall = time.perf_counter() - started
+    return DemoOutcome(report, states, elapsed, wall, health, recorded)
 
 
 async def _run(
     plans: tuple[JobPlan, ...],
     options: DemoOptions,
     on_health: Callable[[HealthSnapshot, float], None] | None,
-) -> tuple[TallyReport, Mapping[JobState, int], float, HealthSnapshot | None]:
+    recorder: TrajectoryRecorder,
+) -> tuple[TallyReport, Mapping[JobState, int], float, HealthSnapshot | None, str]:
     accounts = Accounts(
         db=CountingGate("db", DB_SLOTS),
         search_api=SearchApiQuota("search-api", SEARCH_REQUESTS_PER_SECOND, 1.0),
@@ -151,6 +172,7 @@ async def _run(
     # Subscribed before the dispatcher starts, so the tally hears its very first event too.
     bus = MessageBus()
     bus.subscribe(tally)
+    recorder.attach(bus)
     config = DispatcherConfig(http_connections=HTTP_CONNECTIONS, seed=options.seed)
     signals = Signals.brief() if options.real_time else Signals()
     health: list[HealthSnapshot] = []
@@ -174,7 +196,7 @@ async def _run(
             elapsed = trio.current_time() - started
             nursery.cancel_scope.cancel()
     # Leaving the block shut the dispatcher down, and the bus delivered everything before it.
-    return tally.report(), states, elapsed, health[0] if health else None
+    return tally.report(), states, elapsed, health[0] if health else None, root.workflow_id
 
 
 @contextlib.contextmanager

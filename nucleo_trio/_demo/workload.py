@@ -234,6 +234,11 @@ class DemoTool(Tool[str]):
         return f"{plan.label} done"
 
     @property
+    def display_name(self) -> str:
+        """The plan's label (``"search #088"``): how the recorded trajectory names the job."""
+        return self.plan.label
+
+    @property
     @abc.abstractmethod
     def upstream(self) -> str:
         """What the job talks to, for its messages."""

@@ -47,7 +47,7 @@ from typing import Any, Final, TypeVar, overload
 
 import trio
 
-from .events import JobEvent
+from .events import HeartbeatEvent, JobEvent, SystemEvent
 from .observers import JobObserver
 
 __all__ = [
@@ -346,6 +346,9 @@ class MessageBus:
         # Routing tables are replaced, never mutated, so publish() can iterate one while a
         # predicate it calls subscribes or unsubscribes.
         self._unscoped: tuple[_LiveSubscription, ...] = ()
+        # Whether an unscoped subscription can hear a job's events: one to system or heartbeat
+        # events only (the Heart's) cannot, so has_listeners() need not count it.
+        self._unscoped_hears_jobs = False
         self._by_workflow: dict[str, tuple[_LiveSubscription, ...]] = {}
         self._registered: dict[object, _LiveSubscription] = {}
         self._registered_unhashable: list[_LiveSubscription] = []
@@ -469,7 +472,7 @@ class MessageBus:
         """
         if self._state is not _State.RUNNING:
             return False
-        if self._unscoped:
+        if self._unscoped_hears_jobs:
             return True
         return workflow_id is not None and bool(self._by_workflow.get(workflow_id))
 
@@ -608,6 +611,7 @@ class MessageBus:
             self._registered_unhashable.append(subscription)
         if subscription.workflow_id is None:
             self._unscoped = (*self._unscoped, subscription)
+            self._unscoped_hears_jobs = _hear_jobs(self._unscoped)
         else:
             group = self._by_workflow.get(subscription.workflow_id, ())
             self._by_workflow[subscription.workflow_id] = (*group, subscription)
@@ -622,6 +626,7 @@ class MessageBus:
             del self._registered[subscription.observer]
         if subscription.workflow_id is None:
             self._unscoped = tuple(s for s in self._unscoped if s is not subscription)
+            self._unscoped_hears_jobs = _hear_jobs(self._unscoped)
         else:
             group = tuple(
                 s
@@ -634,6 +639,12 @@ class MessageBus:
                 self._by_workflow.pop(subscription.workflow_id, None)
         # What is queued is still delivered; a consumer that never started has nothing queued.
         subscription.close_queue()
+
+
+def _hear_jobs(subscriptions: tuple[_LiveSubscription, ...]) -> bool:
+    """Whether any of ``subscriptions`` takes events that may belong to a job, that is, events
+    other than system and heartbeat events, which never carry a snapshot."""
+    return any(not issubclass(s.event_type, SystemEvent | HeartbeatEvent) for s in subscriptions)
 
 
 def _describe(event: JobEvent) -> str:

@@ -20,7 +20,8 @@ Events come in *families*, plain marker classes under :class:`JobEvent` (OBS-01)
     |-- NotificationEvent            UserNotificationEvent
     |-- OperationalEvent             LimiterEvent
     |-- SystemEvent                  SchedulerEvent
-    `-- HeartbeatEvent               (the heartbeat events arrive with the Heart)
+    `-- HeartbeatEvent               HeartbeatRequested, CancelHeartbeat, HeartbeatScheduled,
+                                     HeartbeatRebound, HeartbeatFired, HeartbeatFireFailed
 
 A family is a class, so ``isinstance(event, LifecycleEvent)`` and subscribing to the bus with
 ``event_type=LifecycleEvent`` both reach every member and nothing else. :class:`HumanReadable`
@@ -40,7 +41,7 @@ import numbers
 import time
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, final
 
 import attrs
 
@@ -48,13 +49,22 @@ from nucleo_trio.admission.limiter import LimiterEventType
 from nucleo_trio.jobs.snapshot import JobSnapshot
 from nucleo_trio.jobs.state import JobState
 
+if TYPE_CHECKING:
+    from nucleo_trio.heartbeat.records import Heartbeat
+
 __all__ = [
     "EVENT_FAMILIES",
     "AbstractTerminalEvent",
+    "CancelHeartbeat",
     "ContentStreamEvent",
     "DependencyFailureEvent",
     "FailureEvent",
     "HeartbeatEvent",
+    "HeartbeatFireFailed",
+    "HeartbeatFired",
+    "HeartbeatRebound",
+    "HeartbeatRequested",
+    "HeartbeatScheduled",
     "HumanReadable",
     "JobCancelled",
     "JobCompletedEvent",
@@ -1049,6 +1059,127 @@ class SchedulerEvent(SystemEvent):
         default=attrs.Factory(_default_scheduler_message, takes_self=True),
         validator=attrs.validators.instance_of(str),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Heartbeat
+# --------------------------------------------------------------------------------------------
+
+
+def _minted_heartbeat(instance: object, attribute: Any, value: Any) -> None:
+    # Imported here: the heartbeat package imports this module.
+    from nucleo_trio.heartbeat.records import Heartbeat, is_genuine
+
+    if not isinstance(value, Heartbeat):
+        raise TypeError(f"{attribute.name} must be a Heartbeat, got {type(value).__name__}")
+    if not is_genuine(value):
+        raise TypeError(
+            f"{attribute.name} is a forged Heartbeat: only JobContext.publish (from an "
+            "orchestrator) and JobDispatcher.schedule_heartbeat mint one"
+        )
+
+
+def _heartbeat_id(instance: object, attribute: Any, value: Any) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{attribute.name} must be a non-blank heartbeat id, got {value!r}")
+
+
+@final
+@attrs.frozen(kw_only=True)
+class HeartbeatRequested(HeartbeatEvent):
+    """A minted heartbeat on its way to the Heart, which stores it.
+
+    Only the two mints make the :class:`~nucleo_trio.heartbeat.Heartbeat` it carries, so
+    publishing one can only replay a schedule someone with authority already made.
+    """
+
+    heartbeat: "Heartbeat" = attrs.field(validator=_minted_heartbeat)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class CancelHeartbeat(HeartbeatEvent):
+    """Remove the heartbeat ``heartbeat_id`` from the schedule.
+
+    Anyone may publish it, on the bus or through ``context.publish``: it can only take a
+    schedule away, never add authority to one. An id that is not scheduled is no error.
+    """
+
+    heartbeat_id: str = attrs.field(validator=_heartbeat_id)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class HeartbeatScheduled(HeartbeatEvent):
+    """The Heart stored a heartbeat under an id that was free: "Heartbeat scheduled: <hb>"."""
+
+    heartbeat: "Heartbeat" = attrs.field(validator=_minted_heartbeat)
+
+    @property
+    def message(self) -> str:
+        return f"Heartbeat scheduled: {self.heartbeat}"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class HeartbeatRebound(HeartbeatEvent):
+    """A heartbeat replaced the one scheduled under the same id (most recent wins).
+
+    ``displaced`` is the one it replaced; reads "Heartbeat rebound: <id> (was <old instant>,
+    now <new instant>)".
+    """
+
+    heartbeat: "Heartbeat" = attrs.field(validator=_minted_heartbeat)
+    displaced: "Heartbeat" = attrs.field(validator=_minted_heartbeat)
+
+    @property
+    def message(self) -> str:
+        from nucleo_trio.heartbeat.records import format_instant
+
+        was = format_instant(self.displaced.run_at)
+        now = format_instant(self.heartbeat.run_at)
+        return f"Heartbeat rebound: {self.heartbeat.id} (was {was}, now {now})"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class HeartbeatFired(HeartbeatEvent):
+    """A heartbeat's job was admitted through the door: "Heartbeat fired: <id> -> job <job id>".
+
+    ``job_id`` links the schedule to its run: every event of that job carries it.
+    """
+
+    heartbeat: "Heartbeat" = attrs.field(validator=_minted_heartbeat)
+    job_id: str = attrs.field(validator=attrs.validators.instance_of(str))
+
+    @property
+    def heartbeat_id(self) -> str:
+        return self.heartbeat.id
+
+    @property
+    def message(self) -> str:
+        return f"Heartbeat fired: {self.heartbeat.id} -> job {self.job_id}"
+
+
+@final
+@attrs.frozen(kw_only=True)
+class HeartbeatFireFailed(HeartbeatEvent):
+    """A heartbeat's fire failed before its job ran: "Heartbeat fire failed: <id> - <failure>".
+
+    The job could not be built, refused its conversation or input, or was refused at the door.
+    A recurring heartbeat is still scheduled at its next slot.
+    """
+
+    heartbeat: "Heartbeat" = attrs.field(validator=_minted_heartbeat)
+    error: BaseException = attrs.field(validator=attrs.validators.instance_of(BaseException))
+
+    @property
+    def heartbeat_id(self) -> str:
+        return self.heartbeat.id
+
+    @property
+    def message(self) -> str:
+        return f"Heartbeat fire failed: {self.heartbeat.id} - {_error_text(self.error)}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from .config import (
     DatabaseConfig as DatabaseConfig,
     DispatcherConfig as DispatcherConfig,
+    HeartbeatConfig as HeartbeatConfig,
     LimiterConfig as LimiterConfig,
     MemoryConfig as MemoryConfig,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "DemandAssembler",
     "DispatcherConfig",
     "GuardrailEnforcer",
+    "HeartbeatConfig",
     "JobDispatcher",
     "LimiterConfig",
     "MemoryConfig",

@@ -12,7 +12,14 @@ from ..admission.memory_reader import parse_memory_limit
 from ..admission.named_gates import DEFAULT_HTTP_POOL_SIZE
 from ..errors import ConfigError
 
-__all__ = ["DatabaseConfig", "DispatcherConfig", "GuardrailConfig", "LimiterConfig", "MemoryConfig"]
+__all__ = [
+    "DatabaseConfig",
+    "DispatcherConfig",
+    "GuardrailConfig",
+    "HeartbeatConfig",
+    "LimiterConfig",
+    "MemoryConfig",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -38,6 +45,25 @@ class DatabaseConfig:
     ``{"kind": "postgres", "settings": {"conninfo": "...", "max_connections": 4}}``."""
 
     kind: str
+    settings: dict[str, Any] = attrs.field(factory=dict)
+
+
+def _store_kind(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"HeartbeatConfig.kind must name a heartbeat store kind, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class HeartbeatConfig:
+    """The store that keeps the heartbeat schedule, by plugin kind:
+    ``{"kind": "sqlite", "settings": {"path": "beats.db"}}``.
+
+    ``"memory"`` (the default, no settings) forgets the schedule at exit; ``"sqlite"`` (setting
+    ``path``) keeps it in a file, so adaptive schedules survive a restart. A plugin provides
+    other kinds through the ``nucleo_trio_heartbeat_store`` hook.
+    """
+
+    kind: str = attrs.field(default="memory", validator=_store_kind)
     settings: dict[str, Any] = attrs.field(factory=dict)
 
 
@@ -99,10 +125,14 @@ class DispatcherConfig:
     ``guardrails`` attaches guards by registered name to tool classes, keyed by the class's
     fully qualified name (``{"myapp.tools.Fetch": [{"kind": "url"}]}``); they join the guards
     the class declares on every submission of it or of a subclass.
+    ``heartbeat`` chooses the heartbeat store (:class:`HeartbeatConfig`: in memory by default).
     ``health_every`` makes the dispatcher log a health snapshot every that many limiter and
     lifecycle events (a :class:`~nucleo_trio.observability.SystemHealthReporter`; the seed's
     reporter uses 50). It is off (``None``) by default: a subscriber makes the bus build every
     event, which costs each job a little; :meth:`JobDispatcher.health` answers either way.
+    ``models`` names the model catalog file (TOML or JSON) the dispatcher's
+    :class:`~nucleo_trio.models.ModelRuntime` loads on first use; without it the
+    ``NUCLEO_TRIO_MODELS`` variable, then the plugins' fragments (MOD-05).
     :meth:`from_mapping` builds one from plain data (a parsed TOML or JSON file), refusing
     unknown keys by name.
     """
@@ -117,6 +147,12 @@ class DispatcherConfig:
     )
     health_every: int | None = attrs.field(default=None)
     guardrails: dict[str, list[GuardrailConfig]] = attrs.field(factory=dict)
+    heartbeat: HeartbeatConfig = attrs.field(
+        factory=HeartbeatConfig, validator=attrs.validators.instance_of(HeartbeatConfig)
+    )
+    models: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
+    )
 
     @health_every.validator
     def _check_health_every(self, attribute: attrs.Attribute[int | None], value: object) -> None:

@@ -56,10 +56,12 @@ from ..errors import (
     log_failure,
 )
 from ..guardrails import (
+    ScopeGuard,
     StandardGuardrailEnforcer,
     check_attached_guardrails,
     is_guard_under_enforcement,
 )
+from ..heartbeat import Heart, Heartbeat, HeartbeatStore, ScheduleHeartbeat, heartbeat_store_from
 from ..jobs.context import JobContext, _current, current_job
 from ..jobs.handle import JobHandle
 from ..jobs.job import AbstractJob, ScopeAuthority
@@ -67,6 +69,9 @@ from ..jobs.requirements import JobRequirements
 from ..jobs.snapshot import JobSnapshot
 from ..jobs.state import JobState
 from ..jobs.stoppable import AbstractStoppable
+from ..models.envelope import ComplianceEnvelope
+from ..models.runtime import ModelDemandAssembler, ModelRuntime, binding_accounts
+from ..models.spend import SpendGate
 from ..observability.health import HealthSnapshot, QueueSizes, SystemHealthReporter, capture_health
 from ..plugins.manager import (
     DBProviderKinds,
@@ -78,7 +83,7 @@ from ..plugins.manager import (
 from ..resources import DBResourceProvider, DBResourceProviders, JobResources, ResourceCloseError
 from .config import DispatcherConfig
 from .lanes import PRIORITY_LANE_MAX_TIMEOUT, Lane, QueuedJob, grace_period
-from .seams import DemandAssembler, GuardrailEnforcer, StandardDemandAssembler
+from .seams import DemandAssembler, GuardrailEnforcer
 from .timekeeper import Timekeeper, TimerHandle
 
 __all__ = [
@@ -154,8 +159,14 @@ class JobDispatcher:
         guardrails: GuardrailEnforcer | None = None,
         demand_assembler: DemandAssembler | None = None,
         plugin_manager: pluggy.PluginManager | None = None,
+        models: ModelRuntime | None = None,
+        heartbeat_store: HeartbeatStore | None = None,
     ) -> None:
         self.config = config or DispatcherConfig()
+        self._heartbeat_store = heartbeat_store
+        self.heart: Heart | None = None
+        """The heartbeat schedule and its two tasks, built at start with the store the plugins
+        chose for ``config.heartbeat`` (or the ``heartbeat_store`` passed in)."""
         self._plugin_manager = plugin_manager
         self.plugins: pluggy.PluginManager | None = None
         self.limiter_kinds: LimiterRegistry | None = None
@@ -178,14 +189,18 @@ class JobDispatcher:
         self.guardrails: GuardrailEnforcer = guardrails or StandardGuardrailEnforcer()
         self.guardrail_kinds: GuardrailKinds | None = None
         """The guardrails plugins register by name; configuration attaches them to tool classes."""
-        self.demand_assembler: DemandAssembler = demand_assembler or StandardDemandAssembler()
+        self.models = (models or ModelRuntime()).attach(self)
+        """The dispatcher's models: catalog, picker, compliance envelope, spend gates, clients."""
+        self.demand_assembler: DemandAssembler = demand_assembler or ModelDemandAssembler(
+            self.models, self.accounts
+        )
         self._rng = random.Random(self.config.seed)
         self._fast = Lane("fast", prioritized=True)
         self._standard = Lane("standard", prioritized=False)
         self._live: dict[str, QueuedJob] = {}
         self._running: dict[str, QueuedJob] = {}
         self._edges: dict[str, tuple[str, ...]] = {}
-        self._stoppables: list[AbstractStoppable] = []
+        self._stoppables: list[AbstractStoppable] = [self.models]
         self._started = False
         self._stopping = False
         self._stopped = False
@@ -216,6 +231,7 @@ class JobDispatcher:
         if self.plugins is None:
             self._load_plugins()
         self._started = True
+        self.models.envelope.seal_default()  # ENV-02: start seals the default if none was
         async with trio.open_nursery() as system:
             self._system = system
             await system.start(self.bus.run)
@@ -226,6 +242,9 @@ class JobDispatcher:
             self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STARTED))
             async with trio.open_nursery() as jobs:
                 self._jobs = jobs
+                # The Heart may fire at once (overdue slots), so only once jobs can run.
+                assert self.heart is not None
+                await system.start(self.heart.run)
                 task_status.started()
                 await self._closed.wait()
             system.cancel_scope.cancel()
@@ -256,6 +275,9 @@ class JobDispatcher:
                 ) from exc
         self.guardrail_kinds = GuardrailKinds(self.plugins)
         check_attached_guardrails(self.config.guardrails, self.guardrail_kinds)
+        # Last: the store may open a file, and nothing after it can refuse the start.
+        store = self._heartbeat_store or heartbeat_store_from(self.plugins, self.config.heartbeat)
+        self.heart = Heart(self, store)
 
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the seed's shutdown(timeoutMs)
         """Stop in the seed's order.
@@ -272,6 +294,8 @@ class JobDispatcher:
             return
         self._stopping = True
         self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STOPPING))
+        if self.heart is not None:
+            self.heart.stop()  # nothing fires into a dispatcher that is shutting down
         wait = self.config.shutdown_timeout if timeout is None else timeout
         if not wait:
             wait = 30.0
@@ -293,6 +317,8 @@ class JobDispatcher:
         self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STOPPED))
         self._stopped = True
         await self.bus.stop()
+        if self.heart is not None:
+            await self.heart.aclose()
         self._closed.set()
 
     async def _close_built_databases(self) -> None:
@@ -314,9 +340,45 @@ class JobDispatcher:
             except Exception:
                 log.exception("closing database %r failed", provider.name)
 
+    def schedule_heartbeat(
+        self, spec: ScheduleHeartbeat, user_id: str, *, scope_guard: ScopeGuard | None = None
+    ) -> Heartbeat:
+        """Schedule ``spec`` with the dispatcher's authority: its fires run for ``user_id``.
+
+        The boot and operator entry (an orchestrator schedules with ``context.publish(spec)``
+        instead). The heartbeat is minted here under ``user_id`` and ``scope_guard`` (no scope
+        when ``None``) and handed to the Heart, which publishes ``HeartbeatScheduled``, or
+        ``HeartbeatRebound`` when the id was already scheduled. A blank user is refused with
+        :class:`ValueError`, a call while the dispatcher is not running with RuntimeError, and a
+        call from inside a job (which could name any user) with a system error.
+        """
+        if self.heart is None or not self._started or self._stopping:
+            raise RuntimeError(
+                "JobDispatcher.schedule_heartbeat: the dispatcher is not running; schedule once "
+                "it has started (boot code re-publishes fixed schedules at every start)"
+            )
+        return self.heart._schedule(spec, user_id, scope_guard)
+
     def register_stoppable(self, stoppable: AbstractStoppable) -> None:
         """Stop ``stoppable`` at shutdown, after the jobs and before the bus."""
         self._stoppables.append(stoppable)
+
+    # -- models ---------------------------------------------------------------------------------
+    @property
+    def compliance_envelope(self) -> ComplianceEnvelope:
+        """The sealed envelope; before any seal the refusing default, read without sealing
+        (ENV-01)."""
+        return self.models.compliance_envelope
+
+    def seal_compliance_envelope(self, envelope: ComplianceEnvelope) -> None:
+        """Seal the envelope every model resolution answers to, once: a second seal is a
+        RuntimeError and ``None`` a ValueError (ENV-02)."""
+        self.models.seal_compliance_envelope(envelope)
+
+    def register_spend_gate(self, gate: SpendGate) -> None:
+        """Consult ``gate`` on every attempt after its bindings are priced and before anything
+        is held (EXEC-14); ``None`` is a ValueError."""
+        self.models.register_spend_gate(gate)
 
     # -- the door -------------------------------------------------------------------------------
     def submit(
@@ -779,7 +841,7 @@ class JobDispatcher:
             read_only=requirements.read_only,
             spawn=self._spawn_system,
         )
-        limiters = [need.limiter for need in requirements.limiters]
+        limiters = [*binding_accounts(requirements), *(n.limiter for n in requirements.limiters)]
         outcome: Any = None
         failure: BaseException | None = None
         assert queued.nursery is not None
@@ -921,6 +983,7 @@ class JobDispatcher:
         # teardown: out of the live set, conversations released, recorded calls released
         self._live.pop(job.job_id, None)
         self._edges.pop(job.job_id, None)
+        context.release_conversations()
         context.clear_completion_data()
         handle._settle(result=verdict.result, error=verdict.error)
 

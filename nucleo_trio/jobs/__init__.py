@@ -1,5 +1,6 @@
 """Jobs, their identity, state, requirements, context and handle."""
 
+from .carrier import ConversationCarrier as ConversationCarrier
 from .context import (
     META_ADMISSION_WAIT_MS as META_ADMISSION_WAIT_MS,
     META_WAIT_TIMES as META_WAIT_TIMES,
@@ -43,6 +44,7 @@ __all__ = [
     "AbstractJob",
     "AbstractStoppable",
     "CancellationToken",
+    "ConversationCarrier",
     "Doer",
     "GuardedExecution",
     "Identifiable",

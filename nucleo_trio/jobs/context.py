@@ -188,6 +188,8 @@ class JobContext:
         self.resources: JobResources | None = None
         """The attempt's grant and database handles while it holds them, else ``None``."""
         self.llm_responses: list[Any] = []
+        self.conversations: list[Any] = []
+        """The conversations this job owns; its teardown releases them (TOOL-35)."""
         self._dependency_results: dict[JobSnapshot, Any] = {}
         self._dependency_errors: dict[JobSnapshot, BaseException] = {}
         self.handle: JobHandle[Any] | None = None
@@ -372,7 +374,18 @@ class JobContext:
     # -- progress and notifications -----------------------------------------------------------
     def publish(self, data: Any, percent: int | None = None) -> None:
         """Report progress: a QUEUED or SCHEDULED job turns RUNNING (ST-05); a terminal one
-        changes nothing."""
+        changes nothing.
+
+        A heartbeat request is not progress: a ``ScheduleHeartbeat`` from an orchestrator is
+        minted with its user and sealed scope guard and goes to the Heart (any other job is
+        refused, "Only orchestrators may schedule"), and a ``CancelHeartbeat`` goes to the bus.
+        """
+        from ..heartbeat.heart import published_request
+
+        request = published_request(self, data)
+        if request is not None:
+            self._emit(request)
+            return
         if self._state.is_terminal:
             return
         if self._state in (JobState.QUEUED, JobState.SCHEDULED):
@@ -461,6 +474,19 @@ class JobContext:
     # -- LLM calls --------------------------------------------------------------------------------
     def record_llm_response(self, response: Any) -> None:
         self.llm_responses.append(response)
+
+    def hold_conversation(self, conversation: Any) -> None:
+        """Keep ``conversation`` owned by this job until its teardown releases it."""
+        self.conversations.append(conversation)
+
+    def release_conversations(self) -> None:
+        """Release every conversation this job owns, last taken first (the teardown's call)."""
+        held, self.conversations = self.conversations, []
+        for conversation in reversed(held):
+            try:
+                conversation.release(self)
+            except Exception:
+                log.exception("releasing a conversation of %s failed", self.job.name)
 
     def clear_completion_data(self) -> None:
         """Release the recorded LLM responses; after teardown they live on the terminal event."""

@@ -94,7 +94,8 @@ class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
             ) from None
         self._job_id = mint_id(prefix or type(self).__name__)
         self.priority: int = 0
-        self.timeout: float | None = DEFAULT_TIMEOUT
+        if not isinstance(self, Orchestrator):
+            self.timeout: float | None = DEFAULT_TIMEOUT
         self.upstream_retries: int = DEFAULT_UPSTREAM_RETRIES
         self.tolerates_dependency_failures: bool = False
         self._context: JobContext | None = None
@@ -218,9 +219,25 @@ class Orchestrator(AbstractJob[R], ScopeAuthority):
     its children freely (``await handle.result()`` is allowed) and never meets the memory gate.
     """
 
-    def __init__(self, parent: Identifiable, prefix: str | None = None) -> None:
-        super().__init__(parent, prefix)
-        self.timeout = None
+    @property
+    def timeout(self) -> None:
+        """Always ``None``: an orchestrator has no deadline; the jobs it submits carry their own
+        (TOOL-03)."""
+        return None
+
+    @timeout.setter
+    def timeout(self, seconds: float | None) -> None:
+        if seconds is not None:
+            raise TypeError(
+                f"{type(self).__name__} is an orchestrator and has no timeout (got {seconds!r}); "
+                "give the jobs it submits their own"
+            )
+
+    def set_timeout(self, seconds: float | None) -> None:
+        """Refused: an orchestrator has no timeout to set (TOOL-03)."""
+        raise TypeError(
+            f"{self.name} is an orchestrator and has no timeout; give the jobs it submits their own"
+        )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

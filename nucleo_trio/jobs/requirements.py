@@ -9,6 +9,7 @@ import attrs
 
 if TYPE_CHECKING:
     from ..admission.limiter import RateLimiter
+    from ..models.binding import ModelBinding
     from ..resources.provider import DBResourceProvider
 
 __all__ = ["JobRequirements", "LimiterRequirement"]
@@ -46,6 +47,20 @@ class JobRequirements:
     read_only: bool = False
     rate_limiters: list[LimiterRequirement] = attrs.field(factory=list)
     databases: list[DBResourceProvider | str] = attrs.field(factory=list)
+    model_bindings: list[ModelBinding] = attrs.field(factory=list)
+
+    def require_model(self, binding: ModelBinding) -> JobRequirements:
+        """Add a model the job calls in this attempt (:class:`~nucleo_trio.models.ModelBinding`):
+        resolved and priced before anything is held, then a token reservation on the entry's
+        bucket (or a permit on its gate) heads the demand, and the ``http`` gate joins it (JR-02,
+        JR-03). Mint the binding inside :meth:`Job.requirements`, so every attempt gets a fresh one.
+        """
+        from ..models.binding import ModelBinding
+
+        if not isinstance(binding, ModelBinding):
+            raise ValueError(f"require_model takes a ModelBinding, got {binding!r}")
+        self.model_bindings.append(binding)
+        return self
 
     def require_rate_limiter(self, limiter: RateLimiter, amount: Any = None) -> JobRequirements:
         """Add a custom account to the job's demand; it joins admission like a built-in.
@@ -97,9 +112,15 @@ class JobRequirements:
 
     @property
     def needs_http(self) -> bool:
-        """True when the job or any of its limiters needs the HTTP connection gate."""
-        return self.requires_http or any(
-            bool(getattr(r.limiter, "requires_http_connection", False)) for r in self.rate_limiters
+        """True when the job, any model binding or any of its limiters needs the HTTP
+        connection gate (JR-03)."""
+        return (
+            self.requires_http
+            or bool(self.model_bindings)
+            or any(
+                bool(getattr(r.limiter, "requires_http_connection", False))
+                for r in self.rate_limiters
+            )
         )
 
     @property

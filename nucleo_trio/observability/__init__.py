@@ -2,7 +2,9 @@
 
 ``health`` holds the :class:`HealthSnapshot` (what :meth:`JobDispatcher.health()
 <nucleo_trio.dispatch.JobDispatcher.health>` answers) and the :class:`SystemHealthReporter`, a
-bus observer that logs one every 50 events.
+bus observer that logs one every 50 events. ``recorder`` holds the :class:`TrajectoryRecorder`,
+which keeps every job's snapshot in SQLite, and ``trajectory`` reads a recorded workflow back in
+call order (:func:`trajectory`, :func:`render_trajectory`).
 """
 
 from .health import (
@@ -19,18 +21,37 @@ from .health import (
     memory_summary as memory_summary,
     read_cpu_load as read_cpu_load,
 )
+from .recorder import RECORDER_SCHEMA as RECORDER_SCHEMA, TrajectoryRecorder as TrajectoryRecorder
+from .trajectory import (
+    Trajectory as Trajectory,
+    TrajectoryStep as TrajectoryStep,
+    WorkflowSummary as WorkflowSummary,
+    open_recording as open_recording,
+    recorded_workflows as recorded_workflows,
+    render_trajectory as render_trajectory,
+    trajectory as trajectory,
+)
 
 __all__ = [
     "DEFAULT_HEALTH_EVERY",
     "GRANT_WINDOW",
+    "RECORDER_SCHEMA",
     "SNAPSHOT_TITLE",
     "CpuLoad",
     "HealthSnapshot",
     "LimiterRow",
     "QueueSizes",
     "SystemHealthReporter",
+    "Trajectory",
+    "TrajectoryRecorder",
+    "TrajectoryStep",
+    "WorkflowSummary",
     "capture_health",
     "is_health_event",
     "memory_summary",
+    "open_recording",
     "read_cpu_load",
+    "recorded_workflows",
+    "render_trajectory",
+    "trajectory",
 ]

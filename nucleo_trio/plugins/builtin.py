@@ -9,6 +9,7 @@ and a deployment can block this module by name
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from nucleo_trio.admission import CountingGate, ElasticWindow, TokenBucket, TokenBucketConfig
 from nucleo_trio.admission.memory_reader import MemoryReader, ProcessMemoryReader
@@ -20,6 +21,8 @@ from nucleo_trio.guardrails import (
     PrincipalAllowListGuardrail,
     UrlGuardrail,
 )
+from nucleo_trio.heartbeat import HeartbeatStore, InMemoryHeartbeatStore, SQLiteHeartbeatStore
+from nucleo_trio.heartbeat.store import _settings_of
 from nucleo_trio.plugins.hookspecs import (
     DBProviderFactory,
     GuardrailFactory,
@@ -33,6 +36,7 @@ __all__ = [
     "elastic_window",
     "nucleo_trio_db_provider_kinds",
     "nucleo_trio_guardrails",
+    "nucleo_trio_heartbeat_store",
     "nucleo_trio_limiter_kinds",
     "nucleo_trio_memory_reader",
     "sqlite_database",
@@ -120,3 +124,22 @@ def nucleo_trio_guardrails() -> Mapping[str, GuardrailFactory]:
         "url": UrlGuardrail,
         "exfiltration_marker": ExfiltrationMarkerGuardrail,
     }
+
+
+# --- heartbeats ---------------------------------------------------------------------------------
+
+
+@hookimpl(trylast=True)
+def nucleo_trio_heartbeat_store(kind: str, settings: Mapping[str, Any]) -> HeartbeatStore | None:
+    """Answer last for ``"memory"`` (an :class:`~nucleo_trio.heartbeat.InMemoryHeartbeatStore`,
+    no settings) and ``"sqlite"`` (a :class:`~nucleo_trio.heartbeat.SQLiteHeartbeatStore` at the
+    setting ``path``); ``None`` for any other kind, which a plugin may provide."""
+    if kind == "memory":
+        _settings_of(kind, settings, ())
+        return InMemoryHeartbeatStore()
+    if kind == "sqlite":
+        _settings_of(kind, settings, ("path",))
+        if "path" not in settings:
+            raise ValueError("heartbeat store kind 'sqlite' needs the setting 'path'")
+        return SQLiteHeartbeatStore(settings["path"])
+    return None

@@ -18,7 +18,7 @@ Two kinds of hook live here, and each stub says which it is:
   claimed by two plugins is refused naming both (limiter kinds, DB providers, guardrails;
   later event observers);
 * **provider hooks** pick one thing and are ``firstresult``: the first plugin that answers
-  something other than ``None`` wins (later the memory reader and the heartbeat store).
+  something other than ``None`` wins (the memory reader, the heartbeat store).
 
 A hook implementation may accept fewer arguments than its stub declares, never more; a
 decorated function whose name matches no stub is refused when the plugin manager starts.
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from nucleo_trio.admission import RateLimiter
     from nucleo_trio.admission.memory_reader import MemoryReader
     from nucleo_trio.guardrails import Guardrail
+    from nucleo_trio.heartbeat import HeartbeatStore
     from nucleo_trio.jobs import Identifiable
     from nucleo_trio.resources import DBResourceProvider
 
@@ -47,8 +48,10 @@ __all__ = [
     "hookspec",
     "nucleo_trio_db_provider_kinds",
     "nucleo_trio_guardrails",
+    "nucleo_trio_heartbeat_store",
     "nucleo_trio_limiter_kinds",
     "nucleo_trio_memory_reader",
+    "nucleo_trio_model_catalog",
 ]
 
 PROJECT_NAME: Final = "nucleo_trio"
@@ -154,6 +157,25 @@ def nucleo_trio_guardrails() -> Mapping[str, GuardrailFactory]:  # type: ignore[
     """
 
 
+# --- models -------------------------------------------------------------------------------------
+
+
+@hookspec
+def nucleo_trio_model_catalog() -> Mapping[str, Any] | None:
+    """Contribute model catalog entries (a registration hook: every answer counts).
+
+    Called when a dispatcher's :class:`~nucleo_trio.models.ModelRuntime` first needs its
+    catalog and neither its configuration (``models``) nor the ``NUCLEO_TRIO_MODELS``
+    environment variable names a catalog file; a named file is the whole catalog and no
+    fragment is read (MOD-05).
+
+    Return a catalog fragment: plain data of the catalog file's shape, a mapping with a
+    ``models`` list of entries and optionally ``provider_defaults``, or ``None`` to contribute
+    nothing. A fragment may not declare ``pins``; an entry id declared by two fragments, and a
+    malformed entry, are refused naming the fragment's plugin, the entry and the field.
+    """
+
+
 # --- memory -------------------------------------------------------------------------------------
 
 
@@ -167,4 +189,20 @@ def nucleo_trio_memory_reader(limit_bytes: int | None) -> MemoryReader | None:
     limit and the configured limit (physical memory when neither is set); a plugin answers
     first to measure something else
     (a container's whole memory, or the Python heap through tracemalloc in tests).
+    """
+
+
+# --- heartbeats ---------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def nucleo_trio_heartbeat_store(kind: str, settings: Mapping[str, Any]) -> HeartbeatStore | None:
+    """Provide the store that keeps a dispatcher's heartbeat schedule (a provider hook:
+    ``firstresult``, the first answer that is not ``None`` wins).
+
+    Called once per dispatcher, when it starts, with the configuration's ``heartbeat.kind`` and
+    ``heartbeat.settings``. Answer a :class:`~nucleo_trio.heartbeat.HeartbeatStore` for a kind
+    you provide and ``None`` for any other. The built-in answers last for ``"memory"`` (no
+    settings) and ``"sqlite"`` (setting ``path``); a kind nobody answers for, or settings a
+    provider refuses by raising, stop the start with a ``ConfigError`` naming the kind.
     """

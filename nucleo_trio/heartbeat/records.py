@@ -1,0 +1,392 @@
+"""What a heartbeat is: the intent a publisher states, and the stored record only two places mint.
+
+A heartbeat is a job the runtime submits on a schedule: at one instant, and again at every
+period after it when it recurs. The publisher-facing :class:`ScheduleHeartbeat` carries intent
+only (which job class, under which id, when, with what input, how often): nothing in it says who
+asks or under which scope, so there is nothing in it to forge. The stored :class:`Heartbeat`
+carries the rest, the user the fire runs for and the sealed
+:class:`~nucleo_trio.guardrails.ScopeGuard` it is judged under, and it has no public
+constructor. It is minted at exactly two places:
+
+* ``JobContext.publish(ScheduleHeartbeat(...))`` from an orchestrator, which stamps the
+  orchestrator's own user and sealed guard (anyone else is refused: scheduling is deferred
+  submission, and only orchestrators submit);
+* ``JobDispatcher.schedule_heartbeat(spec, user_id)``, the authority-bearing entry for boot code
+  and operators.
+
+A store refuses a :class:`Heartbeat` those two did not mint (:func:`is_genuine`), so neither a
+hand-built object nor ``attrs.evolve``-style copying can put a forged user or guard on the
+schedule. :meth:`Heartbeat.next` is the recurrence's copy: everything but the instant.
+
+**Instants** are wall-clock seconds since the epoch (``time.time()``), so a durable store means
+the same moment after a restart. The Heart reads them on trio's clock through
+:func:`heartbeat_now`, anchored to the wall clock once per ``trio.run``, which is what lets a
+test drive a schedule in virtual time.
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime
+import math
+import time
+import weakref
+from typing import Any, ClassVar, NoReturn, final
+
+import attrs
+import trio
+
+from ..guardrails.scope import ScopeGuard
+from ..jobs.carrier import ConversationCarrier
+from ..jobs.job import AbstractJob
+
+__all__ = [
+    "ConversationCarrier",
+    "FixedInterval",
+    "Heartbeat",
+    "Recurrence",
+    "ScheduleHeartbeat",
+    "format_instant",
+    "heartbeat_now",
+    "is_genuine",
+]
+
+
+# -- the clock ---------------------------------------------------------------------------------
+
+_WALL_OFFSET: trio.lowlevel.RunVar[float] = trio.lowlevel.RunVar("nucleo_trio_heartbeat_wall")
+
+
+def heartbeat_now() -> float:
+    """The current instant as the Heart reads it: wall-clock seconds on trio's clock.
+
+    The first call in a ``trio.run`` anchors trio's clock to ``time.time()``; every later call in
+    that run is ``trio.current_time()`` plus that offset. On the real clock this is the wall
+    clock; under a :class:`trio.testing.MockClock` virtual time moves it, so a test schedules
+    with ``heartbeat_now() + 5`` and a virtual sleep of 5 s reaches the fire. Two dispatchers in
+    one run share the anchor, so a pause between them is a pause on this clock too.
+    """
+    try:
+        offset = _WALL_OFFSET.get()
+    except LookupError:
+        offset = time.time() - trio.current_time()
+        _WALL_OFFSET.set(offset)
+    return trio.current_time() + offset
+
+
+def format_instant(instant: float) -> str:
+    """``instant`` (epoch seconds) as UTC ISO 8601 to the millisecond, e.g.
+    ``2025-11-30T12:00:00.000Z``: how heartbeat messages name a run instant."""
+    moment = datetime.datetime.fromtimestamp(instant, tz=datetime.UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _instant(value: object) -> float:
+    """Epoch seconds from a number or an aware datetime; ``None`` and the rest are refused."""
+    if value is None:
+        raise ValueError("ScheduleHeartbeat needs a run instant (run_at), got None")
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            raise ValueError(
+                f"ScheduleHeartbeat.run_at: a datetime needs a time zone to name an instant, "
+                f"got the naive {value.isoformat()}"
+            )
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"ScheduleHeartbeat.run_at must be epoch seconds or an aware datetime, "
+            f"got {type(value).__name__}: {value!r}"
+        )
+    if not math.isfinite(value):
+        raise ValueError(f"ScheduleHeartbeat.run_at must be a finite instant, got {value!r}")
+    return float(value)
+
+
+# -- recurrence ----------------------------------------------------------------------------------
+
+
+class Recurrence(abc.ABC):
+    """How a heartbeat recurs: the instant of the next slot after the one that fired.
+
+    Slots are anchored: the next one is computed from the slot that fired, never from the moment
+    it actually ran, so a schedule paused for a while fires each overdue slot back to back and
+    then keeps its cadence. ``Recurrence.FixedInterval`` is :class:`FixedInterval`.
+    """
+
+    FixedInterval: ClassVar[type[FixedInterval]]
+
+    @abc.abstractmethod
+    def next_after(self, run_at: float) -> float:
+        """The instant of the slot that follows the slot at ``run_at``."""
+
+
+def _period(value: object) -> float:
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"FixedInterval needs a period in seconds or a timedelta, got {type(value).__name__}: "
+            f"{value!r}"
+        )
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"FixedInterval needs a positive, finite period, got {value!r}")
+    return float(value)
+
+
+@final
+@attrs.frozen
+class FixedInterval(Recurrence):
+    """A slot every ``period`` seconds (or a :class:`datetime.timedelta`), counted from the
+    heartbeat's first instant. A zero, negative or infinite period is refused."""
+
+    period: float = attrs.field(converter=_period)
+
+    def next_after(self, run_at: float) -> float:
+        return run_at + self.period
+
+    def __str__(self) -> str:
+        return f"every {self.period:g} s"
+
+
+Recurrence.FixedInterval = FixedInterval
+
+
+# -- the publisher's intent ------------------------------------------------------------------------
+
+
+def _job_class(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        raise ValueError("ScheduleHeartbeat needs a job class, got None")
+    if not isinstance(value, type) or not issubclass(value, AbstractJob):
+        raise TypeError(
+            f"ScheduleHeartbeat.job_class must be a job class (an AbstractJob subclass), "
+            f"got {value!r}"
+        )
+
+
+def _heartbeat_id(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"ScheduleHeartbeat needs a non-blank id, got {value!r}")
+
+
+def _conversation_id(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ValueError(
+            f"ScheduleHeartbeat.conversation_id must be a non-blank string or None, got {value!r}"
+        )
+
+
+def _recurrence(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, Recurrence):
+        raise TypeError(
+            f"ScheduleHeartbeat.recurrence must be a Recurrence (such as FixedInterval) or None, "
+            f"got {type(value).__name__}: {value!r}"
+        )
+
+
+@final
+@attrs.frozen
+class ScheduleHeartbeat:
+    """A request to run ``job_class`` at ``run_at`` under the id ``id``: intent only.
+
+    ``job_class`` is built at each fire with the fire's workflow identity as its only argument
+    (``job_class(parent)``). ``run_at`` is epoch seconds or an aware datetime. With a
+    ``conversation_id`` the fire hands it to the job through
+    :meth:`ConversationCarrier.set_conversation_id`; with an ``input`` (anything but ``None``)
+    through the job's typed ``set_input``. With a ``recurrence`` the heartbeat fires again at
+    each of its slots. Scheduling an id that is already scheduled replaces it: the most recent
+    wins.
+
+    Publish it from an orchestrator with ``context.publish(spec)``, or schedule it with the
+    dispatcher's authority with ``dispatcher.schedule_heartbeat(spec, user_id)``. A missing job
+    class, a blank id or a missing instant is refused with :class:`ValueError`.
+    """
+
+    job_class: type[AbstractJob[Any]] = attrs.field(validator=_job_class)
+    id: str = attrs.field(validator=_heartbeat_id)
+    run_at: float = attrs.field(converter=_instant)
+    conversation_id: str | None = attrs.field(default=None, validator=_conversation_id)
+    input: Any = None
+    recurrence: Recurrence | None = attrs.field(default=None, validator=_recurrence)
+
+
+# -- the stored record -----------------------------------------------------------------------------
+
+
+_GENUINE: weakref.WeakValueDictionary[int, Heartbeat] = weakref.WeakValueDictionary()
+"""Every heartbeat the mints made and that is still alive, by identity."""
+
+
+def is_genuine(heartbeat: object) -> bool:
+    """Whether ``heartbeat`` is a :class:`Heartbeat` one of the two mints made (or a store
+    restored, or :meth:`Heartbeat.next` copied from one): what a store checks before it
+    enqueues anything."""
+    return isinstance(heartbeat, Heartbeat) and _GENUINE.get(id(heartbeat)) is heartbeat
+
+
+@final
+class Heartbeat:
+    """A scheduled heartbeat as the store holds it: the intent, the user, the sealed guard.
+
+    It has no public constructor (building one raises :class:`TypeError`): the runtime mints it
+    from a :class:`ScheduleHeartbeat` at ``JobContext.publish`` (an orchestrator's user and
+    sealed guard) or at ``JobDispatcher.schedule_heartbeat`` (the user the operator names). It
+    is immutable, copies to itself, and cannot be pickled: a durable store persists its fields
+    and restores it through the runtime. Equality is by value.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "conversation_id",
+        "id",
+        "input",
+        "job_class",
+        "recurrence",
+        "run_at",
+        "scope_guard",
+        "user_id",
+    )
+
+    job_class: type[AbstractJob[Any]]
+    id: str
+    run_at: float
+    conversation_id: str | None
+    input: Any
+    recurrence: Recurrence | None
+    user_id: str
+    scope_guard: ScopeGuard
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        raise TypeError(
+            "Heartbeat has no public constructor: publish a ScheduleHeartbeat from an "
+            "orchestrator (context.publish) or call dispatcher.schedule_heartbeat(spec, user_id)"
+        )
+
+    def next(self, instant: float) -> Heartbeat:
+        """The same heartbeat at ``instant``: job class, id, conversation id, input, recurrence,
+        user and the very same guard instance; only the run instant changes."""
+        return _mint(
+            self.job_class,
+            self.id,
+            _instant(instant),
+            self.conversation_id,
+            self.input,
+            self.recurrence,
+            self.user_id,
+            self.scope_guard,
+        )
+
+    @property
+    def spec(self) -> ScheduleHeartbeat:
+        """The intent this heartbeat carries, without its user and guard."""
+        return ScheduleHeartbeat(
+            self.job_class,
+            self.id,
+            self.run_at,
+            self.conversation_id,
+            self.input,
+            self.recurrence,
+        )
+
+    def __setattr__(self, name: str, value: object) -> NoReturn:
+        raise AttributeError(f"a Heartbeat is immutable; next(instant) makes a copy ({name})")
+
+    def __delattr__(self, name: str) -> NoReturn:
+        raise AttributeError(f"a Heartbeat is immutable ({name})")
+
+    def __copy__(self) -> Heartbeat:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Heartbeat:
+        return self
+
+    def __reduce__(self) -> NoReturn:
+        raise TypeError(
+            "a Heartbeat cannot be pickled: a durable store persists its fields and the runtime "
+            "restores it"
+        )
+
+    def _fields(self) -> tuple[object, ...]:
+        return (
+            self.job_class,
+            self.id,
+            self.run_at,
+            self.conversation_id,
+            self.input,
+            self.recurrence,
+            self.user_id,
+            self.scope_guard,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Heartbeat):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.run_at))
+
+    def __str__(self) -> str:
+        parts = [f"{self.job_class.__name__} at {format_instant(self.run_at)}"]
+        if self.recurrence is not None:
+            parts.append(str(self.recurrence))
+        parts.append(f"for {self.user_id}")
+        if self.conversation_id is not None:
+            parts.append(f"conversation {self.conversation_id}")
+        return f"{self.id} ({', '.join(parts)})"
+
+    def __repr__(self) -> str:
+        return (
+            f"<Heartbeat {self.id!r} {self.job_class.__qualname__} at {format_instant(self.run_at)}"
+            f" user={self.user_id!r} guard={self.scope_guard!r}>"
+        )
+
+
+def _mint(
+    job_class: type[AbstractJob[Any]],
+    heartbeat_id: str,
+    run_at: float,
+    conversation_id: str | None,
+    input: Any,
+    recurrence: Recurrence | None,
+    user_id: str,
+    scope_guard: ScopeGuard,
+) -> Heartbeat:
+    """The one place a :class:`Heartbeat` comes into being. Private to the runtime: the Heart's
+    two mints, :meth:`Heartbeat.next` and a durable store's restore call it."""
+    if not isinstance(user_id, str) or not user_id.strip():
+        raise ValueError(f"a Heartbeat needs a non-blank user, got {user_id!r}")
+    if not isinstance(scope_guard, ScopeGuard):
+        raise TypeError(f"a Heartbeat needs a ScopeGuard, got {type(scope_guard).__name__}")
+    spec = ScheduleHeartbeat(job_class, heartbeat_id, run_at, conversation_id, input, recurrence)
+    heartbeat = object.__new__(Heartbeat)
+    values: dict[str, object] = {
+        "job_class": spec.job_class,
+        "id": spec.id,
+        "run_at": spec.run_at,
+        "conversation_id": spec.conversation_id,
+        "input": spec.input,
+        "recurrence": spec.recurrence,
+        "user_id": user_id,
+        "scope_guard": scope_guard,
+    }
+    for name, value in values.items():
+        object.__setattr__(heartbeat, name, value)
+    _GENUINE[id(heartbeat)] = heartbeat
+    return heartbeat
+
+
+def _mint_from(spec: ScheduleHeartbeat, user_id: str, scope_guard: ScopeGuard) -> Heartbeat:
+    """Mint the stored heartbeat for ``spec`` under ``user_id`` and ``scope_guard``."""
+    if not isinstance(spec, ScheduleHeartbeat):
+        raise TypeError(f"expected a ScheduleHeartbeat, got {type(spec).__name__}: {spec!r}")
+    return _mint(
+        spec.job_class,
+        spec.id,
+        spec.run_at,
+        spec.conversation_id,
+        spec.input,
+        spec.recurrence,
+        user_id,
+        scope_guard,
+    )

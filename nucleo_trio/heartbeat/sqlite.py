@@ -1,0 +1,353 @@
+"""A durable schedule: heartbeats in a SQLite file, so adaptive schedules survive a restart.
+
+The reference ships the in-memory store only, and boot code re-publishes fixed-cadence
+schedules at every start. A schedule a flow adapts while it runs (an orchestrator that moves its
+own next check-in) is lost that way; :class:`SQLiteHeartbeatStore` keeps it in a file. A
+dispatcher opened on the same file finds every heartbeat where it was left, and the slots that
+fell due while it was down fire back to back, each exactly one period after the last.
+
+**One process per file.** The change listener tells this process only, and the store assumes
+nobody else writes the table. Readers (``sqlite3`` on the command line) are harmless.
+
+**How a heartbeat is written.** A row holds the intent, the user and the sealed guard. Classes
+(the job class, each scope of the guard, the recurrence, the input's type) are written as import
+paths and values as JSON through the library's converter, so a class must be importable by its
+path (defined at module level) and a value must come back equal from JSON; anything else is
+refused when it is stored, naming what cannot be written, never discovered after a restart.
+A row whose job class no longer imports is dropped with an error log when it falls due.
+
+**Blocking calls.** The standard library's driver blocks, and this store calls it inline on the
+trio thread rather than through ``trio.to_thread``. Each operation is one or two short indexed
+statements on a local file, fewer than a fire's own bookkeeping, and the Heart makes a handful
+per fire; a worker thread per call would cost more than the call. Inline calls also keep every
+operation one atomic step of the scheduler, which is what makes
+:meth:`~SQLiteHeartbeatStore.re_enqueue_if_absent` a compare-and-set without a lock, and they
+keep virtual time honest in tests (autojump never moves the clock while a thread works).
+Writes are synchronous (``synchronous=FULL`` in WAL mode): a schedule is written rarely and
+must outlive a power cut.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import logging
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from .._serialization import converter
+from ..errors import NucleoSystemError
+from ..guardrails.scope import CompositeScope, Scope, ScopeGuard
+from ..jobs.job import AbstractJob
+from .records import Heartbeat, Recurrence, _mint
+from .store import ChangeListeners, require_genuine
+
+__all__ = ["SQLiteHeartbeatStore"]
+
+log = logging.getLogger("nucleo_trio.heartbeat")
+
+_COMPONENT = "heartbeat-store"
+
+_COLUMNS = (
+    "id",
+    "run_at",
+    "job_class",
+    "user_id",
+    "scope_guard",
+    "conversation_id",
+    "input",
+    "recurrence",
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS heartbeats (
+    id TEXT PRIMARY KEY,
+    run_at REAL NOT NULL,
+    job_class TEXT NOT NULL,
+    user_id TEXT NOT NULL,
+    scope_guard TEXT NOT NULL,
+    conversation_id TEXT,
+    input TEXT,
+    recurrence TEXT
+)
+"""
+_INDEX = "CREATE INDEX IF NOT EXISTS heartbeats_due ON heartbeats (run_at, id)"
+
+_SELECT = f"SELECT {', '.join(_COLUMNS)} FROM heartbeats"
+_HEAD = "SELECT run_at, id FROM heartbeats ORDER BY run_at, id LIMIT 1"
+_INSERT = (
+    f"INSERT INTO heartbeats ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
+)
+
+_Row = tuple[Any, ...]
+
+
+class SQLiteHeartbeatStore:
+    """The schedule in the SQLite database at ``path`` (created when missing).
+
+    Satisfies :class:`~nucleo_trio.heartbeat.HeartbeatStore`. Choose it in a dispatcher's
+    configuration with ``{"heartbeat": {"kind": "sqlite", "settings": {"path": "beats.db"}}}``.
+    See the module documentation for what it can write and why it calls SQLite inline.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        if not isinstance(path, str | Path) or not str(path).strip():
+            raise ValueError(f"SQLiteHeartbeatStore needs a database path, got {path!r}")
+        self.path = str(path)
+        self._listeners = ChangeListeners()
+        with _failures(f"opening the heartbeat store {self.path}"):
+            self._db: sqlite3.Connection | None = sqlite3.connect(self.path, isolation_level=None)
+            try:
+                if self.path != ":memory:":
+                    self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.execute(_SCHEMA)
+                columns = [row[1] for row in self._db.execute("PRAGMA table_info(heartbeats)")]
+                if tuple(columns) != _COLUMNS:
+                    raise NucleoSystemError(
+                        _COMPONENT,
+                        f"{self.path} has a table 'heartbeats' with columns {columns}, not the "
+                        f"store's {list(_COLUMNS)}; point the store at a file of its own",
+                    )
+                self._db.execute(_INDEX)
+            except BaseException:
+                self._db.close()
+                raise
+
+    # -- the contract ---------------------------------------------------------------------------
+    async def enqueue(self, heartbeat: Heartbeat) -> Heartbeat | None:
+        row = _row_of(require_genuine(heartbeat))
+        with self._transaction("storing", heartbeat.id) as db:
+            head = db.execute(_HEAD).fetchone()
+            old = db.execute(f"{_SELECT} WHERE id = ?", (heartbeat.id,)).fetchone()
+            db.execute("DELETE FROM heartbeats WHERE id = ?", (heartbeat.id,))
+            db.execute(_INSERT, row)
+            after = db.execute(_HEAD).fetchone()
+        self._told(head, after)
+        return None if old is None else self._restored(old, "displaced")
+
+    async def cancel(self, heartbeat_id: str) -> Heartbeat | None:
+        with self._transaction("cancelling", heartbeat_id) as db:
+            head = db.execute(_HEAD).fetchone()
+            old = db.execute(f"{_SELECT} WHERE id = ?", (heartbeat_id,)).fetchone()
+            db.execute("DELETE FROM heartbeats WHERE id = ?", (heartbeat_id,))
+            after = db.execute(_HEAD).fetchone()
+        self._told(head, after)
+        return None if old is None else self._restored(old, "cancelled")
+
+    async def poll_due(self, now: float) -> Heartbeat | None:
+        while True:
+            with self._transaction("polling", None) as db:
+                row = db.execute(
+                    f"{_SELECT} WHERE run_at <= ? ORDER BY run_at, id LIMIT 1", (now,)
+                ).fetchone()
+                if row is None:
+                    return None
+                db.execute("DELETE FROM heartbeats WHERE id = ?", (row[0],))
+            self._listeners.notify()  # the head was due, so it just left
+            heartbeat = self._restored(row, "due")
+            if heartbeat is not None:
+                return heartbeat
+
+    async def peek_next_run_at(self) -> float | None:
+        with _failures("reading the next run instant"):
+            (run_at,) = self._open().execute("SELECT min(run_at) FROM heartbeats").fetchone()
+        return None if run_at is None else float(run_at)
+
+    async def re_enqueue_if_absent(self, heartbeat: Heartbeat) -> bool:
+        row = _row_of(require_genuine(heartbeat))
+        with self._transaction("re-enqueuing", heartbeat.id) as db:
+            head = db.execute(_HEAD).fetchone()
+            stored = db.execute(_INSERT.replace("INSERT", "INSERT OR IGNORE", 1), row).rowcount
+            after = db.execute(_HEAD).fetchone()
+        self._told(head, after)
+        return stored == 1
+
+    def on_change(self, listener: Callable[[], None]) -> Callable[[], None]:
+        return self._listeners.add(listener)
+
+    async def inspect(self) -> tuple[Heartbeat, ...]:
+        with _failures("reading the schedule"):
+            rows = self._open().execute(f"{_SELECT} ORDER BY run_at, id").fetchall()
+        restored = (self._restored(row, "listed") for row in rows)
+        return tuple(heartbeat for heartbeat in restored if heartbeat is not None)
+
+    async def aclose(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            db.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._db is None else "open"
+        return f"<SQLiteHeartbeatStore {self.path} {state}>"
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise RuntimeError(f"the heartbeat store {self.path} is closed")
+        return self._db
+
+    @contextlib.contextmanager
+    def _transaction(self, doing: str, heartbeat_id: str | None) -> Iterator[sqlite3.Connection]:
+        db = self._open()
+        what = f"{doing} heartbeat {heartbeat_id!r}" if heartbeat_id else doing
+        with _failures(f"{what} in {self.path}"):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def _told(self, head: _Row | None, after: _Row | None) -> None:
+        if head != after:
+            self._listeners.notify()
+
+    def _restored(self, row: _Row, what: str) -> Heartbeat | None:
+        try:
+            return _heartbeat_of(row)
+        except NucleoSystemError:
+            log.exception(
+                "heartbeat %r (%s) could not be restored from %s", row[0], what, self.path
+            )
+            return None
+
+
+@contextlib.contextmanager
+def _failures(doing: str) -> Iterator[None]:
+    """A driver error, as the system error of the store naming what it was doing."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise NucleoSystemError(_COMPONENT, f"{doing} failed: {exc}", exc) from exc
+
+
+# -- writing and reading a row ---------------------------------------------------------------------
+
+
+def _row_of(heartbeat: Heartbeat) -> _Row:
+    what = f"heartbeat {heartbeat.id!r}"
+    guard = [_scope_data(scope, what) for scope in heartbeat.scope_guard]
+    if _guard_of(guard) != heartbeat.scope_guard:
+        raise NucleoSystemError(
+            _COMPONENT, f"{what}: its scope guard {heartbeat.scope_guard} does not survive JSON"
+        )
+    return (
+        heartbeat.id,
+        heartbeat.run_at,
+        _class_path(heartbeat.job_class, f"{what}: the job class"),
+        heartbeat.user_id,
+        _dumps(guard, what),
+        heartbeat.conversation_id,
+        None if heartbeat.input is None else _value_text(heartbeat.input, f"{what}: the input"),
+        None
+        if heartbeat.recurrence is None
+        else _value_text(heartbeat.recurrence, f"{what}: the recurrence"),
+    )
+
+
+def _heartbeat_of(row: _Row) -> Heartbeat:
+    heartbeat_id, run_at, job_class, user_id, guard, conversation_id, input, recurrence = row
+    cls = _resolve(job_class)
+    if not issubclass(cls, AbstractJob):
+        raise NucleoSystemError(_COMPONENT, f"{job_class} is no longer a job class")
+    restored_recurrence = None if recurrence is None else _value_of(json.loads(recurrence))
+    if restored_recurrence is not None and not isinstance(restored_recurrence, Recurrence):
+        raise NucleoSystemError(_COMPONENT, f"{recurrence} is no longer a Recurrence")
+    return _mint(
+        cls,
+        heartbeat_id,
+        float(run_at),
+        conversation_id,
+        None if input is None else _value_of(json.loads(input)),
+        restored_recurrence,
+        user_id,
+        _guard_of(json.loads(guard)),
+    )
+
+
+def _class_path(cls: type, what: str) -> str:
+    """``module:qualname`` of ``cls``, once it is certain the path leads back to ``cls``."""
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    try:
+        found: object = _resolve(path)
+    except NucleoSystemError:
+        found = None
+    if found is not cls:
+        raise NucleoSystemError(
+            _COMPONENT,
+            f"{what} {cls.__qualname__} cannot be named by an import path ({path}); a durable "
+            "store restores classes by import path, so define it at module level",
+        )
+    return path
+
+
+def _resolve(path: str) -> type:
+    module_name, _, qualname = path.partition(":")
+    try:
+        found: object = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise NucleoSystemError(_COMPONENT, f"the class {path} no longer imports: {exc}") from exc
+    if not isinstance(found, type):
+        raise NucleoSystemError(_COMPONENT, f"{path} is not a class")
+    return found
+
+
+def _value_data(value: object, what: str) -> dict[str, Any]:
+    return {"type": _class_path(type(value), what), "value": converter.unstructure(value)}
+
+
+def _value_of(data: dict[str, Any]) -> Any:
+    cls = _resolve(data["type"])
+    try:
+        return converter.structure(data["value"], cls)
+    except Exception as exc:
+        raise NucleoSystemError(
+            _COMPONENT, f"a stored {data['type']} no longer reads back: {exc}"
+        ) from exc
+
+
+def _value_text(value: object, what: str) -> str:
+    data = _value_data(value, what)
+    text = _dumps(data, what)
+    try:
+        back = _value_of(json.loads(text))
+    except NucleoSystemError as exc:
+        raise NucleoSystemError(_COMPONENT, f"{what} {value!r} does not read back: {exc}") from exc
+    if back != value:
+        raise NucleoSystemError(
+            _COMPONENT, f"{what} {value!r} does not survive JSON (it reads back as {back!r})"
+        )
+    return text
+
+
+def _scope_data(scope: Scope, what: str) -> dict[str, Any]:
+    if isinstance(scope, CompositeScope):
+        return {"composite": [_scope_data(part, what) for part in scope.components]}
+    return _value_data(scope, f"{what}: the scope")
+
+
+def _scope_of(data: dict[str, Any]) -> Scope:
+    if "composite" in data:
+        return CompositeScope(*(_scope_of(part) for part in data["composite"]))
+    scope = _value_of(data)
+    if not isinstance(scope, Scope):
+        raise NucleoSystemError(_COMPONENT, f"{data['type']} is no longer a Scope")
+    return scope
+
+
+def _guard_of(data: list[dict[str, Any]]) -> ScopeGuard:
+    return ScopeGuard(*(_scope_of(scope) for scope in data))
+
+
+def _dumps(data: object, what: str) -> str:
+    try:
+        return json.dumps(data, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise NucleoSystemError(_COMPONENT, f"{what} cannot be written as JSON: {exc}") from exc

@@ -1,0 +1,193 @@
+"""One model call as a job: resolved, priced and admitted like any tool, corrected, re-run.
+
+An :class:`LLMCall` is a :class:`~nucleo_trio.jobs.Tool` of type ``LLM_CALL`` whose requirements
+are one wired :class:`~nucleo_trio.models.ModelBinding` on its conversation, so the dispatcher
+resolves its model, prices the conversation, lets the spend gates judge it and admits its token
+reservation before the call is made (TOOL-23). Its execute sends the conversation to the resolved
+entry's client (every call lands on the job's context) and reads the reply:
+
+* a reply the handler cannot read (it does not parse, or leaves a required field empty) is fed
+  back as a correction turn and the attempt re-runs with :class:`~nucleo_trio.errors.ResponseCorrectionRetry`,
+  at most :data:`MAX_CORRECTIONS` times per job; the next bad reply raises the handler's own
+  error (TOOL-24..26, TOOL-29, ERR-18);
+* a reply cut at its output budget raises :class:`~nucleo_trio.errors.OutputTruncationRetry`
+  with the outgoing turn's budget raised to the model's ceiling, so the re-run reserves it; a
+  reply already cut at the ceiling fails (TOOL-28, TOOL-37);
+* an upstream failure goes into the execution's history, so the re-run resolves with it
+  (failover is the picker's decision), and is raised as it is for the dispatcher to pace.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
+
+from ..errors import (
+    CorrectableError,
+    ExternalServiceError,
+    OutputTruncationRetry,
+    ResponseCorrectionRetry,
+    UncorrectableError,
+    UpstreamRetry,
+)
+from ..jobs.context import JobContext
+from ..jobs.job import Tool
+from ..jobs.requirements import JobRequirements
+from ..jobs.state import JobType
+from ..models.binding import ModelBinding
+from ..models.grades import Depth, Grade
+from .answers import RawResponse, ResponseHandler
+from .clients import LLMResponse, ToolSpec
+from .conversation import Conversation
+
+if TYPE_CHECKING:
+    from ..jobs.identity import Identifiable
+    from ..models.catalog import ModelSpec
+
+__all__ = ["LLM_CALL_TIMEOUT", "MAX_CORRECTIONS", "LLMCall"]
+
+T = TypeVar("T")
+
+LLM_CALL_TIMEOUT = 6 * 60.0
+"""An LLM call's deadline: six minutes (TOOL-23)."""
+
+MAX_CORRECTIONS = 2
+"""Corrections one LLM call job gets, across the dispatcher's re-runs (TOOL-24)."""
+
+
+def _prefix(parent: Identifiable) -> str:
+    if isinstance(parent, JobContext):
+        display = parent.job.display_name
+        if display:
+            return "llm-call-" + re.sub(r"[^0-9A-Za-z]", "", display)
+    return "llm-call"
+
+
+class LLMCall(Tool[T], Generic[T]):
+    """Send a conversation to a model and read the reply (see the module documentation).
+
+    ``grade`` (default: the conversation's) and ``depth`` say what model the call needs;
+    ``pinned`` names one entry instead, skipping the picker but not the gate. ``answer`` reads
+    the reply (default: the :class:`LLMResponse` itself). ``tools`` are offered to the model.
+    """
+
+    job_type: ClassVar[JobType] = JobType.LLM_CALL
+    MAX_CORRECTIONS: ClassVar[int] = MAX_CORRECTIONS
+
+    def __init__(
+        self,
+        parent: Identifiable,
+        conversation: Conversation,
+        *,
+        grade: Grade | None = None,
+        depth: Depth = Depth.STANDARD,
+        pinned: ModelSpec | None = None,
+        answer: ResponseHandler[T] | None = None,
+        tools: Sequence[ToolSpec] = (),
+    ) -> None:
+        if conversation is None:
+            raise ValueError("LLMCall needs a conversation, got None")
+        if not isinstance(conversation, Conversation):
+            raise TypeError(f"LLMCall needs a Conversation, got {type(conversation).__name__}")
+        super().__init__(parent, _prefix(parent))
+        self.timeout = LLM_CALL_TIMEOUT
+        self.conversation = conversation
+        if grade is not None:
+            conversation.grade = grade
+        self.depth = depth
+        self.pinned = pinned
+        self.answer: ResponseHandler[Any] = answer if answer is not None else RawResponse()
+        self.tools = tuple(tools)
+        self.corrections = 0
+        """Corrections made so far; it survives the dispatcher's re-runs (TOOL-24)."""
+        self.binding: ModelBinding | None = None
+        """The binding the latest requirements capture minted; resolved before execute."""
+
+    # -- the grade lives on the conversation (TOOL-23) ----------------------------------------------
+    @property
+    def grade(self) -> Grade | None:
+        return self.conversation.grade
+
+    @grade.setter
+    def grade(self, grade: Grade | None) -> None:
+        self.conversation.grade = grade
+
+    def pinned_model(self) -> ModelSpec | None:
+        """The entry the call is pinned to, ``None`` when the picker chooses (TOOL-30)."""
+        return self.pinned
+
+    # -- requirements --------------------------------------------------------------------------------
+    def requirements(self) -> JobRequirements:
+        """Read-only, non-transactional, and one wired binding minted fresh for this capture."""
+        if self.pinned is not None:
+            binding = ModelBinding.pinned_wired(self.conversation, self.pinned, self.depth)
+        else:
+            grade = self.conversation.grade
+            if grade is None:
+                raise ValueError(
+                    f"{self.name}: the call needs a grade (on the call or its conversation), "
+                    "or a pinned entry"
+                )
+            binding = ModelBinding.wired(self.conversation, grade, self.depth)
+        self.binding = binding
+        return JobRequirements(read_only=True).require_model(binding)
+
+    # -- the call ------------------------------------------------------------------------------------
+    async def execute(self, context: JobContext) -> T:
+        assert self.binding is not None, "the dispatcher resolves the binding before execute"
+        spec = self.binding.model
+        models = context.dispatcher.models
+        client = models.llm_client(spec, context)
+        request = self.conversation.request_for(
+            spec, tools=self.tools, output_schema=self.answer.output_schema()
+        )
+        try:
+            response = await client.complete(request)
+        except (UpstreamRetry, ExternalServiceError) as failure:
+            models.note_attempt(context, spec, failure)
+            raise
+        models.note_success(spec)
+        if response.is_truncated:
+            self._truncated(spec, request.max_tokens)
+        self.conversation.add_assistant(response)
+        try:
+            return cast(T, self.answer.parse(response))
+        except CorrectableError as mistake:
+            self._correct(spec, mistake, response)
+            raise
+
+    def _truncated(self, spec: ModelSpec, budget: int) -> None:
+        """Re-run once at the model's ceiling; a reply already cut there fails (TOOL-28, 37)."""
+        ceiling = spec.max_output_tokens
+        if budget >= ceiling:
+            raise UncorrectableError(
+                f"{self.name}: the reply of {spec.id} was cut at the model's ceiling of {ceiling} "
+                "output tokens; ask for less, or split the work",
+                llm_message="The answer was too long for the model to finish; ask for less.",
+            )
+        self.conversation.escalate_output(ceiling)
+        raise OutputTruncationRetry(
+            f"{self.name}: the reply of {spec.id} was cut at {budget} output tokens; re-running "
+            f"at the model's ceiling of {ceiling}",
+            spec.id,
+            ceiling,
+            previous_max_tokens=budget,
+        )
+
+    def _correct(self, spec: ModelSpec, mistake: CorrectableError, response: LLMResponse) -> None:
+        """Feed ``mistake`` back as a correction turn and ask for a re-run, within the budget;
+        past it, the caller re-raises the mistake itself (TOOL-25, TOOL-26)."""
+        if self.corrections >= self.MAX_CORRECTIONS:
+            return
+        self.corrections += 1
+        explanation = mistake.explain_to_llm()
+        self.conversation.add_correction(explanation)
+        raise ResponseCorrectionRetry(
+            f"{self.name}: correction {self.corrections} of {self.MAX_CORRECTIONS} for "
+            f"{spec.id}: {mistake}",
+            explanation,
+            model=spec.id,
+            attempt=self.corrections,
+            cause=mistake,
+        ) from mistake

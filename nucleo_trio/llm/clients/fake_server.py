@@ -1,0 +1,580 @@
+"""A local server that plays the OpenAI API, for tests, examples and the demo.
+
+It listens on loopback with real trio sockets and speaks HTTP/1.1 (through h11, which httpx
+already depends on), so the :class:`~nucleo_trio.llm.clients.openai.OpenAICompatibleClient` is
+exercised end to end: its pool, its wire format, its failure translation. What the server
+answers is scripted::
+
+    async with serve_fake_openai(requests_per_minute=30) as server:
+        server.script(
+            FakeReply.rate_limited(retry_after=2),
+            FakeReply.completion("hello"),
+            FakeReply.truncated("a reply cut sh"),
+        )
+        client = OpenAICompatibleClient(server.base_url, model="fake-model")
+
+Each request to ``/chat/completions`` or ``/embeddings`` takes the next step of the script: a
+:class:`FakeReply`, or a function of the :class:`FakeRequest` returning one. With the script
+played, the ``responder`` answers (by default: a completion that echoes the last user turn, or
+vectors derived from each text's hash). Streaming requests (``"stream": true``) get the same
+reply as server-sent events.
+
+Besides the script the server can behave like a provider under load:
+
+* ``requests_per_minute`` / ``tokens_per_minute``: a sliding one-minute window, counted on the
+  trio clock; a request over either limit gets a 429 with ``Retry-After`` set to the seconds
+  until the window has room, and takes no step of the script;
+* ``latency``: seconds slept on the trio clock before every answer (a reply may add its own
+  ``delay``), so under the autojump clock a slow provider costs no real time;
+* ``api_key``: requests without ``Authorization: Bearer <key>`` get a 401.
+
+The server keeps every request it received, how many were in flight at once, and how many it
+refused for rate, so a test can assert what the client did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any, TypeAlias
+
+import attrs
+import h11
+import trio
+
+from .records import ToolCall
+from .scripted import estimate_tokens, hashed_vector
+
+__all__ = [
+    "FakeOpenAIServer",
+    "FakeReply",
+    "FakeRequest",
+    "FakeStep",
+    "serve_fake_openai",
+]
+
+_WINDOW = 60.0
+_MAX_BODY = 16 * 1024 * 1024
+
+
+@attrs.frozen(kw_only=True)
+class FakeRequest:
+    """A request the server received: where it went, its headers and its JSON body."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: Any
+    received_at: float
+
+    @property
+    def model(self) -> str | None:
+        model = self.body.get("model") if isinstance(self.body, dict) else None
+        return model if isinstance(model, str) else None
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        messages = self.body.get("messages") if isinstance(self.body, dict) else None
+        return messages if isinstance(messages, list) else []
+
+    @property
+    def is_stream(self) -> bool:
+        return isinstance(self.body, dict) and self.body.get("stream") is True
+
+    @property
+    def max_tokens(self) -> int | None:
+        if not isinstance(self.body, dict):
+            return None
+        value = self.body.get("max_tokens", self.body.get("max_completion_tokens"))
+        return value if isinstance(value, int) else None
+
+    def last_user_text(self) -> str:
+        """The content of the last user turn, or '' when there is none."""
+        for message in reversed(self.messages):
+            if isinstance(message, dict) and message.get("role") == "user":
+                content = message.get("content")
+                return content if isinstance(content, str) else ""
+        return ""
+
+    def estimated_tokens(self) -> int:
+        """The prompt's tokens by the scripted estimate, plus the output budget asked for."""
+        return estimate_tokens(json.dumps(self.messages)) + (self.max_tokens or 0)
+
+
+def _calls(calls: Iterable[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(calls)
+
+
+@attrs.frozen(kw_only=True)
+class FakeReply:
+    """One scripted answer.
+
+    A 200 to a chat request is built from ``content``, ``tool_calls``, ``finish_reason`` and the
+    token counts (estimated from the request when left ``None``); a 200 to an embeddings
+    request from ``vectors`` (hashed from the texts when ``None``). ``body`` replaces all of
+    that with a JSON value (or a raw string) sent as it is, which is how error bodies are sent.
+    ``delay`` is slept before answering; ``disconnect`` closes the connection without a word.
+    """
+
+    status: int = 200
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_calls)
+    finish_reason: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    vectors: tuple[tuple[float, ...], ...] | None = None
+    body: Any = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    delay: float = 0.0
+    disconnect: bool = False
+
+    @classmethod
+    def completion(
+        cls,
+        content: str = "",
+        *,
+        tool_calls: Iterable[ToolCall] = (),
+        finish_reason: str | None = None,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        delay: float = 0.0,
+    ) -> FakeReply:
+        """A chat completion; ``finish_reason`` defaults to ``tool_calls`` or ``stop``."""
+        return cls(
+            content=content,
+            tool_calls=tuple(tool_calls),
+            finish_reason=finish_reason,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            delay=delay,
+        )
+
+    @classmethod
+    def truncated(cls, content: str = "", *, output_tokens: int | None = None) -> FakeReply:
+        """A completion cut at its budget: ``finish_reason`` is ``length``."""
+        return cls(content=content, finish_reason="length", output_tokens=output_tokens)
+
+    @classmethod
+    def embeddings(cls, vectors: Sequence[Sequence[float]]) -> FakeReply:
+        """These vectors, in order, for an embeddings request."""
+        return cls(vectors=tuple(tuple(float(x) for x in row) for row in vectors))
+
+    @classmethod
+    def error(
+        cls,
+        status: int,
+        message: str = "",
+        *,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> FakeReply:
+        """An error status with an OpenAI-style error body."""
+        return cls(
+            status=status,
+            body={"error": {"message": message or f"HTTP {status}", "type": code, "code": code}},
+            headers=dict(headers or {}),
+        )
+
+    @classmethod
+    def rate_limited(
+        cls, retry_after: float | None = None, *, retry_after_ms: int | None = None
+    ) -> FakeReply:
+        """A 429, with ``Retry-After`` in seconds and/or ``retry-after-ms`` when given."""
+        headers: dict[str, str] = {}
+        if retry_after is not None:
+            headers["retry-after"] = f"{retry_after:g}"
+        if retry_after_ms is not None:
+            headers["retry-after-ms"] = str(retry_after_ms)
+        return cls.error(
+            429, "Rate limit reached for requests", code="rate_limit_exceeded", headers=headers
+        )
+
+    @classmethod
+    def quota_exhausted(cls) -> FakeReply:
+        """A 429 that says the quota is spent (``insufficient_quota``)."""
+        return cls.error(429, "You exceeded your current quota", code="insufficient_quota")
+
+    @classmethod
+    def overloaded(cls, status: int = 529) -> FakeReply:
+        """An overload: 529, or a 503 whose body says overloaded."""
+        return cls.error(status, "The server is overloaded", code="overloaded_error")
+
+    @classmethod
+    def server_error(cls, status: int = 500) -> FakeReply:
+        """A 5xx that is not an overload."""
+        return cls.error(status, "The server had an error while processing your request")
+
+    @classmethod
+    def dropped(cls) -> FakeReply:
+        """Close the connection without answering."""
+        return cls(disconnect=True)
+
+
+FakeStep: TypeAlias = FakeReply | Callable[[FakeRequest], FakeReply]
+"""A scripted answer, or a function of the request that returns one."""
+
+
+def _echo(request: FakeRequest) -> FakeReply:
+    return FakeReply.completion(f"echo: {request.last_user_text()}")
+
+
+class FakeOpenAIServer:
+    """The running server: its address, its script, and what it saw."""
+
+    def __init__(
+        self,
+        *,
+        responder: Callable[[FakeRequest], FakeReply] | None,
+        latency: float,
+        requests_per_minute: int | None,
+        tokens_per_minute: int | None,
+        api_key: str | None,
+        model: str,
+        dimensions: int,
+    ) -> None:
+        for name, limit in (
+            ("requests_per_minute", requests_per_minute),
+            ("tokens_per_minute", tokens_per_minute),
+        ):
+            if limit is not None and (
+                isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0
+            ):
+                raise ValueError(f"serve_fake_openai: {name} must be a positive int, got {limit!r}")
+        if isinstance(latency, bool) or not isinstance(latency, int | float) or latency < 0:
+            raise ValueError(f"serve_fake_openai: latency must be seconds >= 0, got {latency!r}")
+        self._steps: deque[FakeStep] = deque()
+        self._responder = responder
+        self.latency = float(latency)
+        self.requests_per_minute = requests_per_minute
+        self.tokens_per_minute = tokens_per_minute
+        self.api_key = api_key
+        self.model = model
+        self.dimensions = dimensions
+        self.port = 0
+        self.host = "127.0.0.1"
+        self.requests: list[FakeRequest] = []
+        """Every request received, in order, the ones refused included."""
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.rate_limited = 0
+        """How many requests the server's own rate limits refused."""
+        self._window: deque[tuple[float, int]] = deque()
+        self._connections = 0
+
+    @property
+    def base_url(self) -> str:
+        """The URL to give a client, ending in ``/v1``."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def connections(self) -> int:
+        """How many connections clients have opened so far."""
+        return self._connections
+
+    def script(self, *steps: FakeStep) -> None:
+        """Append ``steps`` to the script, each answering one request in order."""
+        for index, step in enumerate(steps):
+            if not isinstance(step, FakeReply) and not callable(step):
+                raise TypeError(
+                    f"script step {index} must be a FakeReply or a function of the request, "
+                    f"got {type(step).__name__}"
+                )
+        self._steps.extend(steps)
+
+    @property
+    def remaining(self) -> int:
+        """Steps of the script not yet played."""
+        return len(self._steps)
+
+    # -- rate ---------------------------------------------------------------------------------
+    def _refusal(self, request: FakeRequest) -> FakeReply | None:
+        """A 429 when the request would break a per-minute limit, else ``None`` (and count it)."""
+        now = trio.current_time()
+        while self._window and self._window[0][0] <= now - _WINDOW:
+            self._window.popleft()
+        tokens = request.estimated_tokens()
+        over_requests = (
+            self.requests_per_minute is not None and len(self._window) >= self.requests_per_minute
+        )
+        # An empty window takes any request, so one larger than the whole limit is not
+        # refused forever.
+        over_tokens = (
+            self.tokens_per_minute is not None
+            and self._window
+            and (sum(used for _, used in self._window) + tokens > self.tokens_per_minute)
+        )
+        if over_requests or over_tokens:
+            self.rate_limited += 1
+            wait = max(1, math.ceil(self._window[0][0] + _WINDOW - now))
+            return FakeReply.rate_limited(retry_after=wait)
+        self._window.append((now, tokens))
+        return None
+
+    # -- answering ------------------------------------------------------------------------------
+    def _answer(self, request: FakeRequest) -> FakeReply:
+        if self.api_key is not None:
+            if request.headers.get("authorization") != f"Bearer {self.api_key}":
+                return FakeReply.error(401, "Incorrect API key provided", code="invalid_api_key")
+        if request.path not in ("/v1/chat/completions", "/v1/embeddings"):
+            return FakeReply.error(404, f"Unknown path {request.path}", code="not_found")
+        if request.method != "POST":
+            return FakeReply.error(405, f"{request.method} is not allowed here")
+        if not isinstance(request.body, dict):
+            return FakeReply.error(400, "The body must be a JSON object", code="invalid_json")
+        refusal = self._refusal(request)
+        if refusal is not None:
+            return refusal
+        if self._steps:
+            step = self._steps.popleft()
+        elif self._responder is not None:
+            step = self._responder
+        elif request.path == "/v1/embeddings":
+            return FakeReply()
+        else:
+            step = _echo
+        reply = step(request) if callable(step) else step
+        if not isinstance(reply, FakeReply):
+            raise TypeError(f"a script step answered a {type(reply).__name__}, not a FakeReply")
+        return reply
+
+    def _completion_body(self, request: FakeRequest, reply: FakeReply) -> dict[str, Any]:
+        finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in reply.tool_calls
+            ]
+        return {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "model": request.model or self.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": self._usage(request, reply),
+        }
+
+    def _usage(self, request: FakeRequest, reply: FakeReply) -> dict[str, int]:
+        prompt = (
+            reply.input_tokens
+            if reply.input_tokens is not None
+            else estimate_tokens(json.dumps(request.messages))
+        )
+        written = reply.content + "".join(call.arguments for call in reply.tool_calls)
+        completion = (
+            reply.output_tokens if reply.output_tokens is not None else estimate_tokens(written)
+        )
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    def _embeddings_body(self, request: FakeRequest, reply: FakeReply) -> dict[str, Any]:
+        raw = request.body.get("input") if isinstance(request.body, dict) else None
+        texts = [raw] if isinstance(raw, str) else [str(text) for text in raw or ()]
+        vectors = reply.vectors or tuple(hashed_vector(text, self.dimensions) for text in texts)
+        return {
+            "object": "list",
+            "model": request.model or self.model,
+            "data": [
+                {"object": "embedding", "index": index, "embedding": list(vector)}
+                for index, vector in enumerate(vectors)
+            ],
+            "usage": {
+                "prompt_tokens": sum(estimate_tokens(text) for text in texts),
+                "total_tokens": sum(estimate_tokens(text) for text in texts),
+            },
+        }
+
+    def _stream_events(self, request: FakeRequest, reply: FakeReply) -> list[bytes]:
+        body = self._completion_body(request, reply)
+        base = {"id": body["id"], "object": "chat.completion.chunk", "model": body["model"]}
+        deltas: list[dict[str, Any]] = [{"role": "assistant"}]
+        words = reply.content.split(" ") if reply.content else []
+        deltas += [
+            {"content": word if i == len(words) - 1 else word + " "} for i, word in enumerate(words)
+        ]
+        for index, call in enumerate(reply.tool_calls):
+            half = len(call.arguments) // 2
+            head = {"index": index, "id": call.id, "type": "function"}
+            deltas.append(
+                {"tool_calls": [{**head, "function": {"name": call.name, "arguments": ""}}]}
+            )
+            for part in (call.arguments[:half], call.arguments[half:]):
+                deltas.append({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
+        chunks = [{**base, "choices": [{"index": 0, "delta": delta}]} for delta in deltas]
+        finish = body["choices"][0]["finish_reason"]
+        chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        chunks.append({**base, "choices": [], "usage": body["usage"]})
+        events = [f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks]
+        events.append(b"data: [DONE]\n\n")
+        return events
+
+    # -- the wire -------------------------------------------------------------------------------
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        self._connections += 1
+        connection = h11.Connection(h11.SERVER)
+        try:
+            async with stream:
+                while True:
+                    request = await self._read_request(connection, stream)
+                    if request is None:
+                        return
+                    keep_open = await self._respond(connection, stream, request)
+                    if not keep_open or connection.our_state is not h11.DONE:
+                        return
+                    try:
+                        connection.start_next_cycle()
+                    except h11.LocalProtocolError:
+                        return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
+            # The client went away (a cancelled call closes its connection): nothing to answer.
+            return
+
+    async def _read_request(
+        self, connection: h11.Connection, stream: trio.SocketStream
+    ) -> FakeRequest | None:
+        head: h11.Request | None = None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            event = connection.next_event()
+            if event is h11.NEED_DATA:
+                connection.receive_data(await stream.receive_some(65536))
+            elif isinstance(event, h11.Request):
+                head = event
+            elif isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > _MAX_BODY:
+                    return None
+                chunks.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            else:
+                return None  # ConnectionClosed or PAUSED: the client is done with us.
+        assert head is not None
+        raw = b"".join(chunks)
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode("utf-8", errors="replace")
+        request = FakeRequest(
+            method=head.method.decode(),
+            path=head.target.decode().split("?", 1)[0],
+            headers={name.decode().lower(): value.decode() for name, value in head.headers},
+            body=body,
+            received_at=trio.current_time(),
+        )
+        self.requests.append(request)
+        return request
+
+    async def _respond(
+        self, connection: h11.Connection, stream: trio.SocketStream, request: FakeRequest
+    ) -> bool:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            reply = self._answer(request)
+            delay = self.latency + reply.delay
+            if delay:
+                await trio.sleep(delay)
+            if reply.disconnect:
+                return False
+            if reply.status == 200 and reply.body is None and request.is_stream:
+                await self._send_stream(connection, stream, request, reply)
+                return True
+            payload = self._payload(request, reply)
+            headers = [
+                ("content-type", "application/json"),
+                ("content-length", str(len(payload))),
+                *reply.headers.items(),
+            ]
+            await self._send(
+                connection, stream, h11.Response(status_code=reply.status, headers=headers)
+            )
+            await self._send(connection, stream, h11.Data(data=payload))
+            await self._send(connection, stream, h11.EndOfMessage())
+            return True
+        finally:
+            self.in_flight -= 1
+
+    def _payload(self, request: FakeRequest, reply: FakeReply) -> bytes:
+        if reply.body is not None:
+            body = reply.body
+        elif reply.status != 200:
+            body = {"error": {"message": f"HTTP {reply.status}", "type": None, "code": None}}
+        elif request.path == "/v1/embeddings":
+            body = self._embeddings_body(request, reply)
+        else:
+            body = self._completion_body(request, reply)
+        return body.encode() if isinstance(body, str) else json.dumps(body).encode()
+
+    async def _send_stream(
+        self,
+        connection: h11.Connection,
+        stream: trio.SocketStream,
+        request: FakeRequest,
+        reply: FakeReply,
+    ) -> None:
+        head = h11.Response(
+            status_code=200,
+            headers=[("content-type", "text/event-stream"), *reply.headers.items()],
+        )
+        await self._send(connection, stream, head)
+        for event in self._stream_events(request, reply):
+            await self._send(connection, stream, h11.Data(data=event))
+        await self._send(connection, stream, h11.EndOfMessage())
+
+    @staticmethod
+    async def _send(
+        connection: h11.Connection, stream: trio.SocketStream, event: h11.Event
+    ) -> None:
+        data = connection.send(event)
+        if data:
+            await stream.send_all(data)
+
+
+@asynccontextmanager
+async def serve_fake_openai(
+    *steps: FakeStep,
+    responder: Callable[[FakeRequest], FakeReply] | None = None,
+    latency: float = 0.0,
+    requests_per_minute: int | None = None,
+    tokens_per_minute: int | None = None,
+    api_key: str | None = None,
+    model: str = "fake-model",
+    dimensions: int = 8,
+) -> AsyncIterator[FakeOpenAIServer]:
+    """Run a fake OpenAI endpoint on a free loopback port for the duration of the block.
+
+    ``steps`` start the script (more can be added with :meth:`FakeOpenAIServer.script`);
+    ``responder`` answers once the script is played; ``model`` is the model a reply names when
+    the request names none; ``dimensions`` is the length of the hashed embedding vectors.
+    """
+    server = FakeOpenAIServer(
+        responder=responder,
+        latency=latency,
+        requests_per_minute=requests_per_minute,
+        tokens_per_minute=tokens_per_minute,
+        api_key=api_key,
+        model=model,
+        dimensions=dimensions,
+    )
+    server.script(*steps)
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            partial(trio.serve_tcp, server._serve_connection, 0, host=server.host)
+        )
+        server.port = listeners[0].socket.getsockname()[1]
+        try:
+            yield server
+        finally:
+            nursery.cancel_scope.cancel()

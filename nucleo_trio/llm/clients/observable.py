@@ -1,0 +1,195 @@
+"""The clients a job receives: every call it makes lands on its context (OC-01..05).
+
+A job's record of its model calls is what its terminal event carries and what a spend ledger
+prices, so it has to hold every call, including the ones that raised. The wrappers here sit
+between a job and any client and append one record per call to the job's
+:attr:`~nucleo_trio.jobs.context.JobContext.llm_responses`:
+
+* a success is recorded as the delegate's own response object, and returned as it is;
+* a failure is recorded as an unsuccessful response (the reason, the error, the model, the start
+  and end times), and the same exception is raised on, so the dispatcher still sees the signal
+  or error the delegate raised; a truncation signal is recorded with the MAX_TOKENS stop reason.
+
+A wrapper built with a context records there. One built without records on
+:func:`~nucleo_trio.jobs.context.current_job` at each call, so one wrapper can serve every job
+of a dispatcher: trio copies the current job into the tasks a job starts, and a call made
+outside any job is passed through unrecorded. Wrapping a wrapper wraps its delegate instead,
+so no call is ever recorded twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+import attrs
+import trio
+
+from ...jobs.context import JobContext, current_job
+from .protocols import EmbeddingsClient, LLMClient, TextSink
+from .records import EmbeddingPurpose, EmbeddingsResponse, LLMRequest, LLMResponse
+
+__all__ = ["ObservableEmbeddingsClient", "ObservableLLMClient"]
+
+
+def _check_context(context: object, owner: str) -> None:
+    if context is not None and not isinstance(context, JobContext):
+        raise TypeError(
+            f"{owner}: context must be a JobContext or None, got {type(context).__name__}"
+        )
+
+
+class ObservableLLMClient:
+    """An :class:`LLMClient` that records each of its calls on a job's context (OC-01..04)."""
+
+    def __init__(self, delegate: LLMClient, context: JobContext | None = None) -> None:
+        """Wrap ``delegate``; record on ``context``, or on the current job at each call."""
+        if isinstance(delegate, ObservableLLMClient):
+            delegate = delegate.delegate
+        if not isinstance(delegate, LLMClient):
+            raise TypeError(
+                f"ObservableLLMClient needs an LLMClient (complete, stream, model_identifier), "
+                f"got {type(delegate).__name__}"
+            )
+        _check_context(context, "ObservableLLMClient")
+        self._delegate = delegate
+        self._context = context
+
+    @property
+    def delegate(self) -> LLMClient:
+        """The client whose calls are recorded."""
+        return self._delegate
+
+    @property
+    def context(self) -> JobContext | None:
+        """The context calls are recorded on, or ``None`` for the current job's."""
+        return self._context
+
+    @property
+    def model_identifier(self) -> str | None:
+        """The delegate's model identifier (OC-01)."""
+        return self._delegate.model_identifier
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """The delegate's reply, recorded as it is; a failure is recorded and raised (OC-01/02)."""
+        return await self._observe(request, lambda: self._delegate.complete(request), stream=False)
+
+    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
+        """The delegate's streamed reply, recorded through the same path as :meth:`complete`.
+
+        A streamed response that arrives without a start time gets the call's own (OC-04).
+        """
+        return await self._observe(
+            request, lambda: self._delegate.stream(request, on_text), stream=True
+        )
+
+    async def _observe(
+        self, request: LLMRequest, call: Callable[[], Awaitable[LLMResponse]], *, stream: bool
+    ) -> LLMResponse:
+        if not isinstance(request, LLMRequest):
+            raise TypeError(f"an LLM call needs an LLMRequest, got {type(request).__name__}")
+        started = trio.current_time()
+        try:
+            response = await call()
+            if not isinstance(response, LLMResponse):
+                raise TypeError(
+                    f"{type(self._delegate).__name__} answered a {type(response).__name__}, "
+                    "not an LLMResponse"
+                )
+        except BaseException as error:
+            # Cancellation included: the call was made and may have been paid for, so the
+            # record keeps it; the exception itself goes on unchanged.
+            self._record(
+                LLMResponse.failure(
+                    error,
+                    model=request.model or self._delegate.model_identifier,
+                    started_at=started,
+                    ended_at=trio.current_time(),
+                )
+            )
+            raise
+        if stream and response.started_at is None:
+            response = attrs.evolve(response, started_at=started)
+        self._record(response)
+        return response
+
+    def _record(self, response: LLMResponse) -> None:
+        context = self._context if self._context is not None else current_job()
+        if context is not None:
+            context.record_llm_response(response)
+
+    def __repr__(self) -> str:
+        return f"<ObservableLLMClient of {self._delegate!r}>"
+
+
+class ObservableEmbeddingsClient:
+    """An :class:`EmbeddingsClient` that records each of its calls on a job's context (OC-05)."""
+
+    def __init__(self, delegate: EmbeddingsClient, context: JobContext | None = None) -> None:
+        """Wrap ``delegate``; record on ``context``, or on the current job at each call."""
+        if isinstance(delegate, ObservableEmbeddingsClient):
+            delegate = delegate.delegate
+        if not isinstance(delegate, EmbeddingsClient):
+            raise TypeError(
+                f"ObservableEmbeddingsClient needs an EmbeddingsClient (embed, model_identifier), "
+                f"got {type(delegate).__name__}"
+            )
+        _check_context(context, "ObservableEmbeddingsClient")
+        self._delegate = delegate
+        self._context = context
+
+    @property
+    def delegate(self) -> EmbeddingsClient:
+        """The client whose calls are recorded."""
+        return self._delegate
+
+    @property
+    def context(self) -> JobContext | None:
+        """The context calls are recorded on, or ``None`` for the current job's."""
+        return self._context
+
+    @property
+    def model_identifier(self) -> str | None:
+        """The delegate's model identifier."""
+        return self._delegate.model_identifier
+
+    async def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        model: str | None = None,
+        purpose: EmbeddingPurpose = EmbeddingPurpose.DOCUMENT,
+    ) -> EmbeddingsResponse:
+        """The delegate's vectors, recorded as they are; a failure is recorded and raised.
+
+        The failure record carries the requested purpose and the model, so a ledger can still
+        price the call (OC-05).
+        """
+        started = trio.current_time()
+        try:
+            response = await self._delegate.embed(texts, model=model, purpose=purpose)
+            if not isinstance(response, EmbeddingsResponse):
+                raise TypeError(
+                    f"{type(self._delegate).__name__} answered a {type(response).__name__}, "
+                    "not an EmbeddingsResponse"
+                )
+        except BaseException as error:
+            self._record(
+                EmbeddingsResponse.failure(
+                    error,
+                    model=model or self._delegate.model_identifier,
+                    purpose=purpose,
+                    started_at=started,
+                    ended_at=trio.current_time(),
+                )
+            )
+            raise
+        self._record(response)
+        return response
+
+    def _record(self, response: EmbeddingsResponse) -> None:
+        context = self._context if self._context is not None else current_job()
+        if context is not None:
+            context.record_llm_response(response)
+
+    def __repr__(self) -> str:
+        return f"<ObservableEmbeddingsClient of {self._delegate!r}>"

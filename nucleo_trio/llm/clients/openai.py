@@ -1,0 +1,818 @@
+"""A client for any endpoint that speaks the OpenAI chat-completions and embeddings API.
+
+OpenAI itself, and the many servers that copy its wire format (vLLM, llama.cpp's server,
+Ollama, LiteLLM, most hosted gateways), answer ``POST {base_url}/chat/completions`` and
+``POST {base_url}/embeddings``. One :class:`OpenAICompatibleClient` talks to one such endpoint::
+
+    settings = HttpSettings(pool_size=50)
+    async with OpenAICompatibleClient(
+        "https://api.openai.com/v1", api_key=key, model="gpt-4o-mini", http_settings=settings
+    ) as client:
+        response = await client.complete(
+            LLMRequest(messages=[Message.user("Say hi")], max_tokens=50)
+        )
+
+The client speaks the protocol and translates failures; it decides nothing about re-running.
+What the upstream says becomes the signal the dispatcher acts on:
+
+* **429** is a :class:`~nucleo_trio.errors.RateLimitRetry`, unless the body says the quota is
+  spent (``insufficient_quota``), which waiting does not fix: that is a
+  :class:`~nucleo_trio.errors.QuotaExhaustedError`, never re-run;
+* **529**, or a **503** whose body says it is overloaded, is an
+  :class:`~nucleo_trio.errors.OverloadRetry`;
+* **408**, any other **5xx**, a timeout, a refused or dropped connection is a
+  :class:`~nucleo_trio.errors.TransientErrorRetry`;
+* any other error status is what :func:`~nucleo_trio.errors.http_error_from_status` makes of it
+  (a 400 is correctable, a 401 is not).
+
+Each signal carries the upstream's ``Retry-After`` (``retry-after-ms`` when the server sends it,
+else ``Retry-After`` as seconds or an HTTP date) as ``retry_after``, and an
+:class:`~nucleo_trio.errors.UpstreamFailure` whose backpressure is the signal's own, so the
+dispatcher's pacing and an account's push-back both read it; the HTTP error is the cause. A reply
+cut at its budget (``finish_reason: "length"``) is a successful response whose stop reason is
+MAX_TOKENS: whether to re-run it with a larger budget is the caller's decision.
+
+Connections come from one :class:`httpx.AsyncClient` whose pool is sized by
+:class:`~nucleo_trio.http.HttpSettings`, the same number that sizes the dispatcher's ``http``
+gate, so a job the gate admits always finds a connection. Pass ``http_client`` to share a pool
+the caller owns (the client then never closes it), or ``http_settings`` to have the client open
+and own one; :meth:`OpenAICompatibleClient.embeddings` hands out an embeddings client over the
+same pool.
+"""
+
+from __future__ import annotations
+
+import datetime
+import email.utils
+import json
+import math
+import os
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any
+
+import attrs
+import httpx
+import trio
+
+from ...errors import (
+    ConfigError,
+    ExternalServiceError,
+    LLMStopReason,
+    OverloadRetry,
+    QuotaExhaustedError,
+    RateLimitRetry,
+    TransientErrorRetry,
+    UpstreamFailure,
+    UpstreamRetry,
+    http_error_from_status,
+)
+from ...http import HttpSettings, open_http_client
+from .protocols import TextSink
+from .records import (
+    EmbeddingPurpose,
+    EmbeddingsResponse,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    Role,
+    ToolCall,
+    Usage,
+)
+
+__all__ = [
+    "ENV_API_KEY",
+    "ENV_BASE_URL",
+    "ENV_EMBEDDINGS_MODEL",
+    "ENV_MODEL",
+    "OpenAICompatibleClient",
+    "OpenAICompatibleEmbeddingsClient",
+    "parse_retry_after",
+]
+
+ENV_BASE_URL = "OPENAI_BASE_URL"
+ENV_API_KEY = "OPENAI_API_KEY"
+ENV_MODEL = "OPENAI_MODEL"
+ENV_EMBEDDINGS_MODEL = "OPENAI_EMBEDDINGS_MODEL"
+
+# The status an overloaded upstream answers with when it has its own (Anthropic's, and gateways
+# that copy it); a plain 503 counts as an overload only when its body says so.
+_OVERLOADED = 529
+_QUOTA_CODES = frozenset({"insufficient_quota", "quota_exceeded", "billing_hard_limit_reached"})
+_PREVIEW = 300
+
+
+# --------------------------------------------------------------------------------------------
+# Retry-After
+# --------------------------------------------------------------------------------------------
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """The seconds an upstream asks the caller to wait, or ``None`` when it does not say.
+
+    ``retry-after-ms`` (milliseconds, sent by OpenAI) wins over ``Retry-After``, which is either
+    a number of seconds or an HTTP date (measured from ``now``, wall-clock seconds, default the
+    current time; a date in the past means no wait). A value that parses as neither is ignored.
+    """
+    lowered = {name.lower(): value for name, value in headers.items()}
+    millis = _number(lowered.get("retry-after-ms"))
+    if millis is not None:
+        return millis / 1000.0
+    raw = lowered.get("retry-after")
+    if raw is None:
+        return None
+    seconds = _number(raw)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(raw.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        # An HTTP date is always GMT; "-0000" parses as "zone unknown", which here means UTC.
+        when = when.replace(tzinfo=datetime.UTC)
+    wall = time.time() if now is None else now
+    return max(0.0, when.timestamp() - wall)
+
+
+def _number(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+# --------------------------------------------------------------------------------------------
+# Failure translation
+# --------------------------------------------------------------------------------------------
+
+
+def _error_code(body: str) -> str:
+    """The ``error.code`` or ``error.type`` of an OpenAI-style error body, lower-cased, or ''."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return ""
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return ""
+    code = error.get("code") or error.get("type") or ""
+    return str(code).lower()
+
+
+def _status_failure(
+    status: int, headers: Mapping[str, str], body: str, *, service: str, endpoint: str
+) -> Exception:
+    """The exception to raise for an error status: a re-run signal, or the HTTP error."""
+    retry_after = parse_retry_after(headers)
+    error = http_error_from_status(
+        status, service=service, endpoint=endpoint, body=body or None, retry_after=retry_after
+    )
+    kind: type[UpstreamRetry] | None = None
+    if status == 429:
+        if _error_code(body) in _QUOTA_CODES:
+            return QuotaExhaustedError(
+                f"{service} says the quota is exhausted (HTTP 429 for {endpoint}): "
+                f"{body[:_PREVIEW]}",
+                cause=error,
+            )
+        kind = RateLimitRetry
+    elif status == _OVERLOADED or (status == 503 and "overload" in body.lower()):
+        kind = OverloadRetry
+    elif status == 408 or status >= 500:
+        kind = TransientErrorRetry
+    if kind is None:
+        return error
+    failure = UpstreamFailure(
+        status=status,
+        service=service,
+        detail=str(error),
+        retry_after=retry_after,
+        backpressure=kind.backpressure_increment,
+    )
+    wait = f", retry after {retry_after:g} s" if retry_after is not None else ""
+    return kind(
+        f"{service} answered HTTP {status} for {endpoint}{wait}",
+        retry_after=retry_after,
+        failure=failure,
+        cause=error,
+    )
+
+
+def _transport_failure(exc: httpx.HTTPError, *, service: str, endpoint: str) -> Exception:
+    """A failure below HTTP: one a later try may get past is transient, the rest are not."""
+    error = ExternalServiceError(
+        f"{service} could not be reached for {endpoint}: {type(exc).__name__}: {exc}",
+        service=service,
+        cause=exc,
+    )
+    if isinstance(exc, httpx.TimeoutException | httpx.NetworkError | httpx.RemoteProtocolError):
+        return TransientErrorRetry(
+            f"{service} failed in transit for {endpoint} ({type(exc).__name__})",
+            failure=UpstreamFailure(
+                status=None,
+                service=service,
+                detail=str(error),
+                backpressure=TransientErrorRetry.backpressure_increment,
+            ),
+            cause=error,
+        )
+    return error
+
+
+def _malformed(service: str, endpoint: str, what: str, body: str) -> ExternalServiceError:
+    return ExternalServiceError(
+        f"{service} answered {endpoint} with {what}: {body[:_PREVIEW]}", service=service
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The wire format
+# --------------------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with every mapping a dict and every tuple a list, as ``json`` writes them."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _wire_call(call: ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
+def _wire_message(message: Message) -> dict[str, Any]:
+    wire: dict[str, Any] = {"role": message.role.value, "content": message.content}
+    if message.role is Role.ASSISTANT and message.tool_calls:
+        wire["tool_calls"] = [_wire_call(call) for call in message.tool_calls]
+        # The API wants null, not "", for an assistant turn that only called tools.
+        wire["content"] = message.content or None
+    if message.role is Role.TOOL:
+        wire["tool_call_id"] = message.tool_call_id
+    return wire
+
+
+def _tool_choice(choice: str) -> Any:
+    if choice in ("auto", "none", "required"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
+
+
+def _request_body(request: LLMRequest, model: str, max_tokens_field: str) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [_wire_message(message) for message in request.messages],
+        max_tokens_field: request.max_tokens,
+    }
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": _plain(tool.parameters),
+                },
+            }
+            for tool in request.tools
+        ]
+    if request.tool_choice is not None:
+        body["tool_choice"] = _tool_choice(request.tool_choice)
+    if request.output_schema is not None:
+        schema = request.output_schema
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": schema.name,
+                "schema": _plain(schema.schema),
+                "strict": schema.strict,
+            },
+        }
+    if request.temperature is not None:
+        body["temperature"] = request.temperature
+    if request.stop:
+        body["stop"] = list(request.stop)
+    clashes = sorted(set(request.extra) & set(body))
+    if clashes:
+        raise ValueError(
+            f"LLMRequest.extra sets {clashes}, which the client writes itself from the request"
+        )
+    body.update(_plain(request.extra))
+    return body
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _usage(data: object) -> Usage:
+    if not isinstance(data, dict):
+        return Usage()
+    return Usage(
+        input_tokens=_int(data.get("prompt_tokens")),
+        output_tokens=_int(data.get("completion_tokens")),
+    )
+
+
+def _stop_reason(finish_reason: object, refusal: object) -> tuple[LLMStopReason, str | None]:
+    if isinstance(refusal, str) and refusal:
+        return LLMStopReason.CONTENT_FILTERED, "refusal"
+    raw = finish_reason if isinstance(finish_reason, str) else None
+    return LLMStopReason.from_provider(raw), raw
+
+
+def _parse_calls(raw_calls: object) -> tuple[ToolCall, ...]:
+    if not isinstance(raw_calls, list):
+        return ()
+    calls = []
+    for index, raw in enumerate(raw_calls):
+        function = raw.get("function") if isinstance(raw, dict) else None
+        if not isinstance(function, dict):
+            raise ValueError(f"tool call {index} has no function")
+        arguments = function.get("arguments")
+        calls.append(
+            ToolCall(
+                id=str(raw.get("id") or f"call_{index}"),
+                name=str(function.get("name") or ""),
+                arguments=arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
+            )
+        )
+    return tuple(calls)
+
+
+# --------------------------------------------------------------------------------------------
+# The endpoint both clients share
+# --------------------------------------------------------------------------------------------
+
+
+class _Endpoint:
+    """One base URL, its credentials and the pool the requests go through."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        http_client: httpx.AsyncClient | None,
+        http_settings: HttpSettings | None,
+        service: str | None,
+        headers: Mapping[str, str] | None,
+    ) -> None:
+        if not isinstance(base_url, str) or not base_url.strip():
+            raise ConfigError(f"an OpenAI-compatible client needs a base URL, got {base_url!r}")
+        url = httpx.URL(base_url.strip())
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ConfigError(
+                f"the base URL must be an http(s) URL with a host, got {base_url!r} "
+                "(e.g. https://api.openai.com/v1)"
+            )
+        if http_client is not None and http_settings is not None:
+            raise ConfigError(
+                "pass http_client (a pool you own) or http_settings (to have the client open "
+                "one), not both"
+            )
+        if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
+            raise TypeError(
+                f"http_client must be an httpx.AsyncClient, got {type(http_client).__name__}"
+            )
+        self.base_url = str(url).rstrip("/")
+        self.service = service or url.host
+        self.headers = {"Accept": "application/json", **dict(headers or {})}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.owns_client = http_client is None
+        self.client = http_client if http_client is not None else open_http_client(http_settings)
+
+    def url(self, path: str) -> str:
+        return f"{self.base_url}/{path}"
+
+    async def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """POST ``body`` and return the parsed JSON answer, or raise what the failure means."""
+        endpoint = self.url(path)
+        try:
+            response = await self.client.post(endpoint, json=body, headers=self.headers)
+        except httpx.HTTPError as exc:
+            # The failure brings its own chain (signal, then the upstream error, then exc).
+            failure = _transport_failure(exc, service=self.service, endpoint=endpoint)
+            raise failure from failure.__cause__
+        text = response.text
+        if response.status_code >= 400:
+            raise _status_failure(
+                response.status_code,
+                response.headers,
+                text,
+                service=self.service,
+                endpoint=endpoint,
+            )
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise _malformed(self.service, endpoint, "a body that is not JSON", text) from None
+
+    @asynccontextmanager
+    async def post_stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[httpx.Response]:
+        """POST ``body`` and yield the open response once its status says it succeeded."""
+        endpoint = self.url(path)
+        headers = {**self.headers, "Accept": "text/event-stream"}
+        try:
+            async with self.client.stream("POST", endpoint, json=body, headers=headers) as response:
+                if response.status_code >= 400:
+                    text = (await response.aread()).decode("utf-8", errors="replace")
+                    raise _status_failure(
+                        response.status_code,
+                        response.headers,
+                        text,
+                        service=self.service,
+                        endpoint=endpoint,
+                    )
+                yield response
+        except httpx.HTTPError as exc:
+            # The failure brings its own chain (signal, then the upstream error, then exc).
+            failure = _transport_failure(exc, service=self.service, endpoint=endpoint)
+            raise failure from failure.__cause__
+
+    async def aclose(self) -> None:
+        if self.owns_client:
+            await self.client.aclose()
+
+
+def _endpoint_from_env(env: Mapping[str, str]) -> tuple[str, str | None]:
+    """The base URL and key the environment names; with neither there is nothing to call."""
+    base_url = env.get(ENV_BASE_URL, "").strip()
+    api_key = env.get(ENV_API_KEY, "").strip() or None
+    if not base_url and api_key is None:
+        raise ConfigError(
+            f"no OpenAI-compatible endpoint configured: set {ENV_BASE_URL} (and "
+            f"{ENV_API_KEY} if the endpoint needs a key), and {ENV_MODEL} for the model"
+        )
+    return base_url or "https://api.openai.com/v1", api_key
+
+
+def _check_model(owner: str, model: str | None) -> str | None:
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise ConfigError(f"{owner}: model must be a non-blank str or None, got {model!r}")
+    return model
+
+
+# --------------------------------------------------------------------------------------------
+# Chat completions
+# --------------------------------------------------------------------------------------------
+
+
+@attrs.define
+class _StreamedCall:
+    """A tool call assembled from stream deltas."""
+
+    id: str = ""
+    name: str = ""
+    arguments: str = ""
+
+
+class OpenAICompatibleClient:
+    """An :class:`LLMClient` for an OpenAI-compatible chat-completions endpoint."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        http_settings: HttpSettings | None = None,
+        service: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_tokens_field: str = "max_tokens",
+    ) -> None:
+        """Talk to ``base_url`` (e.g. ``https://api.openai.com/v1``).
+
+        ``model`` is the wire id used when a request names none. ``service`` names the upstream
+        in errors (default: the URL's host). ``max_tokens_field`` is the body field the output
+        budget goes in: ``max_tokens`` for most servers, ``max_completion_tokens`` for OpenAI's
+        reasoning models.
+        """
+        self._model = _check_model("OpenAICompatibleClient", model)
+        if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            raise ConfigError(
+                "max_tokens_field must be 'max_tokens' or 'max_completion_tokens', "
+                f"got {max_tokens_field!r}"
+            )
+        self._max_tokens_field = max_tokens_field
+        self._endpoint = _Endpoint(base_url, api_key, http_client, http_settings, service, headers)
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        http_client: httpx.AsyncClient | None = None,
+        http_settings: HttpSettings | None = None,
+    ) -> OpenAICompatibleClient:
+        """A client for the endpoint the environment names.
+
+        ``OPENAI_BASE_URL`` is the endpoint (default ``https://api.openai.com/v1``),
+        ``OPENAI_API_KEY`` the key, ``OPENAI_MODEL`` the default model. With neither a base URL
+        nor a key set there is nothing to call, and the answer is a :class:`ConfigError`.
+        """
+        env = os.environ if environ is None else environ
+        base_url, api_key = _endpoint_from_env(env)
+        return cls(
+            base_url,
+            api_key=api_key,
+            model=env.get(ENV_MODEL, "").strip() or None,
+            http_client=http_client,
+            http_settings=http_settings,
+        )
+
+    @property
+    def model_identifier(self) -> str | None:
+        return self._model
+
+    @property
+    def base_url(self) -> str:
+        return self._endpoint.base_url
+
+    @property
+    def http_client(self) -> httpx.AsyncClient:
+        """The pool requests go through."""
+        return self._endpoint.client
+
+    def embeddings(self, model: str | None = None) -> OpenAICompatibleEmbeddingsClient:
+        """An embeddings client for the same endpoint, over the same pool (which it never closes)."""
+        endpoint = self._endpoint
+        return OpenAICompatibleEmbeddingsClient(
+            endpoint.base_url,
+            model=model,
+            http_client=endpoint.client,
+            service=endpoint.service,
+            headers=endpoint.headers,
+        )
+
+    def _model_for(self, request: LLMRequest) -> str:
+        if not isinstance(request, LLMRequest):
+            raise TypeError(
+                f"OpenAICompatibleClient needs an LLMRequest, got {type(request).__name__}"
+            )
+        model = request.model or self._model
+        if model is None:
+            raise ValueError(
+                "the request names no model and the client has none: set LLMRequest.model or "
+                "pass model= to OpenAICompatibleClient"
+            )
+        return model
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Send ``request`` to ``/chat/completions`` and return the first choice."""
+        model = self._model_for(request)
+        body = _request_body(request, model, self._max_tokens_field)
+        started = trio.current_time()
+        data = await self._endpoint.post_json("chat/completions", body)
+        return self._parse_completion(data, model, started)
+
+    def _parse_completion(self, data: Any, model: str, started: float) -> LLMResponse:
+        endpoint = self._endpoint.url("chat/completions")
+        try:
+            choice = data["choices"][0]
+            message = choice["message"]
+            content = message.get("content")
+            tool_calls = _parse_calls(message.get("tool_calls"))
+            stop_reason, raw = _stop_reason(choice.get("finish_reason"), message.get("refusal"))
+            return LLMResponse(
+                content=content if isinstance(content, str) else "",
+                tool_calls=tool_calls,
+                stop_reason=stop_reason,
+                provider_stop_reason=raw,
+                usage=_usage(data.get("usage")),
+                model=model,
+                provider_model=data.get("model") if isinstance(data.get("model"), str) else None,
+                response_id=data.get("id") if isinstance(data.get("id"), str) else None,
+                started_at=started,
+                ended_at=trio.current_time(),
+            )
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise _malformed(
+                self._endpoint.service,
+                endpoint,
+                f"a body that is not a chat completion ({type(exc).__name__}: {exc})",
+                json.dumps(data)[:_PREVIEW],
+            ) from exc
+
+    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
+        """Send ``request`` with ``stream: true``; each text delta goes to ``on_text``."""
+        model = self._model_for(request)
+        body = _request_body(request, model, self._max_tokens_field)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        started = trio.current_time()
+        text: list[str] = []
+        calls: dict[int, _StreamedCall] = {}
+        finish: object = None
+        refusal: list[str] = []
+        usage = Usage()
+        provider_model: str | None = None
+        response_id: str | None = None
+        endpoint = self._endpoint.url("chat/completions")
+        async with self._endpoint.post_stream("chat/completions", body) as response:
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                payload = line[len("data:") :].strip()
+                if payload == "[DONE]":
+                    # Read on to the end of the body rather than break: a response read to
+                    # its end hands its connection back to the pool.
+                    continue
+                try:
+                    chunk = json.loads(payload)
+                except ValueError:
+                    raise _malformed(
+                        self._endpoint.service, endpoint, "a stream event that is not JSON", payload
+                    ) from None
+                if not isinstance(chunk, dict):
+                    continue
+                provider_model = chunk.get("model") or provider_model
+                response_id = chunk.get("id") or response_id
+                if chunk.get("usage"):
+                    usage = _usage(chunk["usage"])
+                for choice in chunk.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    piece = delta.get("content")
+                    if isinstance(piece, str) and piece:
+                        text.append(piece)
+                        on_text(piece)
+                    if isinstance(delta.get("refusal"), str):
+                        refusal.append(delta["refusal"])
+                    for raw in delta.get("tool_calls") or ():
+                        _merge_call_delta(calls, raw)
+                    finish = choice.get("finish_reason") or finish
+        stop_reason, raw_reason = _stop_reason(finish, "".join(refusal))
+        return LLMResponse(
+            content="".join(text),
+            tool_calls=tuple(
+                ToolCall(id=call.id or f"call_{index}", name=call.name, arguments=call.arguments)
+                for index, call in sorted(calls.items())
+            ),
+            stop_reason=stop_reason,
+            provider_stop_reason=raw_reason,
+            usage=usage,
+            model=model,
+            provider_model=provider_model if isinstance(provider_model, str) else None,
+            response_id=response_id if isinstance(response_id, str) else None,
+            started_at=started,
+            ended_at=trio.current_time(),
+        )
+
+    async def aclose(self) -> None:
+        """Close the pool if this client opened it."""
+        await self._endpoint.aclose()
+
+    async def __aenter__(self) -> OpenAICompatibleClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<OpenAICompatibleClient {self.base_url} model={self._model}>"
+
+
+def _merge_call_delta(calls: dict[int, _StreamedCall], raw: object) -> None:
+    if not isinstance(raw, dict):
+        return
+    index = raw.get("index", len(calls))
+    call = calls.setdefault(index if isinstance(index, int) else len(calls), _StreamedCall())
+    if isinstance(raw.get("id"), str):
+        call.id = raw["id"]
+    function = raw.get("function")
+    if isinstance(function, dict):
+        if isinstance(function.get("name"), str):
+            call.name += function["name"]
+        if isinstance(function.get("arguments"), str):
+            call.arguments += function["arguments"]
+
+
+# --------------------------------------------------------------------------------------------
+# Embeddings
+# --------------------------------------------------------------------------------------------
+
+
+class OpenAICompatibleEmbeddingsClient:
+    """An :class:`EmbeddingsClient` for an OpenAI-compatible ``/embeddings`` endpoint.
+
+    The API has no notion of purpose; it is recorded on the response and not sent.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        http_settings: HttpSettings | None = None,
+        service: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self._model = _check_model("OpenAICompatibleEmbeddingsClient", model)
+        self._endpoint = _Endpoint(base_url, api_key, http_client, http_settings, service, headers)
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        http_client: httpx.AsyncClient | None = None,
+        http_settings: HttpSettings | None = None,
+    ) -> OpenAICompatibleEmbeddingsClient:
+        """Like :meth:`OpenAICompatibleClient.from_env`, with ``OPENAI_EMBEDDINGS_MODEL``."""
+        env = os.environ if environ is None else environ
+        base_url, api_key = _endpoint_from_env(env)
+        return cls(
+            base_url,
+            api_key=api_key,
+            model=env.get(ENV_EMBEDDINGS_MODEL, "").strip() or None,
+            http_client=http_client,
+            http_settings=http_settings,
+        )
+
+    @property
+    def model_identifier(self) -> str | None:
+        return self._model
+
+    async def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        model: str | None = None,
+        purpose: EmbeddingPurpose = EmbeddingPurpose.DOCUMENT,
+    ) -> EmbeddingsResponse:
+        """One vector per text, in order; an empty batch is answered without a call."""
+        if isinstance(texts, str) or not all(isinstance(text, str) for text in texts):
+            raise TypeError("embed needs a sequence of str (a single str is not a batch)")
+        chosen = model or self._model
+        if chosen is None:
+            raise ValueError(
+                "the call names no model and the client has none: pass model= to embed or "
+                "to OpenAICompatibleEmbeddingsClient"
+            )
+        batch = list(texts)
+        started = trio.current_time()
+        if not batch:
+            return EmbeddingsResponse(
+                model=chosen, purpose=purpose, started_at=started, ended_at=started
+            )
+        data = await self._endpoint.post_json(
+            "embeddings", {"model": chosen, "input": batch, "encoding_format": "float"}
+        )
+        try:
+            rows = sorted(data["data"], key=lambda row: row["index"])
+            vectors = [row["embedding"] for row in rows]
+            if len(vectors) != len(batch):
+                raise ValueError(f"{len(vectors)} vectors for {len(batch)} texts")
+            return EmbeddingsResponse(
+                vectors=vectors,
+                model=chosen,
+                purpose=purpose,
+                usage=Usage(input_tokens=_int(data.get("usage", {}).get("prompt_tokens"))),
+                started_at=started,
+                ended_at=trio.current_time(),
+            )
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise _malformed(
+                self._endpoint.service,
+                self._endpoint.url("embeddings"),
+                f"a body that is not an embeddings list ({type(exc).__name__}: {exc})",
+                json.dumps(data)[:_PREVIEW],
+            ) from exc
+
+    async def aclose(self) -> None:
+        """Close the pool if this client opened it."""
+        await self._endpoint.aclose()
+
+    async def __aenter__(self) -> OpenAICompatibleEmbeddingsClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"<OpenAICompatibleEmbeddingsClient {self._endpoint.base_url} model={self._model}>"

@@ -1,0 +1,530 @@
+"""Choosing an entry for a seat: providers and credentials, the situation, the default picker.
+
+A **seat** is what a job asks for (a grade and the inputs it sends, or the embeddings or the
+decision seat); the **situation** is what the runtime knows at the moment of asking: the
+envelope, the depth, the entry the conversation used before, and every earlier attempt of this
+execution with the failure it met (MOD-26). A picker answers a seat from the catalog.
+
+:class:`DefaultModelPicker` searches, for a grade and then each grade above it, the grade's
+pinned order and then its other entries cheapest first, and serves the first entry that is
+callable, permitted by the envelope and accepts every declared input (MOD-08, MOD-09). It
+caches nothing for language-model seats, so its choice follows credentials as they come and
+go (MOD-11). A route overloaded earlier in the execution, or slowed by its upstream's push-back,
+hands its traffic to another route of the same model (MOD-27); a model whose every recent call
+failed for availability is turned off for a day (MOD-28).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import attrs
+import trio
+
+from ..errors import (
+    ExternalServiceError,
+    HttpErrorResponse,
+    ModelNotFoundError,
+    ModelResolutionError,
+    OverloadRetry,
+    ResourceNotFoundError,
+    TransientErrorRetry,
+    UpstreamFailure,
+)
+from .catalog import PIN_DECISION, PIN_EMBEDDINGS, ModelCatalog, ModelSpec
+from .envelope import ComplianceEnvelope, DefaultComplianceEnvelope
+from .grades import Depth, Grade, Input, ModelKind
+
+if TYPE_CHECKING:
+    from ..admission.registry import RateLimiterRegistry
+
+__all__ = [
+    "AVAILABILITY_MEMORY",
+    "Attempt",
+    "AvailabilityBook",
+    "DefaultModelPicker",
+    "ModelPicker",
+    "Provider",
+    "Providers",
+    "RouteHealth",
+    "Situation",
+    "failover_share",
+]
+
+log = logging.getLogger("nucleo_trio.models.picker")
+
+AVAILABILITY_MEMORY = 24 * 60 * 60.0
+"""Seconds a success keeps a model on after availability failures (MOD-28)."""
+
+OVERLOAD_STATUS = 529
+
+
+def _now() -> float:
+    try:
+        return trio.current_time()
+    except RuntimeError:  # outside a trio run: the monotonic clock
+        return time.monotonic()
+
+
+# --------------------------------------------------------------------------------------------
+# Providers: who can call an entry
+# --------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Provider:
+    """One provider artifact: the code that calls the entries of a provider key.
+
+    ``credential`` names the environment variable the provider needs (``None`` when it needs
+    none). ``llm`` and ``embeddings`` build a client for an entry; ``serves`` says whether the
+    provider's endpoint serves a wire id (a decision endpoint hosts a fixed set of models;
+    ``None`` serves every id). ``close`` releases what the provider holds (a connection pool)
+    when the dispatcher stops.
+    """
+
+    key: str
+    credential: str | None = None
+    llm: Callable[[ModelSpec], Any] | None = None
+    embeddings: Callable[[ModelSpec], Any] | None = None
+    serves: Callable[[str], bool] | None = None
+    close: Callable[[], Awaitable[None]] | None = None
+
+
+class Providers:
+    """The provider artifacts a deployment has, and the credentials they can read.
+
+    An entry is **callable** when a provider for its key is registered and that provider's
+    credential is present (``environ``, the process environment by default, is read on every
+    question, so a credential set later makes the entry callable then).
+    """
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._providers: dict[str, Provider] = {}
+        self._environ = environ
+
+    def register(self, provider: Provider) -> Provider:
+        """Register ``provider`` under its key; a key registered twice is a ValueError."""
+        if not isinstance(provider, Provider):
+            raise TypeError(f"register() takes a Provider, got {type(provider).__name__}")
+        if provider.key in self._providers:
+            raise ValueError(f"a provider for {provider.key!r} is already registered")
+        self._providers[provider.key] = provider
+        return provider
+
+    def get(self, key: str) -> Provider | None:
+        return self._providers.get(key)
+
+    def __iter__(self) -> Iterator[Provider]:
+        return iter(tuple(self._providers.values()))
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(self._providers)
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        return os.environ if self._environ is None else self._environ
+
+    def is_callable(self, spec: ModelSpec) -> bool:
+        provider = self._providers.get(spec.provider_key)
+        if provider is None:
+            return False
+        return provider.credential is None or bool(self.environ.get(provider.credential))
+
+    def serves(self, spec: ModelSpec) -> bool:
+        provider = self._providers.get(spec.provider_key)
+        return provider is not None and (
+            provider.serves is None or provider.serves(spec.wire_model_id)
+        )
+
+    def missing(self, provider_key: str) -> str:
+        """What to supply for ``provider_key``: the credential, or the artifact itself (MOD-10)."""
+        provider = self._providers.get(provider_key)
+        if provider is None:
+            return f"[{provider_key}] no provider artifact (register a Provider for it)"
+        if provider.credential is not None and not self.environ.get(provider.credential):
+            return f"[{provider_key}] supply the credential {provider.credential}"
+        return f"[{provider_key}] callable"
+
+
+# --------------------------------------------------------------------------------------------
+# The situation
+# --------------------------------------------------------------------------------------------
+
+
+def _status_of(failure: BaseException) -> int | None:
+    if isinstance(failure, HttpErrorResponse):
+        return failure.status_code
+    upstream = getattr(failure, "failure", None)
+    if isinstance(upstream, UpstreamFailure):
+        return upstream.status
+    return None
+
+
+@attrs.frozen
+class Attempt:
+    """One earlier attempt of this execution: the entry it used and the failure it met."""
+
+    spec_id: str
+    failure: BaseException
+
+    @property
+    def overloaded(self) -> bool:
+        """Whether the route said it was overloaded (an overload signal, or HTTP 529)."""
+        return (
+            isinstance(self.failure, OverloadRetry) or _status_of(self.failure) == OVERLOAD_STATUS
+        )
+
+    @property
+    def availability_shaped(self) -> bool:
+        """A connection error, a 5xx (overload aside) or a not-found: the model may be gone.
+        A 429, an auth failure or an envelope refusal never is (MOD-28)."""
+        return is_availability_failure(self.failure)
+
+
+def is_availability_failure(failure: BaseException) -> bool:
+    """Whether ``failure`` says the model may be unavailable rather than busy or refused."""
+    if isinstance(failure, OverloadRetry):
+        return False
+    status = _status_of(failure)
+    if status is not None:
+        return status == 404 or (500 <= status < 600 and status != OVERLOAD_STATUS)
+    if isinstance(failure, ModelNotFoundError | ResourceNotFoundError):
+        return True
+    if isinstance(failure, TransientErrorRetry | ExternalServiceError):
+        return isinstance(failure.__cause__, OSError | trio.BrokenResourceError)
+    return isinstance(failure, OSError | trio.BrokenResourceError | ConnectionError)
+
+
+@attrs.frozen(kw_only=True)
+class Situation:
+    """What the runtime knows when it asks a picker (MOD-26).
+
+    ``inputs`` are what the request declares it sends (an entry must accept each); ``carried``
+    what the conversation actually carries. ``prior_spec_id`` is the entry the conversation
+    used last (a picker may stay with it); ``attempts`` every earlier attempt of this execution
+    with its failure. Guardrail refusals are never attempts.
+    """
+
+    envelope: ComplianceEnvelope = attrs.field(factory=DefaultComplianceEnvelope)
+    depth: Depth = Depth.STANDARD
+    inputs: frozenset[Input] = frozenset()
+    carried: frozenset[Input] = frozenset()
+    prior_spec_id: str | None = None
+    attempts: tuple[Attempt, ...] = ()
+
+    @property
+    def overloaded_routes(self) -> frozenset[str]:
+        """Every entry that said it was overloaded in this execution."""
+        return frozenset(a.spec_id for a in self.attempts if a.overloaded)
+
+
+# --------------------------------------------------------------------------------------------
+# Route health: throttle and availability
+# --------------------------------------------------------------------------------------------
+
+
+def failover_share(slowdown: float) -> float:
+    """The share of new traffic moved off a route slowed ``slowdown`` times (MOD-27): none
+    below 2x, ``1 - 1/x`` between, all of it from 10x."""
+    if not math.isfinite(slowdown) or slowdown >= 10.0:
+        return 1.0
+    if slowdown < 2.0:
+        return 0.0
+    return 1.0 - 1.0 / slowdown
+
+
+class AvailabilityBook:
+    """Which models are turned off for availability (MOD-28).
+
+    A model is off while its last outcome is an availability-shaped failure and it has had no
+    success for a day (:data:`AVAILABILITY_MEMORY`). Any other failure is not recorded, and a
+    success turns it back on.
+    """
+
+    def __init__(self, clock: Callable[[], float] = _now) -> None:
+        self._clock = clock
+        self._last_success: dict[str, float] = {}
+        self._failing: set[str] = set()
+
+    def record(self, spec_id: str, failure: BaseException | None) -> None:
+        """Record one call's outcome on ``spec_id``: ``None`` for a success."""
+        if failure is None:
+            self._last_success[spec_id] = self._clock()
+            self._failing.discard(spec_id)
+        elif is_availability_failure(failure):
+            self._failing.add(spec_id)
+
+    def is_off(self, spec_id: str) -> bool:
+        if spec_id not in self._failing:
+            return False
+        last = self._last_success.get(spec_id)
+        return last is None or self._clock() - last > AVAILABILITY_MEMORY
+
+
+@runtime_checkable
+class RouteHealth(Protocol):
+    """How a route is doing: its slowdown (1.0 unthrottled) and whether it is marked down."""
+
+    def slowdown(self, spec: ModelSpec) -> float: ...
+
+    def is_down(self, spec: ModelSpec) -> bool: ...
+
+
+class RegistryRouteHealth:
+    """Route health read from a dispatcher's accounts and availability book: a route's
+    slowdown is ``1 + throttle`` of its token bucket (1.0 before it has one)."""
+
+    def __init__(self, accounts: RateLimiterRegistry, availability: AvailabilityBook) -> None:
+        self._accounts = accounts
+        self._availability = availability
+
+    def slowdown(self, spec: ModelSpec) -> float:
+        if spec.tpm is None:
+            return 1.0
+        for account in self._accounts.accounts():
+            if getattr(account, "model_name", None) == spec.id:
+                return 1.0 + float(getattr(account, "throttle", 0.0))
+        return 1.0
+
+    def is_down(self, spec: ModelSpec) -> bool:
+        return self._availability.is_off(spec.id)
+
+
+class _Healthy:
+    def slowdown(self, spec: ModelSpec) -> float:
+        return 1.0
+
+    def is_down(self, spec: ModelSpec) -> bool:
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Pickers
+# --------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class ModelPicker(Protocol):
+    """Chooses entries for seats. Install one per dispatcher with ``models.use(picker)``."""
+
+    def pick(self, grade: Grade, situation: Situation) -> ModelSpec:
+        """An entry for a language-model seat of ``grade`` (a rung, never CEILING), or
+        :class:`~nucleo_trio.errors.ModelResolutionError` when nothing qualifies."""
+        ...
+
+    def ceiling(self) -> Grade | None:
+        """The highest rung with a callable entry, ``None`` when nothing is callable."""
+        ...
+
+    def embeddings(self, situation: Situation) -> ModelSpec | None:
+        """The embeddings entry, or ``None``."""
+        ...
+
+    def decision(self, situation: Situation) -> ModelSpec | None:
+        """The decision entry, or ``None``."""
+        ...
+
+
+class DefaultModelPicker:
+    """The catalog's order: pins, then cheapest callable, then the grade above (MOD-08..13).
+
+    ``health`` reads a route's slowdown and whether it is marked down (a dispatcher passes
+    its accounts' view); ``rng`` decides which new calls a slowed route hands over.
+    """
+
+    def __init__(
+        self,
+        catalog: ModelCatalog,
+        providers: Providers,
+        *,
+        health: RouteHealth | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.providers = providers
+        self.health: RouteHealth = health or _Healthy()
+        self._rng = rng or random.Random()
+        self._logged: set[tuple[str, str]] = set()
+        self._decision: ModelSpec | None = None
+
+    # -- the order --------------------------------------------------------------------------------
+    def order(self, grade: Grade) -> tuple[ModelSpec, ...]:
+        """The grade's search order: its pins, then its other entries cheapest first by input
+        plus output price per million, the unpriced last in catalog order (MOD-08)."""
+        pinned = [self.catalog.spec(spec_id) for spec_id in self.catalog.pins(grade)]
+        rest = [e for e in self.catalog.of_grade(grade) if e not in pinned]
+        priced = sorted(
+            (e for e in rest if e.price_per_million is not None),
+            key=lambda e: e.price_per_million,  # type: ignore[arg-type, return-value]
+        )
+        unpriced = [e for e in rest if e.price_per_million is None]
+        return (*pinned, *priced, *unpriced)
+
+    def _qualifies(self, spec: ModelSpec, situation: Situation, grade: Grade) -> bool:
+        if not spec.is_open or spec.kind is not ModelKind.LLM:
+            return False
+        if not self.providers.is_callable(spec):
+            self._log_once(
+                "uncallable", spec.id, f"{spec.id} is not callable; skipped for {grade.value}"
+            )
+            return False
+        if not situation.envelope.permits(spec):
+            self._log_once("envelope", spec.id, f"{spec.id} is refused by the envelope; skipped")
+            return False
+        if self.health.is_down(spec):
+            return False
+        return spec.accepts(situation.inputs)
+
+    def pick(self, grade: Grade, situation: Situation) -> ModelSpec:
+        """The first qualifying entry of the grade's order, then of each grade above; a prior
+        entry the conversation used is kept while it still qualifies (stickiness)."""
+        if not grade.is_rung:
+            raise ValueError("pick() takes a rung; translate CEILING with ceiling() first")
+        prior = self.catalog.find_spec(situation.prior_spec_id)
+        if (
+            prior is not None
+            and prior.grade is not None
+            and prior.grade.rank >= grade.rank
+            and prior.id not in situation.overloaded_routes
+            and self._qualifies(prior, situation, grade)
+        ):
+            return self._route(prior, situation)
+        for rung in grade.at_least():
+            order = self.order(rung)
+            pinned = len(self.catalog.pins(rung))
+            for index, spec in enumerate(order):
+                if not self._qualifies(spec, situation, rung):
+                    continue
+                if index >= pinned and pinned:
+                    self._log_once(
+                        "fill-in",
+                        rung.value,
+                        f"no pinned entry of {rung.value} is callable; {spec.id} fills in",
+                        level=logging.WARNING,
+                    )
+                return self._route(spec, situation)
+        raise ModelResolutionError(self._nothing_for(grade, situation), grade=grade.value)
+
+    def _route(self, chosen: ModelSpec, situation: Situation) -> ModelSpec:
+        """Hand the call to another route of the same model when this one is overloaded in
+        this execution, or slowed enough that its share of new traffic moves (MOD-27)."""
+        overloaded = situation.overloaded_routes
+        slowdown = self.health.slowdown(chosen)
+        if chosen.id in overloaded:
+            slowdown = math.inf  # no traffic of this execution goes back to it
+        else:
+            share = failover_share(slowdown)
+            if share <= 0.0 or self._rng.random() >= share:
+                return chosen
+        for candidate in self.catalog:
+            if not self._can_take_over(candidate, chosen, situation, slowdown):
+                continue
+            log.info("%s fails over to %s", chosen.id, candidate.id)
+            return candidate
+        return chosen
+
+    def _can_take_over(
+        self, candidate: ModelSpec, chosen: ModelSpec, situation: Situation, slowdown: float
+    ) -> bool:
+        """Another route of the same model that is open, eligible, callable, permitted, not
+        down, not overloaded in this execution and strictly less throttled (MOD-27)."""
+        return (
+            candidate.id != chosen.id
+            and candidate.identity == chosen.identity
+            and candidate.id not in situation.overloaded_routes
+            and candidate.is_open
+            and candidate.eligible_for_failover
+            and self.providers.is_callable(candidate)
+            and situation.envelope.permits(candidate)
+            and not self.health.is_down(candidate)
+            and candidate.accepts(situation.inputs)
+            and self.health.slowdown(candidate) < slowdown
+        )
+
+    def _nothing_for(self, grade: Grade, situation: Situation) -> str:
+        """The refusal's message (MOD-10): the grade, and per provider what to supply."""
+        candidates = [e for rung in grade.at_least() for e in self.catalog.of_grade(rung)]
+        parts = [f"no model entry can serve {grade.value} or above"]
+        if not self.catalog.of_grade(grade):
+            parts.append(f"no entry of that grade ({grade.value})")
+        keys = dict.fromkeys(e.provider_key for e in candidates if e.is_open)
+        needs = [self.providers.missing(key) for key in keys]
+        needs = [n for n in needs if not n.endswith("callable")]
+        if needs:
+            parts.append("; ".join(needs))
+        refused = [e.id for e in candidates if e.is_open and not situation.envelope.permits(e)]
+        if refused:
+            parts.append(f"refused by the compliance envelope: {', '.join(refused)}")
+        if not candidates:
+            parts.append("the catalog has no entry at or above it")
+        return " - ".join([parts[0], "; ".join(parts[1:])]) if parts[1:] else parts[0]
+
+    def _log_once(self, what: str, key: str, message: str, level: int = logging.INFO) -> None:
+        if (what, key) not in self._logged:
+            self._logged.add((what, key))
+            log.log(level, message)
+
+    # -- the other seats --------------------------------------------------------------------------
+    def ceiling(self) -> Grade | None:
+        """The highest rung with a callable open entry (MOD-02)."""
+        for rung in reversed(Grade.rungs()):
+            if any(
+                e.is_open and self.providers.is_callable(e) for e in self.catalog.of_grade(rung)
+            ):
+                return rung
+        return None
+
+    def embeddings(self, situation: Situation) -> ModelSpec | None:
+        """The pin, else the first callable open embeddings entry, else ``None`` (MOD-12)."""
+        return self._first(PIN_EMBEDDINGS, ModelKind.EMBEDDINGS, situation)
+
+    def decision(self, situation: Situation) -> ModelSpec | None:
+        """The pin, else the first callable decision entry whose endpoint serves its wire id;
+        an unpinned choice is made once per picker (MOD-13)."""
+        pinned = self.catalog.pins(PIN_DECISION)
+        if pinned:
+            return self.catalog.spec(pinned[0])
+        if self._decision is None:
+            self._decision = self._first(PIN_DECISION, ModelKind.DECISION, situation, endpoint=True)
+        return self._decision
+
+    def _first(
+        self, key: str, kind: ModelKind, situation: Situation, *, endpoint: bool = False
+    ) -> ModelSpec | None:
+        pinned = self.catalog.pins(key)
+        if pinned:
+            return self.catalog.spec(pinned[0])
+        for spec in self.catalog.of_kind(kind):
+            if (
+                spec.is_open
+                and self.providers.is_callable(spec)
+                and situation.envelope.permits(spec)
+                and (not endpoint or self.providers.serves(spec))
+            ):
+                return spec
+        return None
+
+    # -- reporting --------------------------------------------------------------------------------
+    def describe_pins(self, situation: Situation | None = None) -> dict[str, str]:
+        """The choice per grade as it stands now, a stand-in from above named as such (MOD-11)."""
+        situation = situation or Situation()
+        report: dict[str, str] = {}
+        for rung in Grade.rungs():
+            try:
+                spec = self.pick(rung, situation)
+            except ModelResolutionError:
+                report[rung.value] = "(nothing callable)"
+                continue
+            if spec.grade is rung:
+                report[rung.value] = spec.id
+            else:
+                grade = spec.grade.value if spec.grade is not None else "?"
+                report[rung.value] = f"{spec.id} (stand-in from {grade})"
+        return report
