@@ -140,6 +140,8 @@ def _name_of(identity: LimiterIdentity) -> str:
 
 
 def _frozen_waits(value: Mapping[str, int]) -> Mapping[str, int]:
+    if type(value) is MappingProxyType:
+        return value  # already read-only (the fast path's shared empty map)
     return MappingProxyType(dict(value))
 
 

@@ -92,6 +92,10 @@ class StandardGuardrailEnforcer:
             assert caller is not None
             return self._internal_door(job, caller)
         bound = _NO_GUARD if caller is None else caller.scope_guard or _NO_GUARD
+        if getattr(job, "input", None) is None and _makes_no_claims(type(job)):
+            # The common case: a plain tool with nothing to claim answers to its caller's guard.
+            job.context.seal_scope_guard(bound)
+            return None
         return self.judge(job, bound)
 
     def judge(
@@ -150,7 +154,6 @@ class StandardGuardrailEnforcer:
         if not attached and _declares_no_guards(type(job)):
             # The common case costs no guard lists; the output side finds nothing either.
             context.metadata[OBS_GUARDS_INPUT] = 0  # none applied (GRD-15)
-            self._output_guards[context] = []
             return
         content = _content(job, attached)
         self._output_guards[context] = [g for g in content if g.direction is Direction.OUTPUT]
@@ -170,8 +173,12 @@ class StandardGuardrailEnforcer:
         if isinstance(job, Guardrail):
             return
         guards = self._output_guards.pop(context, None)
-        if guards is None:  # the input side ran under another enforcer
-            content = _content(job, attached_guardrails(job, context))
+        if guards is None:  # declared none, or the input side ran under another enforcer
+            attached = attached_guardrails(job, context)
+            if not attached and _declares_no_guards(type(job)):
+                context.metadata[OBS_GUARDS_OUTPUT] = 0  # none applied (GRD-15)
+                return
+            content = _content(job, attached)
             guards = [g for g in content if g.direction is Direction.OUTPUT]
         await run_guards(context, guards, result, OBS_GUARDS_OUTPUT)
 
@@ -253,6 +260,24 @@ def _declared(job: AbstractJob[Any], guards: Iterable[Any], kind: type, what: st
                 f"which is not a {kind.__name__}",
             )
     return declared
+
+
+_NO_CLAIMS_BY_CLASS: dict[type, bool] = {}
+
+
+def _makes_no_claims(cls: type) -> bool:
+    """True when jobs of ``cls`` can claim no scope whatever their instance holds besides an
+    ``input``: not :class:`Scoped`, not a :class:`ScopeAuthority` (whose guard is composed at
+    its dispatch), not a guard, and the default guarded input target. Remembered per class."""
+    known = _NO_CLAIMS_BY_CLASS.get(cls)
+    if known is None:
+        known = (
+            not issubclass(cls, Scoped | ScopeAuthority | Guardrail)
+            and getattr(cls, "guarded_input_target", None)
+            is GuardedExecution.guarded_input_target
+        )
+        _NO_CLAIMS_BY_CLASS[cls] = known
+    return known
 
 
 _GUARD_DECLARATIONS = (

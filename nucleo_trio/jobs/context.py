@@ -481,6 +481,8 @@ class JobContext:
 
     def release_conversations(self) -> None:
         """Release every conversation this job owns, last taken first (the teardown's call)."""
+        if not self.conversations:
+            return
         held, self.conversations = self.conversations, []
         for conversation in reversed(held):
             try:

@@ -114,13 +114,10 @@ class JobRequirements:
     def needs_http(self) -> bool:
         """True when the job, any model binding or any of its limiters needs the HTTP
         connection gate (JR-03)."""
-        return (
-            self.requires_http
-            or bool(self.model_bindings)
-            or any(
-                bool(getattr(r.limiter, "requires_http_connection", False))
-                for r in self.rate_limiters
-            )
+        if self.requires_http or self.model_bindings:
+            return True
+        return bool(self.rate_limiters) and any(
+            bool(getattr(r.limiter, "requires_http_connection", False)) for r in self.rate_limiters
         )
 
     @property

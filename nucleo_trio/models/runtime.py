@@ -408,8 +408,10 @@ class ModelDemandAssembler:
         http_gate: RateLimiter,
         providers: Sequence[DBResourceProvider] = (),
     ) -> Demand:
+        if requirements is None or not requirements.model_bindings:
+            return demand_of(requirements, http_gate, providers)
         demand = Demand()
-        bindings = list(requirements.model_bindings) if requirements is not None else []
+        bindings = list(requirements.model_bindings)
         if bindings:
             for binding in bindings:
                 self.runtime.resolve(binding, context)
