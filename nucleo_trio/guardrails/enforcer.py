@@ -273,8 +273,7 @@ def _makes_no_claims(cls: type) -> bool:
     if known is None:
         known = (
             not issubclass(cls, Scoped | ScopeAuthority | Guardrail)
-            and getattr(cls, "guarded_input_target", None)
-            is GuardedExecution.guarded_input_target
+            and getattr(cls, "guarded_input_target", None) is GuardedExecution.guarded_input_target
         )
         _NO_CLAIMS_BY_CLASS[cls] = known
     return known
