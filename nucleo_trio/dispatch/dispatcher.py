@@ -841,7 +841,6 @@ class JobDispatcher:
             read_only=requirements.read_only,
             spawn=self._spawn_system,
         )
-        limiters = [*binding_accounts(requirements), *(n.limiter for n in requirements.limiters)]
         outcome: Any = None
         failure: BaseException | None = None
         assert queued.nursery is not None
@@ -876,12 +875,12 @@ class JobDispatcher:
             if transactional and (failure is not None or context.timed_out or context.is_cancelled):
                 await _roll_back_onto(resources, failure)
             if failure is None and not context.timed_out and not context.is_cancelled:
-                for limiter in limiters:
+                for limiter in _signalled(requirements):
                     self._signal(limiter.on_success, limiter)
             elif failure is not None and not context.is_cancelled:
                 if _upstream_in_chain(failure):
                     upstream = UpstreamFailure.from_exception(failure)
-                    for limiter in limiters:
+                    for limiter in _signalled(requirements):
                         self._signal(partial(limiter.on_rate_limit_error, upstream), limiter)
         finally:
             context.is_executing_job_with_resources = False
@@ -1120,6 +1119,14 @@ class JobDispatcher:
                 amount=amount,
             )
         )
+
+
+def _signalled(requirements: JobRequirements) -> list[RateLimiter]:
+    """The accounts an attempt's outcome is reported to: each model binding's, then each
+    custom limiter (SIG-01, ERR-14)."""
+    if not requirements.model_bindings and not requirements.rate_limiters:
+        return []
+    return [*binding_accounts(requirements), *(n.limiter for n in requirements.limiters)]
 
 
 def _budget(job: AbstractJob[Any]) -> float:
