@@ -21,6 +21,16 @@ T = TypeVar("T")
 converter = cattrs.Converter(forbid_extra_keys=True)
 
 
+def _strict_bool(value: Any, _: type) -> bool:
+    # cattrs would take bool("no") as True; a setting that reads true or false must say so.
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+converter.register_structure_hook(bool, _strict_bool)
+
+
 def structure_config(data: Mapping[str, Any], cls: type[T], *, what: str | None = None) -> T:
     """Build ``cls`` from plain data, or raise :class:`ConfigError` listing every bad field."""
     label = what or cls.__name__

@@ -36,6 +36,13 @@ def test_a_typo_in_a_config_names_the_key() -> None:
         DispatcherConfig.from_mapping(["not", "a", "mapping"])  # type: ignore[arg-type]
 
 
+def test_a_setting_that_reads_true_or_false_refuses_anything_else() -> None:
+    """A string where a bool belongs is refused naming the key, never read as truthy."""
+    with pytest.raises(ConfigError, match=r"expected true or false, got 'no'.*log_events"):
+        DispatcherConfig.from_mapping({"log_events": "no"})
+    assert DispatcherConfig.from_mapping({"log_events": True}).log_events is True
+
+
 async def test_configured_limiters_are_built_through_the_plugins_at_start() -> None:
     """The built-in counting kind and the test distribution's fixed_slots kind, by name."""
     config = DispatcherConfig(
