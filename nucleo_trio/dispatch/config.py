@@ -130,6 +130,9 @@ class DispatcherConfig:
     lifecycle events (a :class:`~nucleo_trio.observability.SystemHealthReporter`; the seed's
     reporter uses 50). It is off (``None``) by default: a subscriber makes the bus build every
     event, which costs each job a little; :meth:`JobDispatcher.health` answers either way.
+    ``log_events`` subscribes an :class:`~nucleo_trio.observability.EventLogger` at start, which
+    writes every event but limiter events to the ``nucleo_trio.events`` loggers (off by default,
+    for the same reason).
     ``models`` names the model catalog file (TOML or JSON) the dispatcher's
     :class:`~nucleo_trio.models.ModelRuntime` loads on first use; without it the
     ``NUCLEO_TRIO_MODELS`` variable, then the plugins' fragments (MOD-05).
@@ -146,6 +149,7 @@ class DispatcherConfig:
         factory=MemoryConfig, validator=attrs.validators.instance_of(MemoryConfig)
     )
     health_every: int | None = attrs.field(default=None)
+    log_events: bool = attrs.field(default=False)
     guardrails: dict[str, list[GuardrailConfig]] = attrs.field(factory=dict)
     heartbeat: HeartbeatConfig = attrs.field(
         factory=HeartbeatConfig, validator=attrs.validators.instance_of(HeartbeatConfig)
@@ -162,6 +166,11 @@ class DispatcherConfig:
             raise ValueError(
                 f"DispatcherConfig.health_every must be a positive int or None, got {value!r}"
             )
+
+    @log_events.validator
+    def _check_log_events(self, attribute: attrs.Attribute[bool], value: object) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"DispatcherConfig.log_events must be a bool, got {value!r}")
 
     @http_connections.validator
     def _check_http(self, attribute: attrs.Attribute[int], value: int) -> None:

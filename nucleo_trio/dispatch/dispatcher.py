@@ -72,6 +72,7 @@ from ..jobs.stoppable import AbstractStoppable
 from ..models.envelope import ComplianceEnvelope
 from ..models.runtime import ModelDemandAssembler, ModelRuntime, binding_accounts
 from ..models.spend import SpendGate
+from ..observability.event_logger import EventLogger
 from ..observability.health import HealthSnapshot, QueueSizes, SystemHealthReporter, capture_health
 from ..plugins.manager import (
     DBProviderKinds,
@@ -237,6 +238,8 @@ class JobDispatcher:
             await system.start(self.bus.run)
             if self.config.health_every is not None:
                 self.bus.subscribe(self._health_reporter(self.config.health_every))
+            if self.config.log_events:
+                self.bus.subscribe(EventLogger())
             await system.start(self.admission.run)
             await system.start(self._timekeeper.run)
             self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STARTED))

@@ -2,11 +2,22 @@
 
 ``health`` holds the :class:`HealthSnapshot` (what :meth:`JobDispatcher.health()
 <nucleo_trio.dispatch.JobDispatcher.health>` answers) and the :class:`SystemHealthReporter`, a
-bus observer that logs one every 50 events. ``recorder`` holds the :class:`TrajectoryRecorder`,
+bus observer that logs one every 50 events. ``event_logger`` holds the :class:`EventLogger`, a
+bus observer that writes every event but limiter events to :mod:`logging` under
+``nucleo_trio.events``. ``recorder`` holds the :class:`TrajectoryRecorder`,
 which keeps every job's snapshot in SQLite, and ``trajectory`` reads a recorded workflow back in
 call order (:func:`trajectory`, :func:`render_trajectory`).
 """
 
+from .event_logger import (
+    EVENT_LOGGER_ROOT as EVENT_LOGGER_ROOT,
+    NO_WORKFLOW as NO_WORKFLOW,
+    SYSTEM_PREFIX as SYSTEM_PREFIX,
+    EventLogger as EventLogger,
+    WorkflowIdFilter as WorkflowIdFilter,
+    current_workflow_id as current_workflow_id,
+    shorten_workflow_id as shorten_workflow_id,
+)
 from .health import (
     DEFAULT_HEALTH_EVERY as DEFAULT_HEALTH_EVERY,
     GRANT_WINDOW as GRANT_WINDOW,
@@ -34,10 +45,14 @@ from .trajectory import (
 
 __all__ = [
     "DEFAULT_HEALTH_EVERY",
+    "EVENT_LOGGER_ROOT",
     "GRANT_WINDOW",
+    "NO_WORKFLOW",
     "RECORDER_SCHEMA",
     "SNAPSHOT_TITLE",
+    "SYSTEM_PREFIX",
     "CpuLoad",
+    "EventLogger",
     "HealthSnapshot",
     "LimiterRow",
     "QueueSizes",
@@ -45,13 +60,16 @@ __all__ = [
     "Trajectory",
     "TrajectoryRecorder",
     "TrajectoryStep",
+    "WorkflowIdFilter",
     "WorkflowSummary",
     "capture_health",
+    "current_workflow_id",
     "is_health_event",
     "memory_summary",
     "open_recording",
     "read_cpu_load",
     "recorded_workflows",
     "render_trajectory",
+    "shorten_workflow_id",
     "trajectory",
 ]
