@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from nucleo_trio.admission import Admission, CountingGate, Demand, Grant
+from nucleo_trio.admission import Admission, AdmissionClosedError, CountingGate, Demand, Grant
 
 
 async def test_enter_grants_at_once_without_a_checkpoint(nursery: trio.Nursery) -> None:
@@ -57,5 +57,5 @@ async def test_enter_refuses_a_wrong_demand_and_a_stopped_admission(nursery: tri
     with pytest.raises(TypeError, match="Demand"):
         admission.enter("two slots")  # type: ignore[arg-type]
     admission.stop()
-    with pytest.raises(Exception, match="shutting down"):
+    with pytest.raises(AdmissionClosedError, match="shutting down"):
         admission.enter(Demand())

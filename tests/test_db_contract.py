@@ -82,6 +82,16 @@ class Backend:
             handle, self.sql("INSERT INTO rows (note) VALUES (?)"), [note]
         )
 
+    async def until_running(self, handle: DBHandle) -> None:
+        """Return once a statement started on ``handle`` holds the handle's lock in its worker
+        thread (at most 5 s). ``wait_all_tasks_blocked`` cannot tell: a task waiting on a
+        thread counts as blocked before the OS has run the thread, and a close started then
+        may take the lock first and find no statement to wait behind."""
+        # Only the worker thread knows when it has the lock, and it tells no one: poll, bounded.
+        with trio.fail_after(5):
+            while not handle.calls._lock.locked():  # noqa: ASYNC110
+                await trio.sleep(0.001)
+
     async def sessions_settle_at(self, expected: int) -> int:
         """The session count once it reaches ``expected``, or after 5 s whatever it is: a
         severed PostgreSQL session ends on the server a moment after the client cuts it."""
@@ -342,7 +352,7 @@ async def test_abort_cuts_a_running_statement_short(backend: Backend) -> None:
             nursery.start_soon(
                 _expect_uncorrectable, provider.execute(handle, backend.slow_sql), outcomes
             )
-            await trio.testing.wait_all_tasks_blocked()
+            await backend.until_running(handle)
             provider.abort(handle)
     assert len(outcomes) == 1 and outcomes[0].startswith("uncorrectable")
     await provider.close(handle)
@@ -394,7 +404,7 @@ async def test_a_waiter_for_completion_is_released_by_close(backend: Backend) ->
             nursery.start_soon(
                 _expect_uncorrectable, provider.execute(handle, backend.slow_sql), running
             )
-            await trio.testing.wait_all_tasks_blocked()
+            await backend.until_running(handle)
             nursery.start_soon(_expect_uncorrectable, provider.await_completion(handle), waiting)
             await trio.testing.wait_all_tasks_blocked()
             assert waiting == []  # blocked: the statement is still running
@@ -519,7 +529,7 @@ async def test_a_close_that_hangs_and_is_given_up_on_still_hands_the_connection_
             nursery.start_soon(
                 _expect_uncorrectable, provider.execute(handle, backend.slow_sql), running
             )
-            await trio.testing.wait_all_tasks_blocked()
+            await backend.until_running(handle)
             with trio.CancelScope() as give_up:
                 nursery.start_soon(_cancel_when_blocked, give_up)
                 await provider.close(handle)

@@ -401,7 +401,9 @@ async def test_a_guard_applies_only_to_a_target_of_its_type(dispatcher: JobDispa
 # --- enforcement in the attempt ------------------------------------------------------------------
 
 
-async def test_guards_stand_around_the_permit(dispatcher: JobDispatcher) -> None:
+async def test_guards_stand_around_the_permit(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
     """EXEC-11, GRD-12: input guards run after the dependency completed and with no permit
     held (in_use 0); execute holds the permit (in_use 1); output guards run after the release
     (in_use 0)."""

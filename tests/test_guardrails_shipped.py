@@ -280,7 +280,8 @@ async def test_the_url_guard_admits_a_public_address() -> None:
 
 async def test_the_url_guard_resolves_through_the_system_without_the_network() -> None:
     """GRD-35: with the system resolver, loopback names and literals are refused and a name that
-    cannot resolve is refused as unresolvable (nothing here leaves the machine)."""
+    cannot resolve is refused as unresolvable. The one query that may reach a DNS server asks
+    for a name under the reserved .invalid domain, which never resolves."""
     guard = UrlGuardrail(workflow("u", "wf"))
     with pytest.raises(GuardrailError, match="loopback"):
         await guard.validate("http://localhost:8000/")

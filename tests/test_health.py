@@ -144,7 +144,7 @@ def row_of(text: str, name: str) -> str:
 
 # -- the predicate and the cadence ----------------------------------------------------------------
 def test_the_predicate_keeps_limiter_and_lifecycle_events_only() -> None:
-    """SHR-01: limiter and lifecycle events pass; progress and system events do not."""
+    """SHR-01, OBS-20: limiter and lifecycle events pass; progress and system events do not."""
     probe = reporter()
     assert probe.predicate is is_health_event
     assert is_health_event(limiter_event("db"))
@@ -158,8 +158,8 @@ def test_the_predicate_keeps_limiter_and_lifecycle_events_only() -> None:
 async def test_a_snapshot_is_logged_on_the_fiftieth_event_and_not_before(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """SHR-02: every observed event counts, whatever its type; after 49 nothing is logged, the
-    50th logs exactly one INFO record starting with the title and with no trailing newline."""
+    """SHR-02, OBS-20: every observed event counts, whatever its type; after 49 nothing is logged,
+    the 50th logs exactly one INFO record starting with the title and with no trailing newline."""
     caplog.set_level(logging.INFO, logger=LOGGER)
     probe = reporter()
     for index in range(49):
@@ -180,7 +180,7 @@ async def test_a_snapshot_is_logged_on_the_fiftieth_event_and_not_before(
 
 
 def test_every_is_validated() -> None:
-    """SHR-02: the cadence is a positive count."""
+    """The cadence is a positive count; anything else is refused naming it."""
     for bad in (0, -5, True, 2.5):
         with pytest.raises(ValueError, match="every must be a positive int"):
             SystemHealthReporter(every=bad, cpu=None)  # type: ignore[arg-type]
@@ -188,8 +188,8 @@ def test_every_is_validated() -> None:
 
 # -- the sections ---------------------------------------------------------------------------------
 async def test_five_sections_in_order() -> None:
-    """SHR-03, SHR-04: Limiters, Memory, Jobs running, Workflows active, Queue; with no limiter
-    event the first reads "(none active)"."""
+    """SHR-03, SHR-04, OBS-21: Limiters, Memory, Jobs running, Workflows active, Queue; with no
+    limiter event the first reads "(none active)"."""
     text = reporter(memory=LatchedMemory()).render()
     lines = text.splitlines()
     assert lines[0] == SNAPSHOT_TITLE
@@ -215,8 +215,9 @@ async def test_one_row_per_limiter_name_from_its_latest_event() -> None:
 async def test_limiter_rows_are_sorted_by_utilisation_with_units_short_counts_and_indicators() -> (
     None
 ):
-    """SHR-05, SHR-07, SHR-08: highest utilisation first (90 % > 30 % > 23 %, and a capacity of 0
-    is 0 %), each row in its unit, counts shortened in base 1000, the indicator last."""
+    """SHR-05, SHR-07, SHR-08, OBS-20: highest utilisation first (90 % > 30 % > 23 %, and a
+    capacity of 0 is 0 %), each row in its unit, counts shortened in base 1000, the indicator
+    last."""
     probe = reporter()
     probe.observe(limiter_event("api", category="elastic_window", capacity=10, in_use=3))
     probe.observe(limiter_event("slots", capacity=100, in_use=90, status="probing"))
@@ -237,7 +238,7 @@ async def test_limiter_rows_are_sorted_by_utilisation_with_units_short_counts_an
 
 
 def test_short_counts_use_base_1000() -> None:
-    """SHR-08: as is below 1000, then one decimal and K, M, G, T."""
+    """SHR-08, OBS-20: as is below 1000, then one decimal and K, M, G, T."""
     cases = {
         0: "0",
         40: "40",
@@ -253,9 +254,9 @@ def test_short_counts_use_base_1000() -> None:
 
 
 def test_the_row_layout() -> None:
-    """SHR-06: four spaces, the name padded to 28, the percent, the 20-cell bar, waiters (width
-    3), used (right, width 6), total (left, width 6), the unit (width 4), the status; trailing
-    spaces trimmed; a longer name is its first 25 characters and "..."."""
+    """SHR-06, OBS-20: four spaces, the name padded to 28, the percent, the 20-cell bar, waiters
+    (width 3), used (right, width 6), total (left, width 6), the unit (width 4), the status;
+    trailing spaces trimmed; a longer name is its first 25 characters and "..."."""
     row = LimiterRow("db:orders", "semaphore", capacity=100, used=40, waiters=3)
     bar = FULL * 8 + EMPTY * 12
     assert row.render() == (
@@ -276,8 +277,8 @@ def test_the_row_layout() -> None:
 async def test_a_token_buckets_used_figure_is_the_minutes_granted_amount(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """SHR-09: a token bucket's "used" adds the amounts granted (at once or from hold) in the
-    last 60 s of the trio clock, never RELEASED; other categories use the event's in_use."""
+    """SHR-09, OBS-20: a token bucket's "used" adds the amounts granted (at once or from hold) in
+    the last 60 s of the trio clock, never RELEASED; other categories use the event's in_use."""
     probe = reporter()
     bucket = {"category": "token_bucket", "capacity": 2000, "in_use": 1999}
     for _ in range(2):
@@ -304,9 +305,10 @@ async def test_a_token_buckets_used_figure_is_the_minutes_granted_amount(
 
 
 def test_abnormal_rows_are_tinted_red_for_blocked_and_yellow_for_throttle_pace_or_probing() -> None:
-    """SHR-10: "blocked" tints the row red (255, 80, 80); "throttle", "pace" and "probing" tint
-    it yellow (230, 170, 50); the tint covers the name and percent and the counts, not the bar;
-    a nominal row has no tint, and without colour there is no escape at all."""
+    """SHR-10, OBS-20: "blocked" tints the row red (255, 80, 80); "throttle", "pace" and
+    "probing" tint it yellow (230, 170, 50); the tint covers the name and percent and the
+    counts, not the bar; a nominal row has no tint, and without colour there is no escape at
+    all."""
     blocked = LimiterRow("api", "elastic_window", 10, 10, status="blocked").render(color=True)
     head, _, rest = blocked.partition("\x1b[0m")
     assert head.startswith(RED + "    api") and head.endswith("100.0%")
@@ -354,7 +356,8 @@ def test_the_bar_and_the_cpu_row() -> None:
 
 
 async def test_the_memory_line_is_always_present() -> None:
-    """SHR-12: "  Memory: " + the memory account's status summary; without one it says so."""
+    """SHR-12, OBS-21: "  Memory: " + the memory account's status summary; without one it says
+    so."""
     memory = LatchedMemory(latched=True)
     assert "  Memory: usage 41.0%, zone LATCHED, 0 in memory's line" in (
         reporter(memory=memory).render().splitlines()
@@ -363,9 +366,9 @@ async def test_the_memory_line_is_always_present() -> None:
 
 
 def test_running_jobs_count_once_per_job_across_retries_and_leave_on_their_terminal_event() -> None:
-    """SHR-13, SHR-14: the first start adds a job, its re-runs do not add it again, its terminal
-    event removes it; rows by type, highest count first ("%-10s %4d"); workflows are the
-    distinct workflow ids of running jobs."""
+    """SHR-13, SHR-14, OBS-21: the first start adds a job, its re-runs do not add it again, its
+    terminal event removes it; rows by type, highest count first ("%-10s %4d"); workflows are
+    the distinct workflow ids of running jobs."""
     probe = reporter()
     for _ in range(3):
         probe.observe(started("tool-1", kind=JobType.TOOL, workflow_id="wf-a"))
@@ -391,7 +394,7 @@ def test_running_jobs_count_once_per_job_across_retries_and_leave_on_their_termi
 
 
 def test_the_queue_line_reads_the_dispatcher() -> None:
-    """SHR-15: "Queue: <standard> standard, <fast> fast, <n> parked in admission"."""
+    """SHR-15, OBS-21: "Queue: <standard> standard, <fast> fast, <n> parked in admission"."""
     sizes = QueueSizes(standard=4, fast=1, parked=7)
     assert reporter(queues=lambda: sizes).render().splitlines()[-1] == (
         "  Queue: 4 standard, 1 fast, 7 parked in admission"
@@ -527,10 +530,16 @@ async def test_the_dispatcher_subscribes_a_reporter_unless_told_not_to(
 
 
 def test_health_can_be_read_before_the_dispatcher_starts() -> None:
-    """SHR-03: outside a trio run, health() still answers; it has no instant and runs nothing."""
+    """SHR-03: outside a trio run, health() still answers in the five sections, in order; it
+    has no instant and runs nothing."""
     health = JobDispatcher(DispatcherConfig()).health()
     assert health.at is None and health.jobs_running == 0
     assert health.limiter("http") is not None and health.queues == QueueSizes()
+    lines = health.render().splitlines()
+    titles = ["  Limiters:", "  Memory:", "  Jobs running:", "  Workflows active:", "  Queue:"]
+    positions = [next(i for i, line in enumerate(lines) if line.startswith(t)) for t in titles]
+    assert positions == sorted(positions)
+    assert lines[-1] == "  Queue: 0 standard, 0 fast, 0 parked in admission"
 
 
 def test_health_every_is_validated_and_read_from_plain_data() -> None:

@@ -112,8 +112,8 @@ def watched(fired: list[HeartbeatFired]) -> MessageBus:
 
 
 def test_the_schedule_outlives_the_trio_run_that_made_it(tmp_path: Path) -> None:
-    """HB-14: a schedule written in one trio.run is read back, field for field, by a
-    dispatcher in another: the file, not the process, holds it."""
+    """A schedule written in one trio.run is read back, field for field, by a dispatcher in
+    another: the file, not the process, holds it."""
     path = tmp_path / "beats.db"
     later = {"at": 0.0}
 
@@ -143,7 +143,7 @@ def test_the_schedule_outlives_the_trio_run_that_made_it(tmp_path: Path) -> None
 async def test_a_forged_heartbeat_cannot_be_enqueued_in_the_durable_store(
     autojump_clock: trio.testing.MockClock, tmp_path: Path
 ) -> None:
-    """HB-03, HB-17: a Heartbeat built without the two mints (here past its constructor, with
+    """HB-03: a Heartbeat built without the two mints (here past its constructor, with
     another user and no guard) is refused by the SQLite store and cannot even be put on the bus;
     the file stays empty, so no restart can bring it back."""
     forged = object.__new__(Heartbeat)

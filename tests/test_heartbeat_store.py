@@ -200,7 +200,7 @@ async def test_a_listener_that_raises_is_logged_and_the_others_still_run(
 
 
 async def test_a_forged_heartbeat_cannot_be_enqueued(store: HeartbeatStore) -> None:
-    """HB-03, HB-17: a Heartbeat built past the two mints is refused by enqueue and by the
+    """HB-03: a Heartbeat built past the two mints is refused by enqueue and by the
     recurrence's re-enqueue, and the schedule stays empty."""
     fake = forged()
     assert not is_genuine(fake)
@@ -340,8 +340,8 @@ async def test_the_sqlite_store_reads_back_what_it_wrote_after_a_reopen(tmp_path
 
 
 async def test_the_sqlite_store_refuses_what_it_could_not_read_back(tmp_path: Path) -> None:
-    """HB-14: a class with no import path, or an input JSON changes, is refused when stored, by
-    name, and nothing is written."""
+    """A class with no import path, or an input JSON changes, is refused when stored, by name,
+    and nothing is written."""
     store = SQLiteHeartbeatStore(tmp_path / "beats.db")
 
     class Local(Tool[str]):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from nucleo_trio.admission import Admission, CountingGate, Demand, ElasticWindow
 from nucleo_trio.dispatch import JobDispatcher
 from nucleo_trio.errors import JobDeadlockError, UncorrectableError, suppressed
 from nucleo_trio.jobs import JobContext, JobRequirements, JobState, Orchestrator, workflow
-from nucleo_trio.resources import JobResources, ResourceCloseError, demand_of
+from nucleo_trio.resources import DBHandle, JobResources, ResourceCloseError, demand_of
 
 from .admission_doubles import Meter
 from .conftest import settle
@@ -124,7 +125,7 @@ async def test_a_database_job_without_a_timeout_is_refused_before_admission(
         requirements=lambda: JobRequirements().require_database(orders),
         timeout=None,
     )
-    with pytest.raises(Exception, match="timeout"):
+    with pytest.raises(errors.NucleoSystemError, match="timeout"):
         await dispatcher.submit(job).result()
     assert orders.log == [] and orders.gate.in_use == 0
 
@@ -373,10 +374,26 @@ async def test_close_closes_every_handle_before_the_grant_returns_and_aggregates
     first = RecordingProvider("first", log, fail={"close"})
     second = RecordingProvider("second", log)
     third = RecordingProvider("third", log, fail={"close"})
-    _, resources = await opened(first, second, third)
+    providers = (first, second, third)
+    admission = Admission()
+    grant = await admission.admit(Demand().add(first.gate).add(second.gate).add(third.gate))
+    context = SimpleNamespace(job_id="closing", is_executing_job_with_resources=True)
+    resources = JobResources(admission, grant, providers, context=context)  # type: ignore[arg-type]
+    await resources.materialize()
     resources.executed = True
+    seen_at_close: list[tuple[bool, int]] = []
+    for provider in providers:
+        closing = provider.close
+
+        async def look_then_close(handle: DBHandle, closing: Any = closing) -> None:
+            held = sum(p.gate.in_use for p in providers)
+            seen_at_close.append((context.is_executing_job_with_resources, held))
+            await closing(handle)
+
+        provider.close = look_then_close  # type: ignore[method-assign]
     with pytest.raises(ResourceCloseError) as caught:
         await resources.aclose()
+    assert seen_at_close == [(False, 3)] * 3, "released first, the permits held while closing"
     assert str(caught.value) == (
         "Failed to close database handle from RecordingProvider: first close failed"
     )

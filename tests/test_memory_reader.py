@@ -142,8 +142,8 @@ def test_the_default_reader_picks_its_limit() -> None:
 
 
 def test_the_default_reader_reads_resident_memory() -> None:
-    """MEM-05: a look is one read(); the default reader answers this process's resident memory,
-    fresh (from /proc/self/statm on Linux), so an allocation shows at the next read."""
+    """The default reader answers this process's resident memory, fresh (from /proc/self/statm
+    on Linux), so an allocation shows at the next read."""
     reader = ProcessMemoryReader(GIB, cgroup_limit=lambda: None)
     assert isinstance(reader, MemoryReader)
     first = reader.read()

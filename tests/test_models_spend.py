@@ -256,14 +256,14 @@ async def test_the_cap_refuses_new_work_counting_siblings_in_flight(autojump_clo
 
 
 async def test_a_ledger_on_the_bus_sees_only_terminal_events(autojump_clock: Any) -> None:
-    """OBS-28: the ledger listens only to AbstractTerminalEvent: a progress event with
-    responses is ignored."""
+    """OBS-28: the ledger counts only AbstractTerminalEvent: a progress event is ignored; a
+    completion's response is priced (1000 in and 1000 out at 1000 USD per million each)."""
     ledger = CostLedger(CAT)
     snapshot = JobContext(Priced(workflow("u", "x"), list), "u").snapshot()
     ledger.record(ev.JobProgressEvent(snapshot=snapshot, payload="x"))
     assert ledger.workflow(snapshot.workflow_id) is None
     ledger.record(ev.JobCompletedEvent(snapshot=snapshot, llm_responses=(response("think"),)))
-    assert ledger.workflow(snapshot.workflow_id) is not None
+    assert ledger.spent(snapshot.workflow_id, "USD") == Cost(Decimal(2), "USD")
 
 
 def test_output_size_rungs_price_through_the_resolved_entry() -> None:

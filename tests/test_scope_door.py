@@ -136,7 +136,7 @@ def root() -> Identifiable:
 
 
 async def test_a_claim_outside_the_sealed_guard_refuses_with_the_guards_own_error(
-    dispatcher: JobDispatcher, recorder: Recorder
+    dispatcher: JobDispatcher, recorder: Recorder, autojump_clock: trio.testing.MockClock
 ) -> None:
     """SUB-06: an input claiming t9 under a t1 flow is refused with the guard's GuardrailError
     (not a system error) naming t9; a t1 claim passes and runs; the refused child never runs and
@@ -161,7 +161,9 @@ async def test_a_claim_outside_the_sealed_guard_refuses_with_the_guards_own_erro
     assert isinstance(error, GuardrailError) and not isinstance(error, NucleoSystemError)
 
 
-async def test_a_scoped_child_outside_the_guard_is_refused(dispatcher: JobDispatcher) -> None:
+async def test_a_scoped_child_outside_the_guard_is_refused(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
     """SUB-06: a child whose own scope is t9 is refused under t1; a t1 child runs."""
     flow = TenantFlow(
         root(),
@@ -254,7 +256,9 @@ async def test_the_marker_alone_declares_the_scope_and_refuses_drifted_claims(
     assert flow.scope_guard == ScopeGuard(TenantScope("t1"))
 
 
-async def test_inheritance_crosses_undeclared_levels(dispatcher: JobDispatcher) -> None:
+async def test_inheritance_crosses_undeclared_levels(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
     """GRD-29: the scope reaches a grandchild through an intermediate doer that declares
     nothing."""
     middle: list[Flow] = []
@@ -322,7 +326,7 @@ async def test_a_child_given_a_wider_guard_still_inherits_its_callers(
 
 
 async def test_explicit_assignment_before_dispatch_guards_a_non_scoped_doer(
-    dispatcher: JobDispatcher,
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
 ) -> None:
     """GRD-29, GRD-28: a guard assigned to a doer that declares no scope enforces like a
     marker-declared one."""
@@ -361,7 +365,7 @@ async def test_a_model_produced_input_claiming_another_tenant_is_refused_holding
 
 
 async def test_refined_bindings_judge_claims_on_their_shared_axis(
-    dispatcher: JobDispatcher,
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
 ) -> None:
     """GRD-22 at the door: a region-bound flow judges a city's region, a city-bound flow judges a
     region claim, and siblings meet on the region."""
@@ -459,7 +463,7 @@ class GuardedWork(Work):
 
 
 async def test_a_scoped_guard_is_judged_against_the_flow_that_gates_the_tool(
-    dispatcher: JobDispatcher,
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
 ) -> None:
     """GRD-32, EXEC-13: a guard claiming t9 on a tool under a t1 flow is refused at the internal
     door: the tool fails with a system error caused by the GuardrailError, the guard never runs
@@ -511,7 +515,7 @@ class PanelCheck(ContentGuardrail, ScopeAuthority):
 
 
 async def test_an_authority_guard_is_sealed_with_the_flow_and_its_children_inherit(
-    dispatcher: JobDispatcher,
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
 ) -> None:
     """GRD-32: a guard that declares ScopeAuthority is sealed with the gated flow's binding, and a
     judge it submits inherits it: a t9 judge is refused, a t1 judge runs."""

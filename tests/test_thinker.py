@@ -10,7 +10,12 @@ import pytest
 import trio
 
 from nucleo_trio.bus import events as ev
-from nucleo_trio.errors import GuardrailError, RateLimitRetry, ResourceNotFoundError
+from nucleo_trio.errors import (
+    GuardrailError,
+    RateLimitRetry,
+    ResourceNotFoundError,
+    UncorrectableError,
+)
 from nucleo_trio.guardrails import OBS_GUARDS_VALIDATION, ValidationGuardrail
 from nucleo_trio.jobs import Identifiable, JobContext, JobType, Tool, workflow
 from nucleo_trio.llm import (
@@ -268,8 +273,10 @@ async def test_every_call_carries_the_pin_and_the_upstream_budget(autojump_clock
     async with model_dispatcher(models_with(client)) as dispatcher:
         tight = Thinker(workflow("u", "wf"), DECLARED, "x")
         tight.upstream_retries = 1
-        with pytest.raises(Exception, match=r"retry budget \(1\)"):
+        with pytest.raises(UncorrectableError, match=r"retry budget \(1\)") as exhausted:
             await dispatcher.submit(tight).result()
+        assert isinstance(exhausted.value.__cause__, RateLimitRetry)
+        assert len(client.requests) == 2, "one call and one re-run: the budget of 1"
 
 
 class Inner(Thinker[str]):
@@ -349,8 +356,6 @@ async def test_a_thinker_without_an_answer_type_fails_on_its_first_turn(
 ) -> None:
     """TOOL-19: with no answer handler no reply can be the answer, so the run fails on its
     first turn, before any model call."""
-    from nucleo_trio.errors import UncorrectableError
-
     client = ScriptedLLMClient()
     async with model_dispatcher(models_with(client)) as dispatcher:
         thinker = Thinker(workflow("u", "wf"), DECLARED, "x", answer=None)
