@@ -17,6 +17,7 @@ a timing, and the few waits on the server (for a severed session to end) are bou
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,7 @@ class Backend:
         may take the lock first and find no statement to wait behind."""
         # Only the worker thread knows when it has the lock, and it tells no one: poll, bounded.
         with trio.fail_after(5):
-            while not handle.calls._lock.locked():  # noqa: ASYNC110
+            while not handle.calls.busy:  # noqa: ASYNC110
                 await trio.sleep(0.001)
 
     async def sessions_settle_at(self, expected: int) -> int:
@@ -415,6 +416,35 @@ async def test_a_waiter_for_completion_is_released_by_close(backend: Backend) ->
             provider.abort(handle)
     assert running[0].startswith("uncorrectable") and len(closing) == 1
     assert backend.active() == 0 and await backend.committed() == []
+
+
+async def test_a_call_the_close_overtook_never_runs_on_the_handed_back_connection(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DB-10, DB-11: a statement whose worker thread reaches the handle only after the close
+    (a close can overtake a call on its way to the handle's lock) fails with an
+    UncorrectableError instead of running on a connection that went back to the provider."""
+    from nucleo_trio.resources import threads
+
+    original = threads.HandleCalls._locked
+    late = threading.Event()
+
+    def reach_the_lock_late(self: threads.HandleCalls, call: Any) -> Any:
+        if getattr(call, "__name__", "") == "run":
+            late.wait(5)  # held back until the close has run
+        return original(self, call)
+
+    monkeypatch.setattr(threads.HandleCalls, "_locked", reach_the_lock_late)
+    provider = backend.provider
+    handle = await provider.acquire()
+    outcome: list[str] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_expect_uncorrectable, backend.insert(handle, "stale"), outcome)
+        await trio.testing.wait_all_tasks_blocked()
+        await provider.close(handle)
+        late.set()
+    assert len(outcome) == 1 and "closed before this call could run" in outcome[0]
+    assert await backend.committed() == [] and backend.active() == 0
 
 
 async def test_a_handle_from_another_provider_is_refused(backend: Backend) -> None:

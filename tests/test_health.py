@@ -540,6 +540,8 @@ def test_health_can_be_read_before_the_dispatcher_starts() -> None:
     positions = [next(i for i, line in enumerate(lines) if line.startswith(t)) for t in titles]
     assert positions == sorted(positions)
     assert lines[-1] == "  Queue: 0 standard, 0 fast, 0 parked in admission"
+    memory = next(line for line in lines if line.startswith("  Memory:"))
+    assert "zone GREEN" in memory and "unavailable" not in memory
 
 
 def test_health_every_is_validated_and_read_from_plain_data() -> None:

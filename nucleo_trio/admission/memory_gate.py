@@ -267,14 +267,22 @@ class MemoryPressureGate(AbstractRateLimiter):
         reading = self._look()
         if self._latched:
             return "blocked"
-        pacing = self._pacing_ms(reading.ratio, self._clock())
+        pacing = self._pacing_ms(reading.ratio, self._status_now())
         return f"pace:{pacing}ms" if pacing > 0 else None
 
     def status(self) -> MemoryPressureStatus:
         """The gate at one look: the reading, the floor, the zone, memory's line, the pacing
         and the penalty (MEM-31, MEM-32)."""
         reading = self._look()
-        return self._status_of(reading, self._clock())
+        return self._status_of(reading, self._status_now())
+
+    def _status_now(self) -> float:
+        """The clock for a status read, which may come from outside any trio run (a health
+        snapshot taken before the dispatcher starts): then nothing can be pacing."""
+        try:
+            return self._clock()
+        except RuntimeError:
+            return math.inf
 
     def penalised_delay_ms(self, ratio: float) -> int:
         """The penalised wait for ``ratio`` with the penalty as it stands (MEM-23): the curve
@@ -344,7 +352,7 @@ class MemoryPressureGate(AbstractRateLimiter):
         return max(0, round(ahead * 1_000_000_000)) // 1_000_000
 
     def _summary(self, reading: MemoryReading) -> str:
-        return self._status_of(reading, self._clock()).summary
+        return self._status_of(reading, self._status_now()).summary
 
     def _status_of(self, reading: MemoryReading, now: float) -> MemoryPressureStatus:
         held = max(0, self._held())

@@ -82,6 +82,7 @@ class HandleCalls:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._handed_back = False  # set under the lock by the close: no call may follow it
         self._in_flight = 0
         self._quiet = trio.Event()
         self._quiet.set()
@@ -102,9 +103,27 @@ class HandleCalls:
         """Calls started and not yet returned."""
         return self._in_flight
 
+    @property
+    def busy(self) -> bool:
+        """A worker thread holds the handle right now (a call or the close is running)."""
+        return self._lock.locked()
+
     def _locked(self, call: Callable[[], T]) -> T:
         with self._lock:
+            if self._handed_back:
+                # A call whose thread started after the close had already run (the close can
+                # overtake it on the way to the lock): the connection is someone else's now.
+                raise UncorrectableError(
+                    "the connection was closed before this call could run on it"
+                )
             return call()
+
+    def _closing(self, close: Callable[[], T]) -> T:
+        with self._lock:
+            try:
+                return close()
+            finally:
+                self._handed_back = True
 
     async def run(self, call: Callable[[], T]) -> T:
         """Run ``call`` in a worker thread once the handle's previous calls are done.
@@ -142,7 +161,7 @@ class HandleCalls:
             finally:
                 self._finished.set()
 
-        return await finish_in_thread(partial(self._locked, close), settled)
+        return await finish_in_thread(partial(self._closing, close), settled)
 
 
 class ThreadedHandle(DBHandle):
