@@ -80,14 +80,14 @@ async def test_the_doer_step_helpers(autojump_clock: Any) -> None:
 def test_an_orchestrator_has_no_timeout_and_refuses_one() -> None:
     """TOOL-03: an orchestrator's timeout is always None; setting one is refused, through
     set_timeout or the attribute, naming the orchestrator; its requirements cannot be
-    overridden; a Doer is typed DOER."""
+    overridden; an orchestrator and a Doer are typed DOER (a Thinker THINKER)."""
 
     class Fan(Orchestrator[None]):
         async def execute(self, context: JobContext) -> None:
             return None
 
     fan = Fan(workflow("u", "wf"))
-    assert fan.timeout is None
+    assert fan.timeout is None and fan.job_type is JobType.DOER
     with pytest.raises(TypeError, match="Fan.* is an orchestrator and has no timeout"):
         fan.set_timeout(5.0)
     with pytest.raises(TypeError, match="has no timeout"):
@@ -108,3 +108,6 @@ def test_an_orchestrator_has_no_timeout_and_refuses_one() -> None:
             return None
 
     assert Steps(workflow("u", "wf")).job_type is JobType.DOER
+    from nucleo_trio.llm import Thinker
+
+    assert Thinker.job_type is JobType.THINKER

@@ -217,7 +217,10 @@ class Orchestrator(AbstractJob[R], ScopeAuthority):
 
     It holds nothing admission manages, so it has no requirements and no deadline: it waits on
     its children freely (``await handle.result()`` is allowed) and never meets the memory gate.
+    Its type is ``DOER`` (a thinker's is ``THINKER``, TOOL-03).
     """
+
+    job_type: ClassVar[JobType] = JobType.DOER
 
     @property
     def timeout(self) -> None:
