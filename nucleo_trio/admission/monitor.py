@@ -618,8 +618,9 @@ class Admission:
             return
         if grant.is_empty:
             # Nothing to give back and no completion for memory; the evaluator is still woken
-            # after every settlement (ADM-20), which costs an empty pass at most.
-            if not self.is_stopped:
+            # after every settlement (ADM-20), which costs an empty pass at most. With nobody in
+            # the line that pass would find nothing, so it is skipped.
+            if not self.is_stopped and self._line:
                 self._wake()
             return
         open_ = not self.is_stopped
