@@ -147,7 +147,7 @@ class LLMCall(Tool[T], Generic[T]):
         except (UpstreamRetry, ExternalServiceError) as failure:
             models.note_attempt(context, spec, failure)
             raise
-        models.note_success(spec)
+        models.note_success(spec, response)
         if response.is_truncated:
             self._truncated(spec, request.max_tokens)
         self.conversation.add_assistant(response)

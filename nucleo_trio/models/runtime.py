@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..admission import Demand
 from ..errors import ModelResolutionError, UncorrectableError
 from ..jobs.stoppable import AbstractStoppable
+from ..llm.clients.rate_limit_info import RateLimitType
 from ..resources.job_resources import demand_of
 from .binding import ModelBinding
 from .catalog import ModelCatalog, ModelSpec, load_catalog
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from ..dispatch.dispatcher import JobDispatcher
     from ..jobs.context import JobContext
     from ..jobs.requirements import JobRequirements
-    from ..llm.clients import ObservableEmbeddingsClient, ObservableLLMClient
+    from ..llm.clients import LLMResponse, ObservableEmbeddingsClient, ObservableLLMClient
     from ..resources.provider import DBResourceProvider
 
 __all__ = ["ModelDemandAssembler", "ModelRuntime", "binding_accounts"]
@@ -179,9 +180,35 @@ class ModelRuntime(AbstractStoppable):
         self._attempts.setdefault(context, []).append(Attempt(spec.id, failure))
         self.availability.record(spec.id, failure)
 
-    def note_success(self, spec: ModelSpec) -> None:
-        """Record a call on ``spec`` that succeeded (it turns an unavailable model back on)."""
+    def note_success(self, spec: ModelSpec, response: LLMResponse | None = None) -> None:
+        """Record a call on ``spec`` that succeeded (it turns an unavailable model back on).
+
+        When ``response`` carries a CAPACITY reading with both per-minute caps, the entry's
+        token bucket takes them (:meth:`~nucleo_trio.admission.RateLimiterRegistry.update_limits`,
+        FAC-05), so admission paces to what the provider publishes. Only an entry admitted
+        through a bucket is fed: an entry bounded by ``max_concurrent`` is a gate, and one with
+        no ``tpm`` was never admitted on tokens.
+
+        The catalog's numbers are the ceiling: a published limit can lower the bucket but never
+        raise it above the entry's ``rpm``/``tpm``. Providers do not say which window a limit
+        covers (some publish a per-day request limit in the same header), and reading a daily
+        figure as a minute's would let admission overrun the real quota.
+        """
         self.availability.record(spec.id, None)
+        info = response.rate_limit_info if response is not None else None
+        if (
+            info is None
+            or info.kind is not RateLimitType.CAPACITY
+            or self._accounts is None
+            or spec.max_concurrent is not None
+            or spec.tpm is None
+        ):
+            return
+        rpm, tpm = info.requests_per_minute, info.tokens_per_minute
+        if rpm > 0 and tpm > 0:
+            if spec.rpm is not None and spec.rpm > 0:
+                rpm = min(rpm, spec.rpm)
+            self._accounts.update_limits(spec, rpm, min(tpm, spec.tpm))
 
     def situation(self, binding: ModelBinding, context: JobContext | None) -> Situation:
         """What the picker is told for ``binding`` in ``context``'s execution."""

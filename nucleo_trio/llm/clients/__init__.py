@@ -57,10 +57,18 @@ The records (every field has the name given here; all are keyword arguments):
   made for, which the ledger prices), ``provider_model: str | None`` (what the provider said
   served it), ``response_id: str | None``, ``successful: bool = True``,
   ``reason_for_failure: str | None``, ``last_error: BaseException | None``,
-  ``started_at`` / ``ended_at: float | None`` (``trio.current_time()`` seconds). Properties:
+  ``started_at`` / ``ended_at: float | None`` (``trio.current_time()`` seconds),
+  ``rate_limit_info: RateLimitInfo | None`` (what the provider said of its limits). Properties:
   ``duration``, ``is_truncated`` (stop reason MAX_TOKENS), ``has_tool_calls``.
   ``LLMResponse.failure(error, model=..., started_at=..., ended_at=..., stop_reason=...)``
   builds the unsuccessful record the observable wrapper keeps for a call that raised.
+* :class:`RateLimitInfo` (``rate_limit_info``): one reading of a provider's limits, frozen:
+  ``model``, ``was_rate_limited``, ``retry_after`` (seconds), ``token_limit`` /
+  ``tokens_remaining``, ``request_limit`` / ``requests_remaining`` (``None`` when unsaid),
+  ``reset``, ``kind`` (:class:`RateLimitType`: CAPACITY, ACCELERATION, UNKNOWN), ``captured_at``;
+  ``tokens_per_minute`` / ``requests_per_minute`` are the caps or 0.
+  ``RateLimitInfo.rate_limited(model)`` is a bare 429, ``RateLimitInfo.from_headers(model,
+  token_limit, tokens_remaining, reset)`` a CAPACITY reading (RLI-01..04).
 * :class:`EmbeddingsResponse`: ``vectors: tuple[tuple[float, ...], ...]`` (one per text, in
   order), ``model``, ``purpose`` (:class:`EmbeddingPurpose`: DOCUMENT or QUERY), ``usage``,
   ``successful``, ``reason_for_failure``, ``last_error``, ``started_at``, ``ended_at``;
@@ -98,6 +106,11 @@ from .protocols import (
     LLMClient as LLMClient,
     TextSink as TextSink,
 )
+from .rate_limit_info import (
+    RateLimitInfo as RateLimitInfo,
+    RateLimitType as RateLimitType,
+    parse_int_or_null as parse_int_or_null,
+)
 from .records import (
     EmbeddingPurpose as EmbeddingPurpose,
     EmbeddingsResponse as EmbeddingsResponse,
@@ -131,6 +144,8 @@ __all__ = [
     "OpenAICompatibleClient",
     "OpenAICompatibleEmbeddingsClient",
     "OutputSchema",
+    "RateLimitInfo",
+    "RateLimitType",
     "Role",
     "ScriptExhaustedError",
     "ScriptedEmbeddingsClient",
@@ -140,5 +155,6 @@ __all__ = [
     "ToolSpec",
     "Usage",
     "estimate_tokens",
+    "parse_int_or_null",
     "reply",
 ]

@@ -24,6 +24,8 @@ Besides the script the server can behave like a provider under load:
 * ``requests_per_minute`` / ``tokens_per_minute``: a sliding one-minute window, counted on the
   trio clock; a request over either limit gets a 429 with ``Retry-After`` set to the seconds
   until the window has room, and takes no step of the script;
+* ``publish_limits``: every successful answer carries the ``x-ratelimit-limit-*`` and
+  ``x-ratelimit-remaining-*`` headers of those limits, as OpenAI sends them;
 * ``latency``: seconds slept on the trio clock before every answer (a reply may add its own
   ``delay``), so under the autojump clock a slow provider costs no real time;
 * ``api_key``: requests without ``Authorization: Bearer <key>`` get a 401.
@@ -142,6 +144,7 @@ class FakeReply:
         input_tokens: int | None = None,
         output_tokens: int | None = None,
         delay: float = 0.0,
+        headers: Mapping[str, str] | None = None,
     ) -> FakeReply:
         """A chat completion; ``finish_reason`` defaults to ``tool_calls`` or ``stop``."""
         return cls(
@@ -151,6 +154,7 @@ class FakeReply:
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             delay=delay,
+            headers=dict(headers or {}),
         )
 
     @classmethod
@@ -235,6 +239,7 @@ class FakeOpenAIServer:
         api_key: str | None,
         model: str,
         dimensions: int,
+        publish_limits: bool = False,
     ) -> None:
         for name, limit in (
             ("requests_per_minute", requests_per_minute),
@@ -251,6 +256,7 @@ class FakeOpenAIServer:
         self.latency = float(latency)
         self.requests_per_minute = requests_per_minute
         self.tokens_per_minute = tokens_per_minute
+        self.publish_limits = publish_limits
         self.api_key = api_key
         self.model = model
         self.dimensions = dimensions
@@ -313,6 +319,23 @@ class FakeOpenAIServer:
             return FakeReply.rate_limited(retry_after=wait)
         self._window.append((now, tokens))
         return None
+
+    def _limit_headers(self, reply: FakeReply) -> dict[str, str]:
+        """The ``x-ratelimit-*`` headers of the limits and the current window, as OpenAI names
+        them (empty unless ``publish_limits``); a header the reply sets itself wins."""
+        if not self.publish_limits:
+            return {}
+        headers: dict[str, str] = {}
+        if self.requests_per_minute is not None:
+            left = max(0, self.requests_per_minute - len(self._window))
+            headers["x-ratelimit-limit-requests"] = str(self.requests_per_minute)
+            headers["x-ratelimit-remaining-requests"] = str(left)
+        if self.tokens_per_minute is not None:
+            left = max(0, self.tokens_per_minute - sum(used for _, used in self._window))
+            headers["x-ratelimit-limit-tokens"] = str(self.tokens_per_minute)
+            headers["x-ratelimit-remaining-tokens"] = str(left)
+        own = {name.lower() for name in reply.headers}
+        return {name: value for name, value in headers.items() if name not in own}
 
     # -- answering ------------------------------------------------------------------------------
     def _answer(self, request: FakeRequest) -> FakeReply:
@@ -497,6 +520,8 @@ class FakeOpenAIServer:
                 ("content-length", str(len(payload))),
                 *reply.headers.items(),
             ]
+            if reply.status == 200:
+                headers.extend(self._limit_headers(reply).items())
             await self._send(
                 connection, stream, h11.Response(status_code=reply.status, headers=headers)
             )
@@ -526,7 +551,11 @@ class FakeOpenAIServer:
     ) -> None:
         head = h11.Response(
             status_code=200,
-            headers=[("content-type", "text/event-stream"), *reply.headers.items()],
+            headers=[
+                ("content-type", "text/event-stream"),
+                *reply.headers.items(),
+                *self._limit_headers(reply).items(),
+            ],
         )
         await self._send(connection, stream, head)
         for event in self._stream_events(request, reply):
@@ -552,12 +581,14 @@ async def serve_fake_openai(
     api_key: str | None = None,
     model: str = "fake-model",
     dimensions: int = 8,
+    publish_limits: bool = False,
 ) -> AsyncIterator[FakeOpenAIServer]:
     """Run a fake OpenAI endpoint on a free loopback port for the duration of the block.
 
     ``steps`` start the script (more can be added with :meth:`FakeOpenAIServer.script`);
     ``responder`` answers once the script is played; ``model`` is the model a reply names when
-    the request names none; ``dimensions`` is the length of the hashed embedding vectors.
+    the request names none; ``dimensions`` is the length of the hashed embedding vectors;
+    ``publish_limits`` sends the per-minute limits as ``x-ratelimit-*`` headers on every success.
     """
     server = FakeOpenAIServer(
         responder=responder,
@@ -567,6 +598,7 @@ async def serve_fake_openai(
         api_key=api_key,
         model=model,
         dimensions=dimensions,
+        publish_limits=publish_limits,
     )
     server.script(*steps)
     async with trio.open_nursery() as nursery:

@@ -32,6 +32,10 @@ dispatcher's pacing and an account's push-back both read it; the HTTP error is t
 cut at its budget (``finish_reason: "length"``) is a successful response whose stop reason is
 MAX_TOKENS: whether to re-run it with a larger budget is the caller's decision.
 
+A successful answer's ``x-ratelimit-limit-*`` and ``x-ratelimit-remaining-*`` headers become its
+:class:`~nucleo_trio.llm.clients.RateLimitInfo` (a CAPACITY reading; ``None`` when the endpoint
+sends none), which the models layer hands to the entry's token bucket.
+
 Connections come from one :class:`httpx.AsyncClient` whose pool is sized by
 :class:`~nucleo_trio.http.HttpSettings`, the same number that sizes the dispatcher's ``http``
 gate, so a job the gate admits always finds a connection. Pass ``http_client`` to share a pool
@@ -71,6 +75,7 @@ from ...errors import (
 )
 from ...http import HttpSettings, open_http_client
 from .protocols import TextSink
+from .rate_limit_info import RateLimitInfo
 from .records import (
     EmbeddingPurpose,
     EmbeddingsResponse,
@@ -399,6 +404,11 @@ class _Endpoint:
 
     async def post_json(self, path: str, body: dict[str, Any]) -> Any:
         """POST ``body`` and return the parsed JSON answer, or raise what the failure means."""
+        data, _ = await self.post(path, body)
+        return data
+
+    async def post(self, path: str, body: dict[str, Any]) -> tuple[Any, httpx.Headers]:
+        """POST ``body`` and return the parsed JSON answer with the response's headers."""
         endpoint = self.url(path)
         try:
             response = await self.client.post(endpoint, json=body, headers=self.headers)
@@ -416,7 +426,7 @@ class _Endpoint:
                 endpoint=endpoint,
             )
         try:
-            return json.loads(text)
+            return json.loads(text), response.headers
         except ValueError:
             raise _malformed(self.service, endpoint, "a body that is not JSON", text) from None
 
@@ -576,10 +586,12 @@ class OpenAICompatibleClient:
         model = self._model_for(request)
         body = _request_body(request, model, self._max_tokens_field)
         started = trio.current_time()
-        data = await self._endpoint.post_json("chat/completions", body)
-        return self._parse_completion(data, model, started)
+        data, headers = await self._endpoint.post("chat/completions", body)
+        return self._parse_completion(data, model, started, headers)
 
-    def _parse_completion(self, data: Any, model: str, started: float) -> LLMResponse:
+    def _parse_completion(
+        self, data: Any, model: str, started: float, headers: Mapping[str, str]
+    ) -> LLMResponse:
         endpoint = self._endpoint.url("chat/completions")
         try:
             choice = data["choices"][0]
@@ -598,6 +610,7 @@ class OpenAICompatibleClient:
                 response_id=data.get("id") if isinstance(data.get("id"), str) else None,
                 started_at=started,
                 ended_at=trio.current_time(),
+                rate_limit_info=RateLimitInfo.from_response_headers(model, headers),
             )
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise _malformed(
@@ -623,6 +636,7 @@ class OpenAICompatibleClient:
         response_id: str | None = None
         endpoint = self._endpoint.url("chat/completions")
         async with self._endpoint.post_stream("chat/completions", body) as response:
+            rate_limit_info = RateLimitInfo.from_response_headers(model, response.headers)
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
                     continue
@@ -669,6 +683,7 @@ class OpenAICompatibleClient:
             response_id=response_id if isinstance(response_id, str) else None,
             started_at=started,
             ended_at=trio.current_time(),
+            rate_limit_info=rate_limit_info,
         )
 
     async def aclose(self) -> None:

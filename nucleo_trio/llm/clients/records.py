@@ -18,7 +18,8 @@ from typing import Any
 
 import attrs
 
-from ...errors import JsonParseError, LLMStopReason, OutputTruncationRetry
+from ...errors import JsonParseError, LLMStopReason, OutputTruncationRetry, RateLimitRetry
+from .rate_limit_info import RateLimitInfo
 
 __all__ = [
     "EmbeddingPurpose",
@@ -319,7 +320,9 @@ class LLMResponse:
     ``stop_reason`` beside the provider's own word, and ``usage``. An unsuccessful one
     (``successful`` false) holds ``reason_for_failure`` and ``last_error`` instead. Both say which
     ``model`` the call was made for, which is what a spend ledger prices, and when it started and
-    ended on the trio clock.
+    ended on the trio clock. ``rate_limit_info`` is what the provider said about its limits on
+    this call, when it said anything: the caps in a successful answer's headers, or the bare
+    fact of a 429 on a failure.
     """
 
     content: str = attrs.field(default="", validator=_text)
@@ -341,6 +344,10 @@ class LLMResponse:
     )
     started_at: float | None = attrs.field(default=None, validator=_optional_instant)
     ended_at: float | None = attrs.field(default=None, validator=_optional_instant)
+    rate_limit_info: RateLimitInfo | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(RateLimitInfo)),
+    )
 
     @classmethod
     def failure(
@@ -356,13 +363,17 @@ class LLMResponse:
 
         Unsuccessful, with the error's message as the reason and the error itself as
         ``last_error``. The stop reason defaults to MAX_TOKENS for an
-        :class:`OutputTruncationRetry` (OC-03) and UNKNOWN for anything else.
+        :class:`OutputTruncationRetry` (OC-03) and UNKNOWN for anything else. A
+        :class:`RateLimitRetry` on a named model carries ``RateLimitInfo.rate_limited(model)``
+        (RLI-01).
         """
         if not isinstance(error, BaseException):
             raise TypeError(f"LLMResponse.failure needs an exception, got {type(error).__name__}")
         if stop_reason is None:
             truncated = isinstance(error, OutputTruncationRetry)
             stop_reason = LLMStopReason.MAX_TOKENS if truncated else LLMStopReason.UNKNOWN
+        limited = isinstance(error, RateLimitRetry)
+        info = RateLimitInfo.rate_limited(model) if limited and model is not None else None
         return cls(
             stop_reason=stop_reason,
             model=model,
@@ -371,6 +382,7 @@ class LLMResponse:
             last_error=error,
             started_at=started_at,
             ended_at=ended_at,
+            rate_limit_info=info,
         )
 
     @property
