@@ -647,3 +647,43 @@ async def test_the_postgres_provider_reuses_idle_connections_within_its_bound(
     await provider.aclose()
     assert provider.idle_connections == 0
     assert await backend.sessions_settle_at(0) == 0
+
+
+async def test_a_reused_postgres_connection_carries_nothing_from_its_last_holder(
+    postgres_conninfo: str,
+) -> None:
+    """What one holder leaves on the session stays with it: a changed setting, a temporary
+    table, an advisory lock and a LISTEN are gone when the same connection is handed out again,
+    while the connection's start-up settings (its application name) and the server's check for
+    a vanished client are back in place."""
+    backend = await trio.to_thread.run_sync(_postgres_backend, postgres_conninfo)
+    provider = backend.provider
+    pid = "SELECT pg_backend_pid()"
+    first = await provider.acquire()
+    first_pid = (await provider.execute(first, pid))[0][0]
+    for statement in (
+        "SET search_path = pg_catalog",
+        "SET statement_timeout = '1s'",
+        "CREATE TEMP TABLE scratch (v int)",
+        "SELECT pg_advisory_lock(42)",
+        "LISTEN nucleo_channel",
+    ):
+        await provider.execute(first, statement)
+    await provider.close(first)
+    again = await provider.acquire()
+    assert (await provider.execute(again, pid))[0][0] == first_pid
+    settings = await provider.execute(
+        again,
+        "SELECT current_setting('search_path'), current_setting('statement_timeout'),"
+        " current_setting('application_name'),"
+        " current_setting('client_connection_check_interval')",
+    )
+    assert settings == [('"$user", public', "0", APPLICATION, "500ms")]
+    temp = await provider.execute(again, "SELECT to_regclass('pg_temp.scratch') IS NULL")
+    locks = await provider.execute(
+        again, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = %s", [first_pid]
+    )
+    channels = await provider.execute(again, "SELECT count(*) FROM pg_listening_channels()")
+    assert temp == [(True,)] and locks == [(0,)] and channels == [(0,)]
+    await provider.close(again)
+    await provider.aclose()
