@@ -37,5 +37,5 @@ class DemoMemory(UnboundedMemory):
     def in_use(self) -> int:
         return 0
 
-    def status(self) -> DemoMemoryStatus:  # type: ignore[override]
+    def status(self) -> DemoMemoryStatus:  # type: ignore[override]  # a fixed status line
         return DemoMemoryStatus()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from ..errors import UncorrectableError
 from .limiter import RateLimiter
@@ -104,7 +104,7 @@ class RateLimiterRegistry:
             raise TypeError(f"instance() takes a limiter class, got {cls!r}")
         present = self._instances.get(cls)
         if present is not None:
-            return present  # type: ignore[no-any-return]
+            return cast(L, present)
         name = f"{cls.__module__}.{cls.__qualname__}"
         try:
             signature = inspect.signature(cls)

@@ -220,7 +220,7 @@ def _non_negative_seconds(instance: object, attribute: Any, value: Any) -> None:
 
 def _abstract(cls: type) -> type:
     """Mark a family or base class: it classifies events and is never built on its own."""
-    cls._abstract_event = True  # type: ignore[attr-defined]
+    setattr(cls, "_abstract_event", True)  # noqa: B010 - a marker no base declares
     return cls
 
 

@@ -165,6 +165,7 @@ class JobContext:
             raise ValueError(f"a job context needs a non-blank user id, got {user_id!r}")
         self.job = job
         self.user_id = user_id
+        # None only for a context built outside any dispatcher (tests, tools run by hand).
         self.dispatcher: JobDispatcher = dispatcher  # type: ignore[assignment]
         self.metadata: dict[str, Any] = dict(metadata or {})
         self._publish = publish

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import traceback
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import trio
 
@@ -90,7 +90,7 @@ class JobHandle(Generic[R]):
             raise RuntimeError(f"{self.job.name} has not settled yet")
         if self._error is not None:
             raise self._error
-        return self._result  # type: ignore[no-any-return]
+        return cast(R, self._result)
 
     def cancel(self, reason: str = "Job cancelled") -> bool:
         """The cooperative cancel of ``dispatcher.cancel(job_id, reason)``: answers whether the

@@ -149,7 +149,7 @@ class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
         *,
         system: str | None = None,
         tools: Sequence[type[AbstractJob[Any]] | ThinkerTool] = (),
-        answer: type[T] | None = str,  # type: ignore[assignment]
+        answer: type[T] | None = str,  # type: ignore[assignment]  # T is str when omitted
         depth: Depth = Depth.STANDARD,
         pinned: ModelSpec | None = None,
         max_iterations: int = DEFAULT_MAX_ITERATIONS,
@@ -343,7 +343,7 @@ class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
         except LLMReadableError as mistake:
             return mistake.explain_to_llm()
         job = tool.job_class(self)
-        job.input = dict(arguments)  # type: ignore[attr-defined]
+        job.input = dict(arguments)  # type: ignore[attr-defined]  # a tool reads its `input`
         if isinstance(job, Thinker):
             job.depth = job.depth.at_most(self.depth)
             job.upstream_retries = self.upstream_retries
@@ -403,7 +403,7 @@ class ToollessThinker(Thinker[T]):
         declaration: ThinkerDeclaration,
         objective: str,
         *,
-        answer: type[T] = str,  # type: ignore[assignment]
+        answer: type[T] = str,  # type: ignore[assignment]  # T is str when omitted
         depth: Depth = Depth.STANDARD,
         pinned: ModelSpec | None = None,
     ) -> None:

@@ -22,7 +22,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import attrs
 import trio
@@ -362,7 +362,7 @@ class DefaultModelPicker:
         rest = [e for e in self.catalog.of_grade(grade) if e not in pinned]
         priced = sorted(
             (e for e in rest if e.price_per_million is not None),
-            key=lambda e: e.price_per_million,  # type: ignore[arg-type, return-value]
+            key=lambda e: cast(float, e.price_per_million),  # None was filtered out above
         )
         unpriced = [e for e in rest if e.price_per_million is None]
         return (*pinned, *priced, *unpriced)

@@ -22,7 +22,7 @@ import abc
 import threading
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 import trio
 
@@ -201,7 +201,7 @@ class ThreadedProvider(abc.ABC, Generic[HandleT]):
             raise ValueError(
                 f"Handle was not produced by the {self._label} provider {self._name!r}"
             )
-        return handle  # type: ignore[return-value]
+        return cast(HandleT, handle)
 
     def _live(self, handle: DBHandle) -> HandleT:
         own = self._own(handle)
