@@ -55,7 +55,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import attrs
 import httpx
@@ -489,7 +489,29 @@ class _StreamedCall:
     arguments: str = ""
 
 
-class OpenAICompatibleClient:
+class _PooledClient:
+    """What both clients share: the endpoint they talk through, closed with the client (an
+    ``async with`` block closes it too) when the client opened its pool."""
+
+    _endpoint: _Endpoint
+
+    async def aclose(self) -> None:
+        """Close the pool if this client opened it."""
+        await self._endpoint.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class OpenAICompatibleClient(_PooledClient):
     """An :class:`LLMClient` for an OpenAI-compatible chat-completions endpoint."""
 
     def __init__(
@@ -686,21 +708,6 @@ class OpenAICompatibleClient:
             rate_limit_info=rate_limit_info,
         )
 
-    async def aclose(self) -> None:
-        """Close the pool if this client opened it."""
-        await self._endpoint.aclose()
-
-    async def __aenter__(self) -> OpenAICompatibleClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
     def __repr__(self) -> str:
         return f"<OpenAICompatibleClient {self.base_url} model={self._model}>"
 
@@ -725,7 +732,7 @@ def _merge_call_delta(calls: dict[int, _StreamedCall], raw: object) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-class OpenAICompatibleEmbeddingsClient:
+class OpenAICompatibleEmbeddingsClient(_PooledClient):
     """An :class:`EmbeddingsClient` for an OpenAI-compatible ``/embeddings`` endpoint.
 
     The API has no notion of purpose; it is recorded on the response and not sent.
@@ -813,21 +820,6 @@ class OpenAICompatibleEmbeddingsClient:
                 f"a body that is not an embeddings list ({type(exc).__name__}: {exc})",
                 json.dumps(data)[:_PREVIEW],
             ) from exc
-
-    async def aclose(self) -> None:
-        """Close the pool if this client opened it."""
-        await self._endpoint.aclose()
-
-    async def __aenter__(self) -> OpenAICompatibleEmbeddingsClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __repr__(self) -> str:
         return f"<OpenAICompatibleEmbeddingsClient {self._endpoint.base_url} model={self._model}>"
