@@ -20,6 +20,7 @@ so no call is ever recorded twice.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import ClassVar, Generic, TypeVar
 
 import attrs
 import trio
@@ -38,24 +39,29 @@ def _check_context(context: object, owner: str) -> None:
         )
 
 
-class ObservableLLMClient:
-    """An :class:`LLMClient` that records each of its calls on a job's context (OC-01..04)."""
+C = TypeVar("C", LLMClient, EmbeddingsClient)
 
-    def __init__(self, delegate: LLMClient, context: JobContext | None = None) -> None:
+
+class _Observing(Generic[C]):
+    """What both wrappers share: the delegate (never another wrapper, so nothing is recorded
+    twice), the context calls are recorded on, and the recording itself."""
+
+    _protocol: ClassVar[type]
+    _needs: ClassVar[str]
+
+    def __init__(self, delegate: C, context: JobContext | None = None) -> None:
         """Wrap ``delegate``; record on ``context``, or on the current job at each call."""
-        if isinstance(delegate, ObservableLLMClient):
+        owner = type(self).__name__
+        if isinstance(delegate, type(self)):
             delegate = delegate.delegate
-        if not isinstance(delegate, LLMClient):
-            raise TypeError(
-                f"ObservableLLMClient needs an LLMClient (complete, stream, model_identifier), "
-                f"got {type(delegate).__name__}"
-            )
-        _check_context(context, "ObservableLLMClient")
-        self._delegate = delegate
+        if not isinstance(delegate, self._protocol):
+            raise TypeError(f"{owner} needs {self._needs}, got {type(delegate).__name__}")
+        _check_context(context, owner)
+        self._delegate: C = delegate
         self._context = context
 
     @property
-    def delegate(self) -> LLMClient:
+    def delegate(self) -> C:
         """The client whose calls are recorded."""
         return self._delegate
 
@@ -68,6 +74,21 @@ class ObservableLLMClient:
     def model_identifier(self) -> str | None:
         """The delegate's model identifier (OC-01)."""
         return self._delegate.model_identifier
+
+    def _record(self, response: LLMResponse | EmbeddingsResponse) -> None:
+        context = self._context if self._context is not None else current_job()
+        if context is not None:
+            context.record_llm_response(response)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {self._delegate!r}>"
+
+
+class ObservableLLMClient(_Observing[LLMClient]):
+    """An :class:`LLMClient` that records each of its calls on a job's context (OC-01..04)."""
+
+    _protocol = LLMClient
+    _needs = "an LLMClient (complete, stream, model_identifier)"
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """The delegate's reply, recorded as it is; a failure is recorded and raised (OC-01/02)."""
@@ -112,45 +133,12 @@ class ObservableLLMClient:
         self._record(response)
         return response
 
-    def _record(self, response: LLMResponse) -> None:
-        context = self._context if self._context is not None else current_job()
-        if context is not None:
-            context.record_llm_response(response)
 
-    def __repr__(self) -> str:
-        return f"<ObservableLLMClient of {self._delegate!r}>"
-
-
-class ObservableEmbeddingsClient:
+class ObservableEmbeddingsClient(_Observing[EmbeddingsClient]):
     """An :class:`EmbeddingsClient` that records each of its calls on a job's context (OC-05)."""
 
-    def __init__(self, delegate: EmbeddingsClient, context: JobContext | None = None) -> None:
-        """Wrap ``delegate``; record on ``context``, or on the current job at each call."""
-        if isinstance(delegate, ObservableEmbeddingsClient):
-            delegate = delegate.delegate
-        if not isinstance(delegate, EmbeddingsClient):
-            raise TypeError(
-                f"ObservableEmbeddingsClient needs an EmbeddingsClient (embed, model_identifier), "
-                f"got {type(delegate).__name__}"
-            )
-        _check_context(context, "ObservableEmbeddingsClient")
-        self._delegate = delegate
-        self._context = context
-
-    @property
-    def delegate(self) -> EmbeddingsClient:
-        """The client whose calls are recorded."""
-        return self._delegate
-
-    @property
-    def context(self) -> JobContext | None:
-        """The context calls are recorded on, or ``None`` for the current job's."""
-        return self._context
-
-    @property
-    def model_identifier(self) -> str | None:
-        """The delegate's model identifier."""
-        return self._delegate.model_identifier
+    _protocol = EmbeddingsClient
+    _needs = "an EmbeddingsClient (embed, model_identifier)"
 
     async def embed(
         self,
@@ -185,11 +173,3 @@ class ObservableEmbeddingsClient:
             raise
         self._record(response)
         return response
-
-    def _record(self, response: EmbeddingsResponse) -> None:
-        context = self._context if self._context is not None else current_job()
-        if context is not None:
-            context.record_llm_response(response)
-
-    def __repr__(self) -> str:
-        return f"<ObservableEmbeddingsClient of {self._delegate!r}>"
