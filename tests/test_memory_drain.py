@@ -551,6 +551,11 @@ async def test_random_heap_and_completions_every_job_is_granted_and_nothing_leak
     holds one of 8 db permits for a tick. Every job is granted within 60 s, the latch held some
     of them on memory on the way, no account is overdrawn, and the db gate ends at 0."""
     rng = random.Random(20260908)
+    # Every draw is made up front, so the run does not depend on the order trio happens to
+    # schedule the tasks in: the same seed gives the same arrivals, holds and readings.
+    arrivals = [rng.uniform(0, 45) for _ in range(150)]
+    holds = [rng.uniform(0.020, 0.220) for _ in range(150)]
+    ticks = [(rng.uniform(0.40, 0.97), rng.uniform(0.020, 0.220)) for _ in range(4000)]
     async with line_at(0.50) as line:
         line.db = CountingGate("db", 8)
         done = trio.Event()
@@ -558,22 +563,21 @@ async def test_random_heap_and_completions_every_job_is_granted_and_nothing_leak
         start = trio.current_time()
 
         async def job(index: int) -> None:
-            await trio.sleep(rng.uniform(0, 45))
+            await trio.sleep(arrivals[index])
             grant = await line.admission.admit(Demand().add(line.db), FakeJob(f"j{index}"))
             assert line.db.in_use <= 8
-            await trio.sleep(rng.uniform(0.020, 0.220))
+            await trio.sleep(holds[index])
             line.admission.release(grant)
             finished.append(f"j{index}")
             if len(finished) == 150:
                 done.set()
 
         async def ticker() -> None:
-            step = 0
-            while not done.is_set():
-                ratio = rng.uniform(0.40, 0.97)
+            for step, (ratio, pause) in enumerate(ticks):
+                if done.is_set():
+                    return
                 line.heap.set(min(ratio, 0.89) if step >= 400 else ratio)
-                step += 1
-                await trio.sleep(rng.uniform(0.020, 0.220))
+                await trio.sleep(pause)
 
         async with trio.open_nursery() as jobs:
             jobs.start_soon(ticker)
