@@ -316,3 +316,51 @@ def test_the_plan_is_seeded_and_holds_each_kind_of_trouble() -> None:
         plan_workload(9, 7)
     with pytest.raises(ValueError, match="DemoOptions.jobs must be from 10 to 10000, got 10001"):
         DemoOptions(jobs=10_001)
+
+
+def test_health_checks_a_configuration_and_prints_its_snapshot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`nucleo-trio health --config FILE` starts a dispatcher with the file's settings and prints
+    its snapshot: the configured limiter and database rows beside the http gate, the memory
+    line, the empty lanes; uncoloured unless asked."""
+    config = tmp_path / "service.toml"
+    config.write_text(
+        "http_connections = 8\n"
+        "[limiters.search]\n"
+        'kind = "token_bucket"\n'
+        "settings = { rpm = 60, tpm = 6000 }\n"
+        "[databases.notes]\n"
+        'kind = "counting"\n'
+        "settings = { max_concurrent = 2 }\n"
+    )
+    assert main(["health", "--config", str(config)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("[System health snapshot]") and "\x1b[" not in out
+    for row in ("db:notes", "search", "http"):
+        assert re.search(rf"^    {re.escape(row)} +0\.0% ", out, re.MULTILINE), row
+    assert "total: 8      slot" in out and "total: 6.0K   tok" in out
+    assert "  Memory: " in out and "zone GREEN" in out
+    assert "Queue: 0 standard, 0 fast, 0 parked in admission" in out
+    assert main(["health", "--config", str(config), "--color", "always"]) == 0
+    assert "\x1b[" in capsys.readouterr().out
+
+
+def test_health_refuses_a_bad_configuration_naming_what_is_wrong(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A typo'd key, a file that is not TOML, a missing file and an unknown limiter kind each end
+    the command with status 1 and one line naming the problem."""
+    cases = {
+        "typo.toml": ("htp_connections = 8\n", "htp_connections"),
+        "broken.toml": ("http_connections = [\n", "not valid TOML"),
+        "kind.json": ('{"limiters": {"q": {"kind": "no_such_kind"}}}', "no_such_kind"),
+    }
+    for name, (text, expected) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        assert main(["health", "--config", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("nucleo-trio health: ") and expected in err, (name, err)
+    assert main(["health", "--config", str(tmp_path / "missing.toml")]) == 1
+    assert "cannot be read" in capsys.readouterr().err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import trio
 import trio.testing
@@ -137,3 +139,23 @@ async def test_an_elastic_window_declared_in_configuration(
             )
             await d.submit(job).result()
         assert trio.current_time() - start == pytest.approx(10)  # the third waited for a slot
+
+
+def test_a_config_from_a_toml_or_json_file(tmp_path: Path) -> None:
+    """from_file reads TOML by its suffix and JSON otherwise; a file whose top level is not a
+    table, and one that is not valid in its format, are refused naming the file."""
+    toml = tmp_path / "a.toml"
+    toml.write_text("http_connections = 12\nshutdown_timeout = 5\n")
+    assert DispatcherConfig.from_file(toml).http_connections == 12
+    json_file = tmp_path / "a.json"
+    json_file.write_text('{"http_connections": 3, "log_events": true}')
+    loaded = DispatcherConfig.from_file(json_file)
+    assert (loaded.http_connections, loaded.log_events) == (3, True)
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match=r"list.json: expected a table of settings, got list"):
+        DispatcherConfig.from_file(listed)
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(ConfigError, match=r"broken.json: not valid JSON"):
+        DispatcherConfig.from_file(broken)

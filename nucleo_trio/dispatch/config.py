@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import tomllib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -190,3 +194,31 @@ class DispatcherConfig:
     def from_mapping(cls, data: Mapping[str, Any]) -> DispatcherConfig:
         """Build a config from plain data; a typo'd key is a ConfigError naming it."""
         return structure_config(data, cls, what="dispatcher config")
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> DispatcherConfig:
+        """Read a config from a TOML file (``.toml``) or a JSON file (anything else).
+
+        A file that cannot be read or parsed is a :class:`ConfigError` naming the file (and,
+        for a syntax error, where in it); then :meth:`from_mapping` judges the contents.
+        """
+        where = Path(path)
+        try:
+            text = where.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"dispatcher config {where}: cannot be read ({exc})") from exc
+        try:
+            data = tomllib.loads(text) if where.suffix.lower() == ".toml" else json.loads(text)
+        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(
+                f"dispatcher config {where}: not valid {_format(where)}: {exc}"
+            ) from exc
+        if not isinstance(data, Mapping):
+            raise ConfigError(
+                f"dispatcher config {where}: expected a table of settings, got {type(data).__name__}"
+            )
+        return cls.from_mapping(data)
+
+
+def _format(where: Path) -> str:
+    return "TOML" if where.suffix.lower() == ".toml" else "JSON"
