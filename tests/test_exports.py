@@ -24,6 +24,7 @@ PACKAGES = [
     "nucleo_trio.models",
     "nucleo_trio.http",
     "nucleo_trio.observability",
+    "nucleo_trio.testing",
 ]
 
 

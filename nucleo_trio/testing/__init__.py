@@ -1,0 +1,25 @@
+"""What programs and plugins built on nucleo_trio test with.
+
+* :class:`AccountContract` (``contracts``): the account contract as a base test class; a
+  plugin's account subclasses it and passes every check a built-in account passes.
+* :class:`EventRecorder`, :func:`settle` and :class:`ScriptedLLMFactory` (``helpers``): keep
+  what the bus delivers, let every task run until all are blocked, build scripted LLM clients.
+* ``nucleo_trio.testing.pytest_plugin``: the fixtures (``nucleo_dispatcher``, ``nucleo_events``,
+  ``scripted_llm``). It is not imported here, so this package needs no pytest; enable it with
+  ``pytest_plugins = ["nucleo_trio.testing.pytest_plugin"]`` in your top-level conftest.
+"""
+
+from .contracts import AccountContract as AccountContract
+from .helpers import (
+    DEFAULT_SEED as DEFAULT_SEED,
+    EventRecorder as EventRecorder,
+    ScriptedLLMFactory as ScriptedLLMFactory,
+    settle as settle,
+)
+
+__all__ = ["DEFAULT_SEED", "AccountContract", "EventRecorder", "ScriptedLLMFactory", "settle"]
+
+# Report the public names under the path users import them from.
+for _public in (AccountContract, EventRecorder, ScriptedLLMFactory):
+    _public.__module__ = __name__
+del _public

@@ -1,0 +1,342 @@
+"""Contract suites: the checks every implementation of an interface must pass, plugins included.
+
+:class:`AccountContract` holds the account contract (spec section D, ACC) as test methods. A
+plugin author subclasses it in a test module, says how to build a fresh account, and pytest
+collects every check for that account::
+
+    from nucleo_trio.testing import AccountContract
+    from my_limiters import FixedSlots
+
+    class TestFixedSlots(AccountContract):
+        def make_account(self):
+            return FixedSlots("render", 3)
+
+A RELEASE account whose amounts are one ``None`` per permit (every counting gate) needs nothing
+more. An account that counts something else says so: ``amount`` is one unit of its smallest
+ask (a token count for a bucket), and :meth:`AccountContract.fill` and
+:meth:`AccountContract.beyond_capacity` may be overridden when "one ``amount`` per unit of
+capacity" is not how the account adds up.
+
+The checks are plain synchronous methods that raise :class:`AssertionError`: they need neither
+pytest nor pytest-trio, so a unittest runner or a script can call them too. The one check that
+needs a running admission starts its own ``trio.run`` on a :class:`trio.testing.MockClock` that
+jumps ahead whenever every task is blocked, so it never waits on the real clock.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+import trio
+import trio.testing
+
+from ..admission import (
+    Admission,
+    CountingGate,
+    Demand,
+    Grant,
+    LimiterIdentity,
+    RateLimiter,
+    RateLimiterStatus,
+    Replenishment,
+)
+from ..errors import UncorrectableError
+
+__all__ = ["AccountContract"]
+
+_CATEGORIES = frozenset({"memory", "token_bucket", "elastic_window", "semaphore"})
+
+# The account questions admission calls synchronously; none of them may be a coroutine.
+_SYNCHRONOUS = (
+    "fits",
+    "try_take",
+    "give",
+    "earliest_fit",
+    "on_capacity_change",
+    "account_for",
+    "replenishment",
+    "status",
+    "on_success",
+    "on_rate_limit_error",
+    "observe_held",
+)
+
+
+def _refused(call: Callable[[], object], what: str) -> UncorrectableError:
+    """Run ``call`` and return the :class:`UncorrectableError` it must raise."""
+    try:
+        answer = call()
+    except UncorrectableError as refusal:
+        return refusal
+    raise AssertionError(f"{what} answered {answer!r} instead of raising UncorrectableError")
+
+
+def _in_trio(check: Callable[[AccountContract], None]) -> Callable[[AccountContract], None]:
+    """Run a check inside a trio run on a virtual clock: clocked accounts read
+    :func:`trio.current_time`, which only answers inside a run."""
+
+    @functools.wraps(check)
+    def run(self: AccountContract) -> None:
+        async def body() -> None:
+            check(self)
+
+        trio.run(body, clock=trio.testing.MockClock(autojump_threshold=0))
+
+    return run
+
+
+class AccountContract:
+    """The account contract as a base test class; see the module docstring for how to use it.
+
+    Subclasses implement :meth:`make_account`, which must return a fresh, nominal account with
+    nothing taken each time it is called, and may set :attr:`amount` and override
+    :meth:`fill`, :meth:`beyond_capacity` and :meth:`grow`.
+    """
+
+    amount: ClassVar[Any] = None
+    """One unit of the account's smallest ask: ``None`` for a permit, ``1`` for a token."""
+
+    # -- what a subclass provides ----------------------------------------------------------------
+    def make_account(self) -> RateLimiter:
+        """A fresh account, nothing taken. Every check calls this once for its own account."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement make_account() to return a fresh account"
+        )
+
+    def fill(self, account: RateLimiter) -> list[Any]:
+        """The amounts that take everything a fresh ``account`` has: :attr:`amount` once per
+        unit of capacity."""
+        return [self.amount] * self._units(account)
+
+    def beyond_capacity(self, account: RateLimiter) -> list[Any]:
+        """Amounts that can never fit ``account``, however long one waits: one unit more than
+        :meth:`fill`."""
+        return [*self.fill(account), self.amount]
+
+    def grow(self, account: RateLimiter) -> bool:
+        """Raise ``account``'s capacity the way its owner would, and return True; return False
+        when the account has no such knob. The default calls ``set_capacity(capacity + 1)``
+        when the account has one, as every :class:`~nucleo_trio.admission.CountingGate` does."""
+        set_capacity = getattr(account, "set_capacity", None)
+        if not callable(set_capacity):
+            return False
+        set_capacity(self._units(account) + 1)
+        return True
+
+    # -- helpers -----------------------------------------------------------------------------------
+    def _fresh(self) -> RateLimiter:
+        account = self.make_account()
+        assert isinstance(account, RateLimiter), (
+            f"make_account() returned a {type(account).__name__}, which does not implement "
+            "the RateLimiter protocol"
+        )
+        return account
+
+    @staticmethod
+    def _units(account: RateLimiter) -> int:
+        capacity = account.capacity
+        assert capacity >= 1, f"{account!r}: capacity {capacity!r} leaves nothing to take"
+        return math.floor(capacity)
+
+    # -- the checks --------------------------------------------------------------------------------
+    @_in_trio
+    def test_the_identity_is_complete(self) -> None:
+        """ACC-11: a non-blank name, one of the four categories, a capacity, an in-use count,
+        an indicator and a status; every amount resolves to the identity it debits."""
+        account = self._fresh()
+        assert isinstance(account, LimiterIdentity), f"{account!r} is no LimiterIdentity"
+        name = account.limiter_name
+        assert isinstance(name, str) and name.strip(), f"limiter_name {name!r} is blank"
+        category = account.limiter_category
+        assert category in _CATEGORIES, f"limiter_category {category!r} not in {_CATEGORIES}"
+        for number in ("capacity", "in_use"):
+            value = getattr(account, number)
+            assert isinstance(value, int | float) and not isinstance(value, bool), (
+                f"{number} is {value!r}, not a number"
+            )
+        key = account.account_for(self.amount)
+        assert isinstance(key, LimiterIdentity), f"account_for({self.amount!r}) gave {key!r}"
+        wants_http = account.requires_http_connection
+        assert isinstance(wants_http, bool), f"requires_http_connection is {wants_http!r}"
+
+    @_in_trio
+    def test_it_says_how_its_permits_come_back(self) -> None:
+        """ACC-06: every account declares RELEASE or TIME; there is no default to fall back on."""
+        answer = self._fresh().replenishment()
+        assert isinstance(answer, Replenishment), f"replenishment() gave {answer!r}"
+
+    @_in_trio
+    def test_it_answers_at_once_and_never_parks(self) -> None:
+        """ACC-01: every question is a plain call that returns at once, nothing to await."""
+        account = self._fresh()
+        for name in _SYNCHRONOUS:
+            method = getattr(account, name)
+            assert not inspect.iscoroutinefunction(method), f"{name} is a coroutine function"
+        mine = [self.amount]
+        for name in ("fits", "try_take"):
+            answer = getattr(account, name)(mine, [])
+            assert isinstance(answer, bool), f"{name} gave {answer!r}, not a bool"
+        instant = account.earliest_fit(mine, [])
+        assert instant is None or isinstance(instant, float), f"earliest_fit gave {instant!r}"
+
+    @_in_trio
+    def test_fits_and_try_take_agree_until_the_account_is_full(self) -> None:
+        """ACC-03: try_take answers what fits answers and debits exactly when it is true."""
+        account = self._fresh()
+        mine = [self.amount]
+        for _ in range(self._units(account) + 1):
+            before = account.in_use
+            fits = account.fits(mine, [])
+            assert account.in_use == before, "fits changed in_use"
+            taken = account.try_take(mine, [])
+            assert taken == fits, f"fits said {fits} but try_take said {taken}"
+            if not taken:
+                assert account.in_use == before, "a refused take moved in_use"
+                break
+            assert account.in_use > before, "a successful take did not move in_use"
+        else:
+            raise AssertionError(f"{account!r} took more than its capacity of single units")
+
+    @_in_trio
+    def test_fitting_alone_but_not_beside_the_reservation_is_a_plain_false(self) -> None:
+        """ACC-02, ACC-03: an ask that fits alone but not with the head's reservation set aside
+        is False, not a refusal, and the take takes nothing."""
+        account = self._fresh()
+        mine, reserved = [self.amount], self.fill(account)
+        assert account.fits(mine, []) is True, "one unit does not fit a fresh account"
+        assert account.fits(mine, reserved) is False, "fits ignored the reservation ahead"
+        before = account.in_use
+        assert account.try_take(mine, reserved) is False, "try_take ignored the reservation"
+        assert account.in_use == before, "a refused take moved in_use"
+
+    @_in_trio
+    def test_a_refused_take_takes_nothing(self) -> None:
+        """ACC-03: when try_take answers False, the account is exactly as it was."""
+        account = self._fresh()
+        assert account.try_take(self.fill(account), []) is True, "fill() did not fit"
+        in_use, status = account.in_use, account.status()
+        assert account.try_take([self.amount], []) is False, "a full account took more"
+        assert account.in_use == in_use, f"a refused take moved in_use {in_use} -> {account.in_use}"
+        assert account.status() == status, "a refused take changed the status"
+
+    @_in_trio
+    def test_an_ask_beyond_capacity_is_uncorrectable_and_takes_nothing(self) -> None:
+        """ACC-02, ACC-03: more than the account will ever have raises UncorrectableError from
+        fits and from try_take, and the refused take debits nothing."""
+        account = self._fresh()
+        too_much = self.beyond_capacity(account)
+        refusal = _refused(lambda: account.fits(too_much, []), "fits(beyond capacity)")
+        assert not refusal.correctable, f"{refusal!r} is correctable"
+        before = account.in_use
+        _refused(lambda: account.try_take(too_much, []), "try_take(beyond capacity)")
+        assert account.in_use == before, "a refused take moved in_use"
+
+    @_in_trio
+    def test_give_credits_back_what_was_taken(self) -> None:
+        """ACC-04: give returns capacity at once (admission gives RELEASE accounts back at close
+        and every account at a roll-back), so a full account fits again."""
+        account = self._fresh()
+        before, everything = account.in_use, self.fill(account)
+        assert account.try_take(everything, []) is True, "fill() did not fit"
+        assert account.fits([self.amount], []) is False, "a full account fits more"
+        account.give(everything)
+        assert account.in_use == before, f"give left in_use at {account.in_use}, not {before}"
+        assert account.fits(everything, []) is True, "what was given back does not fit again"
+
+    @_in_trio
+    def test_earliest_fit_is_none_when_only_an_event_can_help(self) -> None:
+        """ACC-05: None whenever mine plus the reservation exceeds capacity, and always for a
+        RELEASE account, fresh or full."""
+        account = self._fresh()
+        everything = self.fill(account)
+        beyond = account.earliest_fit([self.amount], everything)
+        assert beyond is None, f"earliest_fit beyond capacity gave {beyond!r}"
+        if account.replenishment() is Replenishment.RELEASE:
+            for full in (False, True):
+                if full:
+                    assert account.try_take(everything, []) is True, "fill() did not fit"
+                instant = account.earliest_fit([self.amount], [])
+                assert instant is None, f"a RELEASE account's earliest_fit gave {instant!r}"
+
+    @_in_trio
+    def test_its_status_is_one_line_and_it_is_nominal_even_when_full(self) -> None:
+        """ACC-11, ACC-12: status() has a one-line summary; status_indicator is None while the
+        account is nominal, fresh and with all it has taken."""
+        account = self._fresh()
+        for full in (False, True):
+            if full:
+                assert account.try_take(self.fill(account), []) is True, "fill() did not fit"
+            status = account.status()
+            assert isinstance(status, RateLimiterStatus), f"status() gave {status!r}"
+            summary = status.summary
+            assert isinstance(summary, str) and summary.strip(), f"summary {summary!r} is blank"
+            assert "\n" not in summary, f"summary {summary!r} is more than one line"
+            assert account.status_indicator is None, account.status_indicator
+
+    @_in_trio
+    def test_the_capacity_wake_runs_only_when_capacity_may_grow(self) -> None:
+        """ACC-09: installing the wake does not run it, a decrease (a take) never runs it, a
+        raised capacity does when the account can grow, and installing None clears it."""
+        account = self._fresh()
+        wakes: list[str] = []
+        account.on_capacity_change(lambda: wakes.append("wake"))
+        assert wakes == [], "installing the wake ran it"
+        assert account.try_take([self.amount], []) is True, "one unit does not fit"
+        assert wakes == [], "a take (a capacity decrease) ran the wake"
+        if self.grow(account):
+            assert wakes == ["wake"], f"growing the account woke {len(wakes)} times"
+            account.on_capacity_change(None)
+            self.grow(account)
+            assert wakes == ["wake"], "the wake ran after it was cleared"
+        else:
+            account.on_capacity_change(None)
+
+    def test_admission_grants_a_demand_whole_and_gets_it_back(self) -> None:
+        """ADM-35, ADM-46: through a real Admission, a demand naming the account and a gate
+        waits holding nothing on either while the account is full, is granted whole when the
+        holder rolls back, and release returns the account's part if it is RELEASE."""
+        trio.run(self._admit_whole, clock=trio.testing.MockClock(autojump_threshold=0))
+
+    async def _admit_whole(self) -> None:
+        account = self._fresh()
+        companion = CountingGate("contract-companion", 1)
+        start = account.in_use
+        admission = Admission()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(admission.run)
+            holder = await admission.admit(_demand(account, self.fill(account)))
+            assert account.in_use > start, "the holder's grant took nothing"
+            granted: list[Grant] = []
+
+            async def wait_for_grant() -> None:
+                demand = _demand(account, [self.amount]).add(companion)
+                granted.append(await admission.admit(demand))
+
+            nursery.start_soon(wait_for_grant)
+            await trio.testing.wait_all_tasks_blocked()
+            assert granted == [], "a demand was granted while the account was full"
+            assert companion.in_use == 0, "a parked demand holds the companion gate"
+            admission.rollback(holder)
+            await trio.testing.wait_all_tasks_blocked()
+            assert len(granted) == 1, "rolling the holder back did not grant the waiting demand"
+            assert companion.in_use == 1, "the grant is not whole: no companion permit"
+            held = account.in_use
+            assert held > start
+            admission.release(granted[0])
+            assert companion.in_use == 0
+            if account.replenishment() is Replenishment.RELEASE:
+                assert account.in_use == start, "release did not give the RELEASE account back"
+            else:
+                assert account.in_use == held, "release gave a TIME account back"
+            admission.stop()
+
+
+def _demand(account: RateLimiter, amounts: Sequence[Any]) -> Demand:
+    demand = Demand()
+    for amount in amounts:
+        demand.add(account, amount)
+    return demand

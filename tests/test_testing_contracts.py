@@ -1,0 +1,143 @@
+"""AccountContract, run the way a plugin author runs it: against a built-in counting gate, a
+database gate, the test plugin distribution's ``fixed_slots`` kind and a token bucket; and
+shown to catch an account that breaks the contract."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from nucleo_trio_testplugin import FixedSlots
+
+from nucleo_trio.admission import (
+    CountingGate,
+    DatabaseGate,
+    RateLimiter,
+    TokenBucket,
+    TokenBucketConfig,
+)
+from nucleo_trio.plugins import LimiterRegistry, make_plugin_manager
+from nucleo_trio.testing import AccountContract
+
+
+class TestCountingGateContract(AccountContract):
+    def make_account(self) -> RateLimiter:
+        return CountingGate("slot", 3)
+
+
+class TestDatabaseGateContract(AccountContract):
+    def make_account(self) -> RateLimiter:
+        return DatabaseGate("orders", 2)
+
+
+class TestFixedSlotsPluginContract(AccountContract):
+    """The third-party kind, built the way a dispatcher builds it: by name, from its plugin."""
+
+    def make_account(self) -> RateLimiter:
+        registry = LimiterRegistry(make_plugin_manager())
+        account = registry.create("fixed_slots", "render", slots=2)
+        assert isinstance(account, FixedSlots)
+        return account
+
+
+class TestTokenBucketContract(AccountContract):
+    """A TIME account whose amounts are token counts: it says what one unit is and what fills it."""
+
+    amount = 100
+
+    def make_account(self) -> RateLimiter:
+        return TokenBucket("model-a", TokenBucketConfig(60, 1000))
+
+    def fill(self, account: RateLimiter) -> list[Any]:
+        return [1000]
+
+
+# --------------------------------------------------------------------------------------------
+# The contract catches what it is there to catch
+# --------------------------------------------------------------------------------------------
+
+
+class GreedyGate(CountingGate):
+    """Breaks ACC-03: a refused take still debits a permit."""
+
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        if super().try_take(mine, reserved_ahead):
+            return True
+        self._in_use += 1
+        return False
+
+
+class ForgivingGate(CountingGate):
+    """Breaks ACC-02: an ask it can never hold is a plain False instead of a refusal."""
+
+    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        return len(mine) <= self.capacity and super().fits(mine, reserved_ahead)
+
+
+class EagerGate(CountingGate):
+    """Breaks ACC-09: every take runs the wake, though a take only lowers capacity."""
+
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        taken = super().try_take(mine, reserved_ahead)
+        self._capacity_changed()
+        return taken
+
+
+class ChattyGate(CountingGate):
+    """Breaks ACC-12: it shows an indicator while nominal."""
+
+    @property
+    def status_indicator(self) -> str | None:
+        return "busy"
+
+
+BROKEN: list[tuple[type[CountingGate], str, str]] = [
+    (GreedyGate, "test_a_refused_take_takes_nothing", "a refused take moved in_use"),
+    (ForgivingGate, "test_an_ask_beyond_capacity_is_uncorrectable_and_takes_nothing", "instead"),
+    (EagerGate, "test_the_capacity_wake_runs_only_when_capacity_may_grow", "ran the wake"),
+    (ChattyGate, "test_its_status_is_one_line_and_it_is_nominal_even_when_full", "busy"),
+]
+
+
+@pytest.mark.parametrize(
+    ("gate", "check", "message"), BROKEN, ids=[gate.__name__ for gate, _, _ in BROKEN]
+)
+def test_the_contract_fails_an_account_that_breaks_it(
+    gate: type[CountingGate], check: str, message: str
+) -> None:
+    """ACC-02, ACC-03, ACC-09, ACC-12: each broken gate fails the check for the rule it breaks,
+    while a correct gate of the same size passes the same check."""
+
+    class Broken(AccountContract):
+        def make_account(self) -> RateLimiter:
+            return gate("broken", 2)
+
+    class Correct(AccountContract):
+        def make_account(self) -> RateLimiter:
+            return CountingGate("correct", 2)
+
+    getattr(Correct(), check)()
+    with pytest.raises(AssertionError, match=message):
+        getattr(Broken(), check)()
+
+
+def test_a_contract_without_make_account_says_what_is_missing() -> None:
+    """A subclass that forgot make_account() fails naming the method, not with a bare error."""
+
+    class Forgot(AccountContract):
+        pass
+
+    with pytest.raises(NotImplementedError, match=r"Forgot must implement make_account\(\)"):
+        Forgot().test_the_identity_is_complete()
+
+
+def test_the_base_class_is_not_collected_and_every_check_names_its_rules() -> None:
+    """AccountContract itself is no test class (pytest collects Test* only), and every check
+    carries a docstring that names the rule ids it holds."""
+    assert not AccountContract.__name__.startswith("Test")
+    checks = [name for name in dir(AccountContract) if name.startswith("test_")]
+    assert len(checks) >= 10
+    for name in checks:
+        doc = getattr(AccountContract, name).__doc__ or ""
+        assert "ACC-" in doc or "ADM-" in doc, name
