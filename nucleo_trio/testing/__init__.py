@@ -2,6 +2,8 @@
 
 * :class:`AccountContract` (``contracts``): the account contract as a base test class; a
   plugin's account subclasses it and passes every check a built-in account passes.
+* :class:`DBProviderContract` (``db_contract``): the database provider contract the same way,
+  run on a real database the plugin's test owns.
 * :class:`EventRecorder`, :func:`settle` and :class:`ScriptedLLMFactory` (``helpers``): keep
   what the bus delivers, let every task run until all are blocked, build scripted LLM clients.
 * ``nucleo_trio.testing.pytest_plugin``: the fixtures (``nucleo_dispatcher``, ``nucleo_events``,
@@ -10,6 +12,7 @@
 """
 
 from .contracts import AccountContract as AccountContract
+from .db_contract import DBProviderContract as DBProviderContract
 from .helpers import (
     DEFAULT_SEED as DEFAULT_SEED,
     EventRecorder as EventRecorder,
@@ -17,9 +20,16 @@ from .helpers import (
     settle as settle,
 )
 
-__all__ = ["DEFAULT_SEED", "AccountContract", "EventRecorder", "ScriptedLLMFactory", "settle"]
+__all__ = [
+    "DEFAULT_SEED",
+    "AccountContract",
+    "DBProviderContract",
+    "EventRecorder",
+    "ScriptedLLMFactory",
+    "settle",
+]
 
 # Report the public names under the path users import them from.
-for _public in (AccountContract, EventRecorder, ScriptedLLMFactory):
+for _public in (AccountContract, DBProviderContract, EventRecorder, ScriptedLLMFactory):
     _public.__module__ = __name__
 del _public
