@@ -55,7 +55,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import attrs
 import httpx
@@ -494,6 +494,52 @@ class _PooledClient:
     ``async with`` block closes it too) when the client opened its pool."""
 
     _endpoint: _Endpoint
+    _model: str | None
+    _model_variable: ClassVar[str]
+    """The environment variable naming the default model for :meth:`from_env`."""
+
+    @classmethod
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        http_client: httpx.AsyncClient | None = None,
+        http_settings: HttpSettings | None = None,
+    ) -> Self:
+        """A client for the endpoint the environment names.
+
+        ``OPENAI_BASE_URL`` is the endpoint (default ``https://api.openai.com/v1``),
+        ``OPENAI_API_KEY`` the key, and ``OPENAI_MODEL`` (``OPENAI_EMBEDDINGS_MODEL`` for the
+        embeddings client) the default model. With neither a base URL nor a key set there is
+        nothing to call, and the answer is a :class:`ConfigError`.
+        """
+        env = os.environ if environ is None else environ
+        base_url, api_key = _endpoint_from_env(env)
+        return cls(
+            base_url,
+            api_key=api_key,
+            model=env.get(cls._model_variable, "").strip() or None,
+            http_client=http_client,
+            http_settings=http_settings,
+        )
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        model: str | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        http_settings: HttpSettings | None = None,
+        service: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self._model = _check_model(type(self).__name__, model)
+        self._endpoint = _Endpoint(base_url, api_key, http_client, http_settings, service, headers)
+
+    @property
+    def model_identifier(self) -> str | None:
+        return self._model
 
     async def aclose(self) -> None:
         """Close the pool if this client opened it."""
@@ -514,6 +560,8 @@ class _PooledClient:
 class OpenAICompatibleClient(_PooledClient):
     """An :class:`LLMClient` for an OpenAI-compatible chat-completions endpoint."""
 
+    _model_variable = ENV_MODEL
+
     def __init__(
         self,
         base_url: str,
@@ -533,42 +581,21 @@ class OpenAICompatibleClient(_PooledClient):
         budget goes in: ``max_tokens`` for most servers, ``max_completion_tokens`` for OpenAI's
         reasoning models.
         """
-        self._model = _check_model("OpenAICompatibleClient", model)
         if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
             raise ConfigError(
                 "max_tokens_field must be 'max_tokens' or 'max_completion_tokens', "
                 f"got {max_tokens_field!r}"
             )
         self._max_tokens_field = max_tokens_field
-        self._endpoint = _Endpoint(base_url, api_key, http_client, http_settings, service, headers)
-
-    @classmethod
-    def from_env(
-        cls,
-        environ: Mapping[str, str] | None = None,
-        *,
-        http_client: httpx.AsyncClient | None = None,
-        http_settings: HttpSettings | None = None,
-    ) -> OpenAICompatibleClient:
-        """A client for the endpoint the environment names.
-
-        ``OPENAI_BASE_URL`` is the endpoint (default ``https://api.openai.com/v1``),
-        ``OPENAI_API_KEY`` the key, ``OPENAI_MODEL`` the default model. With neither a base URL
-        nor a key set there is nothing to call, and the answer is a :class:`ConfigError`.
-        """
-        env = os.environ if environ is None else environ
-        base_url, api_key = _endpoint_from_env(env)
-        return cls(
+        super().__init__(
             base_url,
             api_key=api_key,
-            model=env.get(ENV_MODEL, "").strip() or None,
+            model=model,
             http_client=http_client,
             http_settings=http_settings,
+            service=service,
+            headers=headers,
         )
-
-    @property
-    def model_identifier(self) -> str | None:
-        return self._model
 
     @property
     def base_url(self) -> str:
@@ -738,42 +765,7 @@ class OpenAICompatibleEmbeddingsClient(_PooledClient):
     The API has no notion of purpose; it is recorded on the response and not sent.
     """
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        api_key: str | None = None,
-        model: str | None = None,
-        http_client: httpx.AsyncClient | None = None,
-        http_settings: HttpSettings | None = None,
-        service: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self._model = _check_model("OpenAICompatibleEmbeddingsClient", model)
-        self._endpoint = _Endpoint(base_url, api_key, http_client, http_settings, service, headers)
-
-    @classmethod
-    def from_env(
-        cls,
-        environ: Mapping[str, str] | None = None,
-        *,
-        http_client: httpx.AsyncClient | None = None,
-        http_settings: HttpSettings | None = None,
-    ) -> OpenAICompatibleEmbeddingsClient:
-        """Like :meth:`OpenAICompatibleClient.from_env`, with ``OPENAI_EMBEDDINGS_MODEL``."""
-        env = os.environ if environ is None else environ
-        base_url, api_key = _endpoint_from_env(env)
-        return cls(
-            base_url,
-            api_key=api_key,
-            model=env.get(ENV_EMBEDDINGS_MODEL, "").strip() or None,
-            http_client=http_client,
-            http_settings=http_settings,
-        )
-
-    @property
-    def model_identifier(self) -> str | None:
-        return self._model
+    _model_variable = ENV_EMBEDDINGS_MODEL
 
     async def embed(
         self,
