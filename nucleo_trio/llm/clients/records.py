@@ -306,6 +306,12 @@ class Usage:
         return self.input_tokens + self.output_tokens
 
 
+def _duration(started_at: float | None, ended_at: float | None) -> float | None:
+    if started_at is None or ended_at is None:
+        return None
+    return ended_at - started_at
+
+
 def _failure_reason(error: BaseException) -> str:
     # The exception's own message, as the reference records it; a message-less exception
     # (trio.Cancelled, a bare RuntimeError()) still says what it was.
@@ -388,9 +394,7 @@ class LLMResponse:
     @property
     def duration(self) -> float | None:
         """Seconds from start to end, or ``None`` when either is unknown."""
-        if self.started_at is None or self.ended_at is None:
-            return None
-        return self.ended_at - self.started_at
+        return _duration(self.started_at, self.ended_at)
 
     @property
     def is_truncated(self) -> bool:
@@ -469,9 +473,7 @@ class EmbeddingsResponse:
     @property
     def duration(self) -> float | None:
         """Seconds from start to end, or ``None`` when either is unknown."""
-        if self.started_at is None or self.ended_at is None:
-            return None
-        return self.ended_at - self.started_at
+        return _duration(self.started_at, self.ended_at)
 
     @property
     def dimensions(self) -> int | None:
