@@ -367,6 +367,11 @@ class Admission:
         """How many waiters are parked (ADM-08)."""
         return len(self._line)
 
+    def accounts(self) -> tuple[LimiterIdentity, ...]:
+        """Every account a demand has named since admission started, in the order first met
+        (the memory account, which no demand names, is :attr:`memory`)."""
+        return tuple(account.key for account in self._accounts.values())
+
     @property
     def is_stopped(self) -> bool:
         """True once :meth:`stop` ran or a defect closed admission."""

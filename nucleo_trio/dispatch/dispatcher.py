@@ -173,7 +173,6 @@ class JobDispatcher:
         self.limiter_kinds: LimiterRegistry | None = None
         self.limiters: dict[str, RateLimiter] = {}
         self.accounts = RateLimiterRegistry()  # shared accounts: per class, per model entry
-        self._seen_accounts: dict[int, LimiterIdentity] = {}  # every account admission told of
         self.databases = DBResourceProviders()
         self._built_databases: list[DBResourceProvider] = []
         """The database providers jobs may declare by name (``require_database("orders")``)."""
@@ -1053,8 +1052,8 @@ class JobDispatcher:
         """The dispatcher at this instant, in the health report's five sections.
 
         Limiters: every account it knows (the ``http`` gate, the configured limiters, the
-        registry's accounts, each database provider's gate, and every account admission has
-        reported a transition on), read live and sorted by utilisation, each with the jobs held
+        registry's accounts, each database provider's gate, and every account a demand has named
+        in admission), read live and sorted by utilisation, each with the jobs held
         on it; the memory account is a row only while it holds jobs in its line. Memory: the
         memory account's status line. Jobs running: jobs that started an attempt and have not
         ended, by type, and their workflows. Queue: the lanes and the jobs parked in admission.
@@ -1066,10 +1065,10 @@ class JobDispatcher:
             *self.limiters.values(),
             *self.accounts.accounts(),
             *(self.databases.provider(name).admission() for name in self.databases.names()),
-            *self._seen_accounts.values(),
+            *admission.accounts(),
         ]
-        if admission.held_on(memory) == 0:
-            accounts = [account for account in accounts if account is not memory]
+        if admission.held_on(memory) > 0:
+            accounts.append(memory)
         running = [
             (queued.job.job_type, queued.job.workflow_id)
             for queued in self._running.values()
@@ -1104,7 +1103,6 @@ class JobDispatcher:
         reject_reason: str | None,
         amount: Any,
     ) -> None:
-        self._seen_accounts.setdefault(id(account), account)
         if not self.bus.has_listeners(snapshot.workflow_id if snapshot is not None else None):
             return
         self.bus.publish(
