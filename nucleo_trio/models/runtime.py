@@ -453,7 +453,4 @@ class ModelDemandAssembler:
                 elif spec.tpm is not None:
                     binding.account = self.accounts.bucket(spec)
                     demand.add(binding.account, binding.reservation)
-        for entry in demand_of(requirements, http_gate, providers).entries:
-            for amount in entry.amounts:
-                demand.add(entry.limiter, amount)
-        return demand
+        return demand_of(requirements, http_gate, providers, into=demand)

@@ -55,15 +55,18 @@ def demand_of(
     requirements: JobRequirements | None,
     http_gate: RateLimiter,
     providers: Sequence[DBResourceProvider] = (),
+    *,
+    into: Demand | None = None,
 ) -> Demand:
     """The whole demand of one attempt, in the order of JR-02.
 
-    Model bindings come first when the models layer adds them (through its own assembler);
-    then the ``http`` gate when anything needs it, each custom limiter with its declared
-    amount in declaration order, and one unit permit on each declared provider's gate. ``None``
-    requirements (an orchestrator's) and empty ones give an empty demand (JR-01).
+    Model bindings come first when the models layer adds them (its assembler passes the
+    demand holding them as ``into``); then the ``http`` gate when anything needs it, each
+    custom limiter with its declared amount in declaration order, and one unit permit on each
+    declared provider's gate. ``None`` requirements (an orchestrator's) and empty ones add
+    nothing, so alone they give an empty demand (JR-01).
     """
-    demand = Demand()
+    demand = Demand() if into is None else into
     if requirements is None:
         return demand
     if requirements.needs_http:
