@@ -6,7 +6,11 @@ key instead of a setting silently ignored.
 
 from __future__ import annotations
 
+import json
+import os
+import tomllib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 import cattrs
@@ -14,7 +18,7 @@ from cattrs.v import format_exception
 
 from .errors import ConfigError
 
-__all__ = ["converter", "structure_config", "unstructure"]
+__all__ = ["converter", "read_settings_file", "structure_config", "unstructure"]
 
 T = TypeVar("T")
 
@@ -55,3 +59,25 @@ def _describe(exc: BaseException, type_: type | None) -> str:
 def unstructure(value: Any) -> Any:
     """Plain data (dicts, lists, scalars) for a config, snapshot or status record."""
     return converter.unstructure(value)
+
+
+def read_settings_file(path: str | os.PathLike[str], what: str) -> Mapping[str, Any]:
+    """The table of settings in the TOML file (``.toml``) or JSON file (anything else) at
+    ``path``; a :class:`ConfigError` starting with ``what`` and the file when it cannot be
+    read, does not parse, or holds something other than a table."""
+    where = Path(path)
+    try:
+        text = where.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{what} {where}: cannot be read ({exc})") from exc
+    toml = where.suffix.lower() == ".toml"
+    try:
+        data = tomllib.loads(text) if toml else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        kind = "TOML" if toml else "JSON"
+        raise ConfigError(f"{what} {where}: not valid {kind} (it does not parse: {exc})") from exc
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{what} {where}: expected a table of settings, got {type(data).__name__}"
+        )
+    return data

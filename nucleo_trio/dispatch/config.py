@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
-import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import attrs
 
-from .._serialization import converter, structure_config
+from .._serialization import converter, read_settings_file, structure_config
 from ..admission.memory_reader import parse_memory_limit
 from ..admission.named_gates import DEFAULT_HTTP_POOL_SIZE
 from ..errors import ConfigError
@@ -202,23 +199,5 @@ class DispatcherConfig:
         A file that cannot be read or parsed is a :class:`ConfigError` naming the file (and,
         for a syntax error, where in it); then :meth:`from_mapping` judges the contents.
         """
-        where = Path(path)
-        try:
-            text = where.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"dispatcher config {where}: cannot be read ({exc})") from exc
-        try:
-            data = tomllib.loads(text) if where.suffix.lower() == ".toml" else json.loads(text)
-        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-            raise ConfigError(
-                f"dispatcher config {where}: not valid {_format(where)}: {exc}"
-            ) from exc
-        if not isinstance(data, Mapping):
-            raise ConfigError(
-                f"dispatcher config {where}: expected a table of settings, got {type(data).__name__}"
-            )
+        data = read_settings_file(path, "dispatcher config")
         return cls.from_mapping(data)
-
-
-def _format(where: Path) -> str:
-    return "TOML" if where.suffix.lower() == ".toml" else "JSON"

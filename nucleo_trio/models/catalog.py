@@ -34,12 +34,10 @@ Everything is checked when the catalog is built, and a malformed one is refused 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import re
-import tomllib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -48,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .._serialization import read_settings_file
 from ..errors import ConfigError, ModelNotFoundError
 from .grades import (
     SIZED_RUNGS,
@@ -341,16 +340,7 @@ class ModelCatalog:
         """Read the catalog file ``path`` (``.toml``, else JSON). A file that cannot be read or
         parsed is refused naming it."""
         where = Path(path)
-        try:
-            text = where.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"the model catalog {str(where)!r} cannot be read: {exc}") from exc
-        try:
-            data = tomllib.loads(text) if where.suffix.lower() == ".toml" else json.loads(text)
-        except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"the model catalog {str(where)!r} does not parse: {exc}") from exc
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"the model catalog {str(where)!r} must be a table of settings")
+        data = read_settings_file(where, "the model catalog")
         return cls.from_mapping(data, source=f"the model catalog {str(where)!r}")
 
     def __repr__(self) -> str:
