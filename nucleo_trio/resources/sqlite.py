@@ -77,17 +77,6 @@ class SQLiteProvider(ThreadedProvider[_SQLiteHandle]):
                 raise UncorrectableError(f"{self._name}: the connection was aborted") from exc
             raise
 
-    async def await_completion(self, handle: DBHandle) -> None:
-        """Wait until no call on the handle is in flight (a commit started by another task,
-        say). A SQLite commit is durable when it returns, so that is all there is to wait for.
-        A close or abort meanwhile releases the waiter with an UncorrectableError."""
-        own = self._live(handle)
-        if not await own.calls.wait_quiet():
-            state = "aborted" if own.aborted else "closed"
-            raise UncorrectableError(
-                f"{self._name}: the connection was {state} before its work completed"
-            )
-
     async def rollback(self, handle: DBHandle) -> None:
         """Roll back an open transaction; with none open, or again, it does nothing."""
         own = self._live(handle)

@@ -216,6 +216,18 @@ class ThreadedProvider(abc.ABC, Generic[HandleT]):
     ) -> list[tuple[Any, ...]]:
         """Run one statement on the handle's connection, in its worker thread; its rows."""
 
+    async def await_completion(self, handle: DBHandle) -> None:
+        """Wait until no call on the handle is in flight (a commit started by another task,
+        say). A commit through these drivers is durable when it returns, so that is all there
+        is to wait for. A close or abort meanwhile releases the waiter with an
+        UncorrectableError."""
+        own = self._live(handle)
+        if not await own.calls.wait_quiet():
+            state = "aborted" if own.aborted else "closed"
+            raise UncorrectableError(
+                f"{self._name}: the connection was {state} before its work completed"
+            )
+
     async def begin(self, handle: DBHandle) -> None:
         await self.execute(handle, "BEGIN")
 
