@@ -10,22 +10,25 @@ and is found through the ``nucleo_trio`` entry-point group (see ``docs/plugins.m
         return {"fixed_slots": FixedSlots}
 
 The runtime builds one manager with :func:`make_plugin_manager` and asks it for limiter kinds
-through a :class:`LimiterRegistry`, and for database provider kinds through a
-:class:`DBProviderKinds`.
+through a :class:`LimiterRegistry`, for database provider kinds through a
+:class:`DBProviderKinds`, and for guardrails by name through a :class:`GuardrailKinds`.
 """
 
 from nucleo_trio.plugins.hookspecs import (
     PROJECT_NAME as PROJECT_NAME,
     DBProviderFactory as DBProviderFactory,
+    GuardrailFactory as GuardrailFactory,
     LimiterFactory as LimiterFactory,
     hookimpl as hookimpl,
     hookspec as hookspec,
 )
 from nucleo_trio.plugins.manager import (
     DBProviderKinds as DBProviderKinds,
+    GuardrailKinds as GuardrailKinds,
     LimiterRegistry as LimiterRegistry,
     PluginError as PluginError,
     UnknownDBProviderKindError as UnknownDBProviderKindError,
+    UnknownGuardrailKindError as UnknownGuardrailKindError,
     UnknownLimiterKindError as UnknownLimiterKindError,
     make_plugin_manager as make_plugin_manager,
 )
@@ -34,10 +37,13 @@ __all__ = [
     "PROJECT_NAME",
     "DBProviderFactory",
     "DBProviderKinds",
+    "GuardrailFactory",
+    "GuardrailKinds",
     "LimiterFactory",
     "LimiterRegistry",
     "PluginError",
     "UnknownDBProviderKindError",
+    "UnknownGuardrailKindError",
     "UnknownLimiterKindError",
     "hookimpl",
     "hookspec",
@@ -47,9 +53,11 @@ __all__ = [
 # Errors and the registry report themselves under the path users import them from.
 for _public in (
     DBProviderKinds,
+    GuardrailKinds,
     LimiterRegistry,
     PluginError,
     UnknownDBProviderKindError,
+    UnknownGuardrailKindError,
     UnknownLimiterKindError,
 ):
     _public.__module__ = __name__
