@@ -421,7 +421,7 @@ async def test_a_waiter_for_completion_is_released_by_close(backend: Backend) ->
 async def test_a_call_the_close_overtook_never_runs_on_the_handed_back_connection(
     backend: Backend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """DB-10, DB-11: a statement whose worker thread reaches the handle only after the close
+    """A statement whose worker thread reaches the handle only after the close
     (a close can overtake a call on its way to the handle's lock) fails with an
     UncorrectableError instead of running on a connection that went back to the provider."""
     from nucleo_trio.resources import threads
