@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import abc
+import math
+import numbers
+import operator
+import reprlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -20,11 +24,13 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "DEFAULT_UPSTREAM_RETRIES",
     "META_ITERATION",
+    "PRIORITY_RANGE",
     "AbstractJob",
     "Doer",
     "Orchestrator",
     "ScopeAuthority",
     "Tool",
+    "check_job_settings",
     "display_name",
     "tool_description",
 ]
@@ -41,6 +47,148 @@ DEFAULT_UPSTREAM_RETRIES: int = 3
 
 META_ITERATION: str = "iteration"
 """Metadata key of a child's ordinal in its parent's execution order (ORD-01)."""
+
+PRIORITY_RANGE: tuple[int, int] = (-(2**63), 2**63 - 1)
+"""The priorities a job may have: a signed 64-bit int, what the recorders, exporters and SQLite
+that events reach can hold."""
+
+_INF = math.inf
+_PRIORITY_MIN, _PRIORITY_MAX = PRIORITY_RANGE
+
+
+def _who(job: object, setting: str) -> tuple[str, str]:
+    # The job may not have its id yet: a subclass can set a knob before calling super().__init__.
+    job_id = getattr(job, "_job_id", None)
+    cls = job if isinstance(job, type) else type(job)
+    where = f" (job {job_id})" if job_id is not None else ""
+    return f"{cls.__name__}.{setting}", where
+
+
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = 60
+_repr.maxlong = 40
+
+
+def _shown(value: object) -> str:
+    """A value for an error message, cut short if it is huge."""
+    return _repr.repr(value)
+
+
+def _timeout_of(job: object, value: object) -> float | None:
+    """``value`` as the timeout of ``job`` (an instance or a class), or TypeError/ValueError
+    naming the job and the value.
+
+    The slow path of the ``timeout`` setter: a float already in (0, inf) never gets here.
+    """
+    if value is None:
+        return None
+    name, where = _who(job, "timeout")
+    if not getattr(job, "_has_deadline", True):
+        raise TypeError(
+            f"{name} must be None: an orchestrator has no deadline, the jobs it submits carry "
+            f"their own; got {_shown(value)}{where}"
+        )
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(
+            f"{name} must be positive and finite seconds (an int or a float) or None, "
+            f"got {type(value).__name__} {_shown(value)}{where}"
+        )
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        seconds = _INF
+    if not 0.0 < seconds < _INF:
+        raise ValueError(
+            f"{name} must be positive and finite seconds or None, got {_shown(value)}{where}"
+        )
+    return seconds
+
+
+def _int_of(value: Any) -> int | None:
+    """An int from an int-like (an IntEnum, a numpy integer); ``None`` for a bool, a float or
+    anything else."""
+    if isinstance(value, bool | float):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _priority_of(job: object, value: object) -> int:
+    """``value`` as a job's priority: an int (never a bool) within :data:`PRIORITY_RANGE`."""
+    number = _int_of(value)
+    if number is None or not _PRIORITY_MIN <= number <= _PRIORITY_MAX:
+        name, where = _who(job, "priority")
+        if number is None:
+            raise TypeError(
+                f"{name} must be an int (higher runs first), "
+                f"got {type(value).__name__} {_shown(value)}{where}"
+            )
+        raise ValueError(f"{name} must be between -2**63 and 2**63 - 1, got {_shown(value)}{where}")
+    return number
+
+
+def _retries_of(job: object, value: object) -> int:
+    """``value`` as a job's transparent re-run budget: an int >= 0 (never a bool)."""
+    number = _int_of(value)
+    if number is None or number < 0:
+        name, where = _who(job, "upstream_retries")
+        kind = TypeError if number is None else ValueError
+        raise kind(f"{name} must be an int >= 0, got {type(value).__name__} {_shown(value)}{where}")
+    return number
+
+
+def _tolerance_of(job: object, value: object) -> bool:
+    if type(value) is not bool:
+        name, where = _who(job, "tolerates_dependency_failures")
+        raise TypeError(
+            f"{name} must be True or False, got {type(value).__name__} {_shown(value)}{where}"
+        )
+    return value
+
+
+def check_job_settings(job: AbstractJob[Any]) -> None:
+    """The door's check of a job's knobs as they read now; raises TypeError or ValueError
+    naming the job, the setting and the value.
+
+    Assignment and class definition already refuse a bad value; this catches what bypassed
+    both: a property override, a class attribute replaced after the class was made, a value
+    written past the setter. Nothing in it awaits or registers anything, so the door can call it
+    before the job is known to the dispatcher.
+    """
+    timeout = job.timeout
+    has_deadline = job._has_deadline
+    if timeout is not None and not (
+        has_deadline and type(timeout) is float and 0.0 < timeout < _INF
+    ):
+        _timeout_of(job, timeout)
+    priority = job.priority
+    if type(priority) is not int or not _PRIORITY_MIN <= priority <= _PRIORITY_MAX:
+        _priority_of(job, priority)
+    retries = job.upstream_retries
+    if type(retries) is not int or retries < 0:
+        _retries_of(job, retries)
+    _tolerance_of(job, job.tolerates_dependency_failures)
+
+
+_ABSENT = object()
+
+
+def _inherited(cls: type, name: str) -> object:
+    """What ``cls`` would inherit as ``name`` without its own body's value."""
+    for base in cls.__mro__[1:]:
+        if name in vars(base):
+            return vars(base)[name]
+    return _ABSENT
+
+
+_CHECKED_SETTINGS: dict[str, tuple[str, Callable[[object, Any], object]]] = {
+    "timeout": ("_nucleo_timeout", _timeout_of),
+    "priority": ("_nucleo_priority", _priority_of),
+    "upstream_retries": ("_nucleo_retries", _retries_of),
+    "tolerates_dependency_failures": ("_nucleo_tolerates", _tolerance_of),
+}
 
 
 def display_name(name: str, action: str = "") -> Callable[[J], J]:
@@ -72,13 +220,40 @@ class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
     its parent's workflow and user (ID-03..05). Override :meth:`execute`; override
     :meth:`requirements` to declare what admission must grant before it runs.
 
-    Knobs a subclass or its caller may set: ``priority`` (higher runs first in the priority
-    lane), ``timeout`` in seconds (``None`` for no deadline; a job that declares resources must
-    have one), ``upstream_retries`` (the transparent re-run budget) and
-    ``tolerates_dependency_failures``.
+    Knobs a subclass or its caller may set: ``priority`` (an int; higher runs first in the
+    priority lane), ``timeout`` in seconds (positive and finite, or ``None`` for no deadline; a
+    job that declares resources must have one), ``upstream_retries`` (the transparent re-run
+    budget, an int >= 0) and ``tolerates_dependency_failures`` (a bool). Each is checked when it
+    is assigned, so a NaN, an infinity, a negative, a bool or a string is refused on the line
+    that wrote it, naming the job and the value. A plain value in a subclass's body
+    (``class Slow(Tool[str]): timeout = 600.0``) declares that class's default and is checked
+    when the class is made; the door checks every knob once more at submit
+    (:func:`check_job_settings`), for values that reached the job some other way.
     """
 
     job_type: ClassVar[JobType] = JobType.JOB
+    _has_deadline: ClassVar[bool] = True
+    """False for orchestrators, whose timeout is always ``None``."""
+
+    # The knobs' defaults live on the class, so building a job writes none of them.
+    _nucleo_timeout: float | None = DEFAULT_TIMEOUT
+    _nucleo_priority: int = 0
+    _nucleo_retries: int = DEFAULT_UPSTREAM_RETRIES
+    _nucleo_tolerates: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A plain value in the class body would hide the checked property (and let instances
+        # write past it): check it now and make it the class's default instead.
+        namespace = vars(cls)
+        for setting, (slot, check) in _CHECKED_SETTINGS.items():
+            value = namespace.get(setting, _ABSENT)
+            if value is _ABSENT or hasattr(value, "__get__"):
+                continue  # absent, or a property of the subclass's own: the door checks that
+            checked = check(cls, value)
+            if _inherited(cls, setting) in _KNOB_PROPERTIES:
+                delattr(cls, setting)
+                setattr(cls, slot, checked)
 
     def __init__(self, parent: Identifiable, prefix: str | None = None) -> None:
         if parent is None:
@@ -93,11 +268,6 @@ class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
                 f"got {type(parent).__name__}"
             ) from None
         self._job_id = mint_id(prefix or type(self).__name__)
-        self.priority: int = 0
-        if not isinstance(self, Orchestrator):
-            self.timeout: float | None = DEFAULT_TIMEOUT
-        self.upstream_retries: int = DEFAULT_UPSTREAM_RETRIES
-        self.tolerates_dependency_failures: bool = False
         self._context: JobContext | None = None
 
     # -- identity -----------------------------------------------------------------------------
@@ -137,13 +307,55 @@ class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
             raise RuntimeError(f"{self.name} has not been submitted to a dispatcher yet")
         return self._context
 
+    # -- knobs --------------------------------------------------------------------------------
+    @property
+    def timeout(self) -> float | None:
+        """The deadline of each attempt in seconds, ``None`` for none (ID-07)."""
+        return self._nucleo_timeout
+
+    @timeout.setter
+    def timeout(self, seconds: float | None) -> None:
+        if type(seconds) is float and 0.0 < seconds < _INF:  # the common case: one comparison
+            self._nucleo_timeout = seconds
+        else:
+            self._nucleo_timeout = _timeout_of(self, seconds)
+
     def set_timeout(self, seconds: float | None) -> None:
         """Declare the job's deadline in seconds; ``None`` declares none."""
-        if seconds is not None and not seconds > 0:
-            raise ValueError(
-                f"{self.name}: a timeout must be positive seconds or None, got {seconds!r}"
-            )
         self.timeout = seconds
+
+    @property
+    def priority(self) -> int:
+        """Higher runs first in the priority lane; 0 by default (ID-06, ROUTE-03)."""
+        return self._nucleo_priority
+
+    @priority.setter
+    def priority(self, value: int) -> None:
+        if type(value) is int and _PRIORITY_MIN <= value <= _PRIORITY_MAX:
+            self._nucleo_priority = value
+        else:
+            self._nucleo_priority = _priority_of(self, value)
+
+    @property
+    def upstream_retries(self) -> int:
+        """How many times an upstream signal re-runs the job transparently."""
+        return self._nucleo_retries
+
+    @upstream_retries.setter
+    def upstream_retries(self, value: int) -> None:
+        if type(value) is int and value >= 0:
+            self._nucleo_retries = value
+        else:
+            self._nucleo_retries = _retries_of(self, value)
+
+    @property
+    def tolerates_dependency_failures(self) -> bool:
+        """Whether the job runs when a dependency failed, with ``None`` for its result."""
+        return self._nucleo_tolerates
+
+    @tolerates_dependency_failures.setter
+    def tolerates_dependency_failures(self, value: bool) -> None:
+        self._nucleo_tolerates = _tolerance_of(self, value)
 
     # -- the contract -------------------------------------------------------------------------
     def requirements(self) -> JobRequirements:
@@ -221,6 +433,8 @@ class Orchestrator(AbstractJob[R], ScopeAuthority):
     """
 
     job_type: ClassVar[JobType] = JobType.DOER
+    _has_deadline: ClassVar[bool] = False
+    _nucleo_timeout: float | None = None
 
     @property
     def timeout(self) -> None:
@@ -306,3 +520,12 @@ class Doer(Orchestrator[R]):
         stamped = dict(metadata or {})
         stamped[META_ITERATION] = self._step
         return self.submit(job, dependencies, stamped)
+
+
+_KNOB_PROPERTIES: frozenset[object] = frozenset(
+    [
+        *(vars(AbstractJob)[setting] for setting in _CHECKED_SETTINGS),
+        vars(Orchestrator)["timeout"],
+    ]
+)
+"""The checked properties a class-body value may stand in for as the class's default."""
