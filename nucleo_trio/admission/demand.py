@@ -12,11 +12,19 @@ all (``wall_wait``) and, per account name, how long that account kept the job wa
 (``wait_times_ms``; these overlap, so they can add up to more than the wall wait). It is settled
 exactly once, by ``Admission.release`` or ``Admission.rollback``; a second settlement is a no-op,
 so a close that overlaps a force-close cannot return a permit twice.
+
+An amount is checked where it is declared, not where it is spent: ``None`` (a unit permit), a
+finite non-negative number, or anything else the account resolves with ``account_for`` (a
+routing key). A bool, NaN, an infinity, a negative or a complex number is refused by
+:func:`check_amount` when the demand is built, with an error naming the limiter and the value,
+so no account ever sees one (a negative token count would otherwise credit a bucket, and a NaN
+is neither more nor less than any level).
 """
 
 from __future__ import annotations
 
 import decimal
+import math
 import numbers
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -29,7 +37,55 @@ from .limiter import LimiterIdentity, RateLimiter
 if TYPE_CHECKING:
     from ..jobs.snapshot import JobSnapshot
 
-__all__ = ["Demand", "DemandEntry", "Grant", "units_of"]
+__all__ = ["Demand", "DemandEntry", "Grant", "amount_problem", "check_amount", "units_of"]
+
+_INF = math.inf
+
+
+def amount_problem(amount: object) -> tuple[type[Exception], str] | None:
+    """Why ``amount`` can be on no account, as ``(error class, reason)``; ``None`` when it can.
+
+    ``None`` and finite non-negative numbers pass; so does anything that is not a number at all
+    (a routing key: the account judges it in ``account_for``). A bool (``True`` would count as
+    1), a complex number, NaN, an infinity and a negative number are refused.
+    """
+    kind = type(amount)
+    if kind is int:
+        return None if amount >= 0 else (ValueError, "it is negative")  # type: ignore[operator]
+    if kind is float:
+        if 0.0 <= amount < _INF:  # type: ignore[operator]
+            return None  # NaN fails both comparisons and falls through
+    elif amount is None:
+        return None
+    if kind is bool:
+        return TypeError, "a bool is not an amount"
+    if not isinstance(amount, numbers.Number | decimal.Decimal):
+        return None  # not a number: the account's to understand
+    if not isinstance(amount, numbers.Real | decimal.Decimal):
+        return TypeError, f"a {kind.__name__} is not a real number"
+    try:
+        value = float(amount)
+    except (ArithmeticError, ValueError):
+        return ValueError, "it is not a finite number"
+    if value != value:
+        return ValueError, "it is NaN"
+    if value in (_INF, -_INF):
+        return ValueError, "it is infinite"
+    if value < 0:
+        return ValueError, "it is negative"
+    return None
+
+
+def check_amount(limiter: object, amount: object, *, where: str) -> None:
+    """Refuse an amount no account can take (see :func:`amount_problem`), naming ``where`` it
+    was declared, the limiter and the value."""
+    problem = amount_problem(amount)
+    if problem is not None:
+        error, reason = problem
+        raise error(
+            f"{where}: the amount on {_limiter_name(limiter)} must be None or a finite, "
+            f"non-negative number, got {amount!r} ({type(amount).__name__}: {reason})"
+        )
 
 
 def units_of(amounts: tuple[Any, ...] | list[Any]) -> int | float:
@@ -58,12 +114,21 @@ def units_of(amounts: tuple[Any, ...] | list[Any]) -> int | float:
 class DemandEntry:
     """One account of a demand: the limiter, the identity it debits, and the amounts on it.
 
-    ``amounts`` is a tuple (read-only); an amount may be ``None`` (a unit permit).
+    ``amounts`` is a tuple (read-only); an amount may be ``None`` (a unit permit). Each amount
+    is checked with :func:`check_amount` when the entry is built.
     """
 
     limiter: RateLimiter
     key: LimiterIdentity
-    amounts: tuple[Any, ...]
+    amounts: tuple[Any, ...] = attrs.field()
+
+    @amounts.validator
+    def _check_amounts(self, attribute: attrs.Attribute[Any], amounts: tuple[Any, ...]) -> None:
+        if type(amounts) is not tuple:
+            raise TypeError(f"DemandEntry: amounts must be a tuple, got {type(amounts).__name__}")
+        for amount in amounts:
+            if amount is not None:
+                check_amount(self.limiter, amount, where="DemandEntry")
 
     @property
     def units(self) -> int | float:
@@ -85,11 +150,18 @@ class Demand:
         self._entries: list[DemandEntry] = []
 
     def add(self, limiter: RateLimiter, amount: Any = None) -> Demand:
-        """Add ``amount`` on ``limiter``: merged into the entry for the same account, if any."""
+        """Add ``amount`` on ``limiter``: merged into the entry for the same account, if any.
+
+        An amount no account can take (a bool, NaN, an infinity, a negative) is refused here,
+        before the limiter sees it (:func:`check_amount`); the limiter's ``account_for`` may
+        refuse what it does not understand (a token bucket takes only token counts).
+        """
         if limiter is None or not callable(getattr(limiter, "account_for", None)):
             raise TypeError(
                 f"Demand.add: limiter must be a RateLimiter, got {type(limiter).__name__}"
             )
+        if amount is not None:
+            check_amount(limiter, amount, where="Demand.add")
         key = limiter.account_for(amount)
         if key is None:
             raise TypeError(
@@ -139,6 +211,17 @@ def _name_of(identity: LimiterIdentity) -> str:
         return type(identity).__name__
 
 
+def _limiter_name(limiter: object) -> str:
+    """The limiter as an error message names it: its name, else its type."""
+    try:
+        name = getattr(limiter, "limiter_name", None)
+    except Exception:  # noqa: BLE001 - a name for a message must never raise
+        name = None
+    if isinstance(name, str) and name:
+        return repr(name)
+    return type(limiter).__name__
+
+
 def _frozen_waits(value: Mapping[str, int]) -> Mapping[str, int]:
     if type(value) is MappingProxyType:
         return value  # already read-only (the fast path's shared empty map)
@@ -163,6 +246,8 @@ class Grant:
         factory=dict, converter=_frozen_waits, repr=False
     )
     _owner: object = attrs.field(default=None, repr=False)
+    # The owner's bookkeeping for each entry, handed back at settlement (private to it).
+    _tracked: tuple[Any, ...] = attrs.field(default=(), repr=False)
     _settled: bool = attrs.field(default=False, init=False)
 
     @property

@@ -59,6 +59,22 @@ changed. The bookkeeping and its invariant:
 
 Account wake-ups that land during a pass (a compensating give that runs the wake) are applied at
 the start of the next pass, which the wake-up requests; a pass therefore never loops on itself.
+
+**Hostile accounts.** Every answer an account gives is checked where the monitor receives it:
+``fits`` and ``try_take`` must answer ``True`` or ``False``, ``earliest_fit`` ``None`` or an
+instant (an int or a float; ``+inf`` means "never from the clock alone" and is read as ``None``;
+NaN, ``-inf``, a bool or anything else is refused). A wrong answer is an account fault, handled
+exactly like a raise (ADM-41..43): that waiter alone is refused with an
+:class:`~nucleo_trio.errors.UncorrectableError` naming the account and the value, what the
+attempt took is given back, and the evaluator goes on. (What a ``try_take`` that gave no
+answer did to its own account is unknown, so only the entries taken before it are given back.)
+
+**Forgetting.** An account is tracked only while a parked waiter or an unsettled grant uses it:
+when the last one leaves, its bookkeeping goes, so ``accounts()`` and every map stay as large
+as what is in use, however many accounts come and go. The wake installed on a limiter (once per
+limiter, ADM-10) stays installed, but it reaches the monitor only through weak references and
+does nothing while the limiter is not in use; when the limiter is used again the same wake
+serves it, and only a limiter whose wake was replaced or cleared since gets a new one.
 """
 
 from __future__ import annotations
@@ -66,7 +82,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
+import numbers
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from types import MappingProxyType
@@ -133,15 +152,20 @@ class AdmissionWaiter(Protocol):
 
 
 class _Account:
-    """One account as admission tracks it: a limiter and the identity it debits."""
+    """One account as admission tracks it: a limiter and the identity it debits.
 
-    __slots__ = ("groups", "key", "key_id", "limiter")
+    ``users`` counts the waiters in the monitor and the unsettled grants that name it; at 0 the
+    monitor forgets the account.
+    """
+
+    __slots__ = ("groups", "key", "key_id", "limiter", "users")
 
     def __init__(self, limiter: RateLimiter, key: LimiterIdentity) -> None:
         self.limiter = limiter
         self.key = key
         self.key_id = id(key)
         self.groups: dict[Hashable, _Group] = {}
+        self.users = 0
 
     def group(self, signature: Hashable) -> _Group:
         group = self.groups.get(signature)
@@ -175,6 +199,35 @@ class _Group:
                 return waiter
             heapq.heappop(heap)
         return None
+
+
+class _Wake:
+    """The wake-up admission installs on a limiter (ADM-10): a callable that reaches the
+    monitor and the limiter only weakly, so an idle limiter keeps neither alive and a wake
+    from a limiter the monitor no longer tracks does nothing."""
+
+    __slots__ = ("__weakref__", "_limiter", "_limiter_id", "_monitor")
+
+    def __init__(self, monitor: Admission, limiter: RateLimiter) -> None:
+        self._monitor = weakref.ref(monitor)
+        self._limiter_id = id(limiter)
+        self._limiter: Callable[[], RateLimiter | None]
+        try:
+            self._limiter = weakref.ref(limiter)
+        except TypeError:
+            # A limiter without weak references: held strongly, so its id cannot be reused
+            # while this wake (installed on it) is alive.
+            self._limiter = lambda: limiter
+
+    def __call__(self) -> None:
+        monitor = self._monitor()
+        if monitor is not None:
+            monitor._limiter_woke(self._limiter_id)
+
+    @property
+    def limiter(self) -> RateLimiter | None:
+        """The limiter this wake was installed on, if it is still alive."""
+        return self._limiter()
 
 
 class _Unset:
@@ -293,7 +346,55 @@ def _ms(seconds: float) -> int:
     return max(0, round(seconds * 1_000_000_000)) // 1_000_000
 
 
+_INF = math.inf
+_A_BOOL = "True or False"
+_AN_INSTANT = (
+    "None (only an event can help) or a trio.current_time() instant, an int or a float "
+    "(+inf reads as None; not NaN, -inf or a bool)"
+)
+
+
+class _AccountAnswerError(TypeError):
+    """An account answered admission with a value its contract does not allow."""
+
+
+def _bad_answer(method: str, value: object, expected: str) -> _AccountAnswerError:
+    return _AccountAnswerError(
+        f"{method} returned {value!r} (a {type(value).__name__}); it must return {expected}"
+    )
+
+
+def _instant(value: object) -> float | None:
+    """An ``earliest_fit`` answer as the evaluator uses it; raises on a value it cannot use."""
+    if value is None:
+        return None
+    kind = type(value)
+    if kind is float:
+        if -_INF < value < _INF:  # type: ignore[operator]
+            return value  # type: ignore[return-value]
+    elif kind is int:
+        return value  # type: ignore[return-value]
+    return _odd_instant(value)
+
+
+def _odd_instant(value: object) -> float | None:
+    """The slow path of :func:`_instant`: subclasses, other reals, infinities and faults."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise _bad_answer("earliest_fit", value, _AN_INSTANT)
+    try:
+        instant = float(value)
+    except (ArithmeticError, ValueError, TypeError):
+        raise _bad_answer("earliest_fit", value, _AN_INSTANT) from None
+    if instant != instant or instant == -_INF:
+        raise _bad_answer("earliest_fit", value, _AN_INSTANT)
+    return None if instant == _INF else instant
+
+
 _DeadlineTarget: TypeAlias = "_Group | int"
+
+_DEADLINE_SLACK = 256
+"""The deadline heap is compacted (stale entries dropped) when it outgrows twice its live
+entries and at least this many."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -333,9 +434,13 @@ class Admission:
 
         self._line: OrderedDict[int, _Waiter] = OrderedDict()
         self._seqs = itertools.count()
+        # (limiter id, identity id) -> the account: only accounts in use right now.
         self._accounts: dict[tuple[int, int], _Account] = {}
-        # limiter id -> (limiter, its accounts); every limiter whose wake this monitor installed.
+        # limiter id -> (limiter, its accounts in use): the limiters whose wake counts now.
         self._wired: dict[int, tuple[RateLimiter, list[_Account]]] = {}
+        # limiter id -> the wake installed on it, while the limiter holds it (weakly: an entry
+        # goes when its limiter drops the wake or dies, so this is as large as what holds one).
+        self._hooks: weakref.WeakValueDictionary[int, _Wake] = weakref.WeakValueDictionary()
         self._held_counts: dict[int, int] = {}
 
         self._head_blockers: set[_Account] = set()
@@ -350,6 +455,7 @@ class Admission:
         self._vias: dict[int, list[_Group | None]] = {}
         self._deadlines: list[tuple[float, int, _Group | int]] = []
         self._deadline_order = itertools.count()
+        self._deadline_limit = _DEADLINE_SLACK  # the heap is compacted when it grows past this
         self._woken: set[int] = set()
 
         self._started = False
@@ -368,8 +474,9 @@ class Admission:
         return len(self._line)
 
     def accounts(self) -> tuple[LimiterIdentity, ...]:
-        """Every account a demand has named since admission started, in the order first met
-        (the memory account, which no demand names, is :attr:`memory`)."""
+        """Every account in use right now (a parked waiter or an unsettled grant names it), in
+        the order first met since it was last idle. An account nobody holds or waits on is
+        forgotten. The memory account, which no demand names, is :attr:`memory`."""
         return tuple(account.key for account in self._accounts.values())
 
     @property
@@ -404,7 +511,7 @@ class Admission:
         if not self.is_stopped:
             memory = self._memory
             self._wired[id(memory)] = (memory, [self._memory_account])
-            memory.on_capacity_change(self._waker(id(memory)))
+            self._install_wake(memory)
             memory_key = self._memory_account.key_id
             counts = self._held_counts
             memory.observe_held(lambda: counts.get(memory_key, 0))
@@ -439,11 +546,16 @@ class Admission:
         if self._wake_event is not None:
             self._wake_event.set()
 
-    def _waker(self, limiter_id: int) -> Callable[[], None]:
-        def wake() -> None:
-            self._limiter_woke(limiter_id)
-
-        return wake
+    def _install_wake(self, limiter: RateLimiter) -> None:
+        """Install the wake on ``limiter`` unless the one installed earlier is still in place
+        (once per limiter over the monitor's life, ADM-10)."""
+        limiter_id = id(limiter)
+        hook = self._hooks.get(limiter_id)
+        if hook is not None and hook.limiter is limiter:
+            return
+        hook = _Wake(self, limiter)
+        limiter.on_capacity_change(hook)
+        self._hooks[limiter_id] = hook
 
     def _limiter_woke(self, limiter_id: int) -> None:
         if self.is_stopped:
@@ -453,6 +565,8 @@ class Admission:
             if self._token is not None:
                 self._token.run_sync_soon(self._limiter_woke, limiter_id)
             return
+        if limiter_id not in self._wired:
+            return  # nobody uses the limiter now: nothing to look at
         self._woken.add(limiter_id)
         self._wake()
 
@@ -510,6 +624,7 @@ class Admission:
                 outcome = self._attempt(w, None, arrival)
             except Exception as defect:  # noqa: BLE001 - a defect closes admission for good
                 self._close_on_defect(defect)
+                self._unuse(w)
                 raise self._defect_error() from defect
             if outcome == _GRANTED:
                 assert w.grant is not None
@@ -537,23 +652,68 @@ class Admission:
         context: AdmissionWaiter | None,
         arrival: float,
     ) -> _Waiter:
-        accounts = tuple(self._account_of(entry) for entry in entries)
-        return _Waiter(next(self._seqs), entries, accounts, snapshot, context, arrival)
+        accounts: list[_Account] = []
+        try:
+            for entry in entries:
+                accounts.append(self._account_of(entry))
+        except BaseException:
+            self._release_accounts(accounts)
+            raise
+        return _Waiter(next(self._seqs), entries, tuple(accounts), snapshot, context, arrival)
 
     def _account_of(self, entry: DemandEntry) -> _Account:
+        """The account ``entry`` debits, tracked from now on, with one more user."""
         limiter = entry.limiter
         ident = (id(limiter), id(entry.key))
         account = self._accounts.get(ident)
         if account is None:
-            account = self._accounts[ident] = _Account(limiter, entry.key)
-            wired = self._wired.get(id(limiter))
+            account = _Account(limiter, entry.key)
+            limiter_id = id(limiter)
+            wired = self._wired.get(limiter_id)
             if wired is None:
-                # Install the wake once per limiter instance over the monitor's life (ADM-10).
-                self._wired[id(limiter)] = (limiter, [account])
-                limiter.on_capacity_change(self._waker(id(limiter)))
+                try:
+                    self._install_wake(limiter)
+                except Exception as exc:  # noqa: BLE001 - the account's fault: refuse this admit
+                    name = _name_of(entry.key)
+                    raise UncorrectableError(
+                        f"{name} failed during admission: on_capacity_change raised {exc!r}",
+                        cause=exc,
+                    ) from exc
+                self._wired[limiter_id] = (limiter, [account])
             else:
                 wired[1].append(account)
+            self._accounts[ident] = account
+        account.users += 1
         return account
+
+    def _unuse(self, w: _Waiter) -> None:
+        """``w`` left without a grant: its accounts lose a user (once per waiter)."""
+        accounts, w.accounts = w.accounts, ()
+        self._release_accounts(accounts)
+
+    def _release_accounts(self, accounts: Sequence[_Account]) -> None:
+        for account in accounts:
+            account.users -= 1
+            if account.users <= 0:
+                self._forget(account)
+
+    def _forget(self, account: _Account) -> None:
+        """Nobody holds or waits on ``account``: drop its bookkeeping. Its limiter keeps the
+        installed wake, which does nothing until the limiter is used again."""
+        limiter = account.limiter
+        ident = (id(limiter), account.key_id)
+        if self._accounts.get(ident) is account:
+            del self._accounts[ident]
+        wired = self._wired.get(id(limiter))
+        if wired is not None and limiter is not self._memory:
+            accounts = wired[1]
+            if account in accounts:
+                accounts.remove(account)
+            if not accounts:
+                del self._wired[id(limiter)]
+        if self._held_counts.get(account.key_id) == 0:
+            del self._held_counts[account.key_id]
+        account.groups.clear()
 
     def _enqueue(self, w: _Waiter) -> None:
         self._line[w.seq] = w
@@ -629,8 +789,9 @@ class Admission:
                 self._wake()
             return
         open_ = not self.is_stopped
+        tracked: tuple[_Account, ...] = grant._tracked
         first_error: Exception | None = None
-        for entry in grant.entries:
+        for index, entry in enumerate(grant.entries):
             try:
                 if not everything and entry.limiter.replenishment() is not Replenishment.RELEASE:
                     continue
@@ -647,9 +808,8 @@ class Admission:
                 None,
                 entry,
             )
-            account = self._accounts.get((id(entry.limiter), id(entry.key)))
-            if open_ and account is not None:
-                self._mark_account(account)
+            if open_ and index < len(tracked):
+                self._mark_account(tracked[index])
         try:
             # A completion for the memory gate (ADM-47); memory never reports RELEASED.
             self._memory.give(_NOTHING)
@@ -658,6 +818,8 @@ class Admission:
         if open_:
             self._mark_account(self._memory_account)
             self._wake()
+        # The grant is settled whatever a give did (ADM-45): its accounts lose this user.
+        self._release_accounts(tracked)
         if first_error is not None:
             raise first_error
 
@@ -688,12 +850,19 @@ class Admission:
 
     def _drain(self, reason: str, failure: Callable[[], BaseException]) -> None:
         """Refuse every parked waiter and forget every wired account (ADM-06, ADM-44)."""
-        for limiter, _ in list(self._wired.values()):
+        # Every limiter still holding the wake, in use or idle (the memory account included).
+        limiters = {id(limiter): limiter for limiter, _ in self._wired.values()}
+        for hook in list(self._hooks.values()):
+            limiter = hook.limiter
+            if limiter is not None:
+                limiters.setdefault(id(limiter), limiter)
+        for limiter in limiters.values():
             try:
                 limiter.on_capacity_change(None)
             except Exception:  # noqa: BLE001 - stopping goes on whatever one account does
                 log.exception("Clearing the wake of %r failed", limiter)
         self._wired.clear()
+        self._hooks.clear()
         try:
             now: float | None = self._clock()
         except RuntimeError:
@@ -704,6 +873,7 @@ class Admission:
             w.in_line = False
             self._reject_held(w, reason, now)
             w.failure = failure()
+            self._unuse(w)
             w.unpark()
         self._off_memory.clear()
         self._candidates.clear()
@@ -805,6 +975,8 @@ class Admission:
         # Step 2 (ADM-28): memory before any entry.
         try:
             memory_fits = memory.fits(_NOTHING, _NOTHING)
+            if memory_fits is not True and memory_fits is not False:
+                raise _bad_answer("fits", memory_fits, _A_BOOL)
         except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
             return self._refuse(w, memory_account, exc, now)
         if not memory_fits:
@@ -818,10 +990,13 @@ class Admission:
             account = accounts[index]
             reserved = reserve.get(account, _NOTHING) if reserve is not None else _NOTHING
             try:
-                if entry.limiter.fits(entry.amounts, reserved):
+                fits = entry.limiter.fits(entry.amounts, reserved)
+                if fits is True:
                     continue
+                if fits is not False:
+                    raise _bad_answer("fits", fits, _A_BOOL)
                 self._mark_held(w, account, entry, now)
-                instant = entry.limiter.earliest_fit(entry.amounts, reserved)
+                instant = _instant(entry.limiter.earliest_fit(entry.amounts, reserved))
             except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
                 return self._refuse(w, account, exc, now)
             shorts.append((index, instant))
@@ -835,6 +1010,9 @@ class Admission:
             reserved = reserve.get(account, _NOTHING) if reserve is not None else _NOTHING
             try:
                 took = entry.limiter.try_take(entry.amounts, reserved)
+                if took is not True and took is not False:
+                    # Whether it debited is unknown: only the entries before it go back.
+                    raise _bad_answer("try_take", took, _A_BOOL)
             except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
                 self._give_back(w, taken)
                 return self._refuse(w, account, exc, now)
@@ -842,7 +1020,7 @@ class Admission:
                 self._give_back(w, taken)
                 try:
                     self._mark_held(w, account, entry, now)
-                    instant = entry.limiter.earliest_fit(entry.amounts, reserved)
+                    instant = _instant(entry.limiter.earliest_fit(entry.amounts, reserved))
                 except Exception as exc:  # noqa: BLE001 - as above
                     return self._refuse(w, account, exc, now)
                 self._hold(
@@ -853,6 +1031,8 @@ class Admission:
         # Step 5 (ADM-32): memory after every entry.
         try:
             memory_took = memory.try_take(_NOTHING, _NOTHING)
+            if memory_took is not True and memory_took is not False:
+                raise _bad_answer("try_take", memory_took, _A_BOOL)
         except Exception as exc:  # noqa: BLE001 - as above
             self._give_back(w, taken)
             return self._refuse(w, memory_account, exc, now)
@@ -866,7 +1046,7 @@ class Admission:
         memory_account = self._memory_account
         try:
             self._mark_held(w, memory_account, None, now)
-            instant = self._memory.earliest_fit(_NOTHING, _NOTHING)
+            instant = _instant(self._memory.earliest_fit(_NOTHING, _NOTHING))
         except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
             return self._refuse(w, memory_account, exc, now)
         if head is not None and not self._head_memory_short:
@@ -940,7 +1120,7 @@ class Admission:
             # An earlier look already scheduled for this head suffices: it asks again and
             # schedules afresh, so re-asks on events do not pile up entries.
             self._head_deadline = (w.seq, deadline)
-            heapq.heappush(self._deadlines, (deadline, next(self._deadline_order), w.seq))
+            self._push_deadline(deadline, w.seq)
         if on_memory and not was_memory_short:
             # MEM-36: every resourceful waiter behind a head short on memory is held on memory.
             for follower in list(self._off_memory.values()):
@@ -956,7 +1136,15 @@ class Admission:
             waits[name] = waits.get(name, 0) + _ms(now - since)
         # An empty grant never reports anything, so it needs no snapshot (DG-10).
         snapshot = w.snapshot if w.entries and self._emit_fn is not None else None
-        grant = Grant(w.entries, snapshot, max(0.0, now - w.arrival), waits, owner=self)
+        # The waiter's claim on its accounts passes to the grant, until it settles.
+        grant = Grant(
+            w.entries,
+            snapshot,
+            max(0.0, now - w.arrival),
+            waits,
+            owner=self,
+            tracked=w.accounts,
+        )
         counts = self._held_counts
         for index, entry in enumerate(w.entries):
             key_id = w.accounts[index].key_id
@@ -997,6 +1185,7 @@ class Admission:
         w.held.clear()
         w.grant = grant
         self._leave_line(w)
+        w.accounts = ()
         w.unpark()
 
     def _refuse(self, w: _Waiter, account: _Account, exc: Exception, now: float) -> int:
@@ -1036,6 +1225,7 @@ class Admission:
             )
         w.failure = failure
         self._leave_line(w)
+        self._unuse(w)
         w.unpark()
 
     def _reject_held(self, w: _Waiter, reason: str, now: float | None) -> None:
@@ -1104,6 +1294,7 @@ class Admission:
                 groups = group.account.groups
                 if groups.get(group.signature) is group:
                     del groups[group.signature]
+                self._suspended.discard(group)
         w.groups.clear()
 
     def _join(self, group: _Group, w: _Waiter) -> None:
@@ -1127,7 +1318,24 @@ class Admission:
             return
         if group.deadline is None or instant < group.deadline:
             group.deadline = instant
-            heapq.heappush(self._deadlines, (instant, next(self._deadline_order), group))
+            self._push_deadline(instant, group)
+
+    def _push_deadline(self, instant: float, target: _Group | int) -> None:
+        deadlines = self._deadlines
+        heapq.heappush(deadlines, (instant, next(self._deadline_order), target))
+        if len(deadlines) > self._deadline_limit:
+            # Entries whose look is no longer owed (a superseded instant, a group that
+            # emptied, a head that left) would stay until their instant: drop them now.
+            deadlines[:] = [entry for entry in deadlines if self._deadline_owed(*entry)]
+            heapq.heapify(deadlines)
+            self._deadline_limit = max(_DEADLINE_SLACK, 2 * len(deadlines))
+
+    def _deadline_owed(self, instant: float, order: int, target: _Group | int) -> bool:
+        if isinstance(target, _Group):
+            return (
+                target.deadline == instant and target.account.groups.get(target.signature) is target
+            )
+        return self._head_deadline == (target, instant)
 
     def _push(self, seq: int, via: _Group | None) -> None:
         vias = self._vias.get(seq)
