@@ -309,6 +309,13 @@ class _LiveSubscription(Subscription):
         except Exception:
             # The observer keeps receiving (BUS-09).
             logger.exception("observer of %r failed on %s", self, _describe(event))
+        except (KeyboardInterrupt, SystemExit) as fatal:
+            # Not an observer's failure but the program's: hand it to the bus's owner, which
+            # stops in order; the bus keeps delivering meanwhile (the terminal events to come).
+            on_fatal = self._bus.on_fatal
+            if on_fatal is None:
+                raise
+            on_fatal(fatal)
 
     async def consume(self) -> None:
         try:
@@ -369,6 +376,10 @@ class MessageBus:
         self._registered_unhashable: list[_LiveSubscription] = []
         # Subscriptions whose consumer task still runs, unsubscribed ones draining included.
         self._consumers: set[_LiveSubscription] = set()
+        self.on_fatal: Callable[[BaseException], None] | None = None
+        """Called with a ``KeyboardInterrupt`` or ``SystemExit`` an observer raised, instead of
+        letting it tear the bus down (the dispatcher sets it to stop in order); ``None``
+        re-raises it."""
 
     # -- lifecycle ----------------------------------------------------------------------------
 

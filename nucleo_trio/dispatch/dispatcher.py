@@ -15,6 +15,8 @@ budget.
 from __future__ import annotations
 
 import logging
+import math
+import os
 import random
 import time
 import warnings
@@ -110,6 +112,10 @@ MAX_TRUNCATION_RETRIES = 1
 DATABASE_CLOSE_WINDOW = 10.0
 """Seconds shutdown gives each configured database provider to close its idle connections."""
 
+INTERRUPT_WINDOW = 10.0
+"""Seconds shutdown waits for interrupted jobs to end (and each stoppable to stop) before it
+goes on without them (:attr:`JobDispatcher.interrupt_window`)."""
+
 
 @attrs.define
 class _Verdict:
@@ -132,12 +138,17 @@ class DelayedSubmission:
         self._error: BaseException | None = None
 
     async def handle(self) -> JobHandle[Any]:
-        """The handle once the delay has passed, or the refusal the submission met."""
+        """The handle once the delay has passed, or the refusal the submission met (a
+        :class:`NucleoSystemError` when the dispatcher stopped before the delay passed)."""
         await self._done.wait()
-        if self._error is not None:
-            raise self._error
-        assert self._handle is not None
+        if self._handle is None:
+            raise self._error or NucleoSystemError("dispatcher", "the submission never happened")
         return self._handle
+
+    def _refuse(self, error: BaseException) -> None:
+        if not self._done.is_set():
+            self._error = error
+            self._done.set()
 
     @property
     def done(self) -> bool:
@@ -211,14 +222,40 @@ class JobDispatcher:
         self._idle.set()
         self._closed = trio.Event()
         self._submitted_waiters: dict[str, list[trio.Event]] = {}
+        self._waited_on: dict[str, int] = {}
+        """How many live jobs name each job id as a dependency: only such an id can close a
+        cycle when it is submitted."""
+        self._job_tasks: dict[str, trio.lowlevel.Task] = {}
+        self._delayed: set[DelayedSubmission] = set()
+        # The stop: requested by shutdown(), an exception or cancellation around the dispatcher,
+        # or a fatal exception inside it; carried out by the run task (_stop_in_order).
+        self._serving = True
+        self._stop_requested = trio.Event()
+        self._stop_fast = False
+        self._stop_timeout = self.config.shutdown_timeout
+        self._grace_scope = trio.CancelScope()
+        self._fatal: BaseException | None = None
+        self.interrupt_window = INTERRUPT_WINDOW
+        """Seconds the stop waits for interrupted jobs to end before it settles them as
+        cancelled and names each one still running in a warning (repeated while it runs)."""
 
     # -- life -----------------------------------------------------------------------------------
     @property
     def is_running(self) -> bool:
+        """Whether the dispatcher has started and not stopped (false again once its run ended,
+        however it ended)."""
         return self._started and not self._stopped
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Run the dispatcher until :meth:`shutdown`. A second start is a no-op with a warning."""
+        """Run the dispatcher until :meth:`shutdown`. A second start is a no-op with a warning.
+
+        The dispatcher's own tasks run shielded from the cancel scopes around it, so that
+        however it is stopped it stops in order and settles every handle: a cancellation from
+        outside (``move_on_after``, a cancelled nursery) stops it at once, like an exception in
+        the ``async with open_dispatcher()`` block, then re-raises. A ``KeyboardInterrupt`` or
+        ``SystemExit`` raised inside it (a job, an observer) stops it the same way and leaves
+        ``run`` as itself; so does a crash of one of its own tasks.
+        """
         if self._started:
             warnings.warn(
                 "JobDispatcher is already started; the second start does nothing",
@@ -232,24 +269,112 @@ class JobDispatcher:
             self._load_plugins()
         self._started = True
         self.models.envelope.seal_default()  # ENV-02: start seals the default if none was
+        try:
+            async with trio.open_nursery() as guard:
+                guard.start_soon(self._stop_when_cancelled_from_outside)
+                with trio.CancelScope(shield=True):
+                    await self._serve(task_status)
+                guard.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            failure: BaseException | None = self._fatal or _boundary_error(group)
+            if failure is group:
+                raise
+        else:
+            failure = self._fatal
+        finally:
+            self._mark_stopped()
+        if failure is not None:
+            raise failure  # outside the except block: the failure keeps its own context
+
+    async def _serve(self, task_status: trio.TaskStatus[None]) -> None:
+        """The dispatcher's tasks, in the nursery order the shutdown undoes."""
         async with trio.open_nursery() as system:
             self._system = system
-            await system.start(self.bus.run)
+            self.bus.on_fatal = self._escalate
+            await system.start(self._supervised, self.bus.run, "the message bus")
             if self.config.health_every is not None:
                 self.bus.subscribe(self._health_reporter(self.config.health_every))
             if self.config.log_events:
                 self.bus.subscribe(EventLogger())
-            await system.start(self.admission.run)
-            await system.start(self._timekeeper.run)
+            await system.start(self._supervised, self.admission.run, "admission")
+            await system.start(self._supervised, self._timekeeper.run, "the timekeeper")
             self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STARTED))
             async with trio.open_nursery() as jobs:
                 self._jobs = jobs
                 # The Heart may fire at once (overdue slots), so only once jobs can run.
                 assert self.heart is not None
-                await system.start(self.heart.run)
+                await system.start(self._supervised, self.heart.run, "the heart")
                 task_status.started()
-                await self._closed.wait()
+                await self._stop_requested.wait()
+                await self._stop_in_order()
+                if self._tasks:
+                    system.start_soon(self._warn_while_stuck)
+            self._serving = False
             system.cancel_scope.cancel()
+
+    async def _supervised(
+        self,
+        run: Callable[..., Awaitable[None]],
+        what: str,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run one of the dispatcher's own tasks; its crash stops the dispatcher in order (every
+        handle settled) instead of tearing the nursery down under the jobs."""
+        try:
+            await run(task_status=task_status)
+        except BaseException as exc:  # noqa: BLE001 - escalated below, or re-raised
+            if not self._serving:
+                raise  # the serve's own cancel at the very end
+            log.critical("%s crashed; the dispatcher stops", what, exc_info=exc)
+            self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.ERROR, error=exc))
+            self._escalate(_fatal_in(exc) or exc)
+
+    async def _stop_when_cancelled_from_outside(self) -> None:
+        """Sleeps beside the shielded serve: a cancel scope around the dispatcher that is
+        cancelled wakes it, and it asks for the stop the shield would otherwise keep out."""
+        try:
+            await trio.sleep_forever()
+        finally:
+            self._request_stop(fast=True)
+
+    def _escalate(self, failure: BaseException) -> None:
+        """A ``KeyboardInterrupt``, ``SystemExit`` or crash inside the dispatcher: stop at once,
+        and let :meth:`run` raise it once every handle has settled."""
+        if self._fatal is None:
+            self._fatal = failure
+        self._request_stop(fast=True)
+
+    def _request_stop(self, *, fast: bool, timeout: float | None = None) -> None:
+        """Ask the run task for the stop sequence (see :meth:`shutdown`); a fast stop skips the
+        wait for running jobs and cancels every job at once. A later fast request overtakes a
+        graceful stop already waiting."""
+        if not self._stopping:
+            self._stopping = True
+            if timeout is not None:
+                self._stop_timeout = timeout
+            self._stop_requested.set()
+        if fast and not self._stop_fast:
+            self._stop_fast = True
+            self._grace_scope.cancel()
+
+    def _fast_requested(self) -> bool:
+        return self._stop_fast
+
+    def _mark_stopped(self) -> None:
+        """However :meth:`run` ended: a dead run is seen as stopped, and nothing waits on it."""
+        self._stopping = True
+        self._stopped = True
+        self._serving = False
+        self._stop_requested.set()
+        self._closed.set()
+        for answer in list(self._delayed):
+            answer._refuse(self._stopped_error("before the delay passed"))
+        self._delayed.clear()
+
+    def _stopped_error(self, when: str) -> NucleoSystemError:
+        why = "" if self._fatal is None else f" (it stopped on {self._fatal!r})"
+        return NucleoSystemError("dispatcher", f"the dispatcher stopped {when}{why}")
 
     def _load_plugins(self) -> None:
         """Plugins (built-ins, then entry points, then ``check_pending``) and the configured
@@ -282,46 +407,123 @@ class JobDispatcher:
         self.heart = Heart(self, store)
 
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the seed's shutdown(timeoutMs)
-        """Stop in the seed's order.
+        """Stop in the seed's order, and return once stopped.
 
         Every parked waiter is refused first, then the lanes stop; running jobs get ``timeout``
         seconds (the config's, 30 s when zero) before they are interrupted; every job still queued
         is settled as cancelled; each registered stoppable stops; the bus stops last, delivering
         what was published before it.
+
+        The stop runs in the dispatcher's own task, so it is idempotent and safe to cancel: a
+        caller whose ``shutdown()`` is cancelled stops waiting while the stop goes on, and every
+        later call waits for the same stop. Called from inside one of the dispatcher's jobs it
+        starts the stop and returns at once (a job cannot wait for its own end). A
+        ``KeyboardInterrupt`` that lands while it waits turns the stop into a fast one (every job
+        cancelled at once) and propagates once the stop is done. Interrupted jobs get
+        :attr:`interrupt_window` seconds to end; one that outlives it is settled as cancelled and
+        named in a warning while its task lives.
         """
         if not self._started:
             raise RuntimeError("JobDispatcher.shutdown: the dispatcher was never started")
-        if self._stopping:
-            await self._closed.wait()
+        if timeout is not None:
+            timeout = _checked_seconds("shutdown(timeout)", timeout)
+        self._request_stop(fast=False, timeout=timeout)
+        caller = current_job()
+        if caller is not None and caller.dispatcher is self:
             return
-        self._stopping = True
+        try:
+            await self._closed.wait()
+        except BaseException as exc:
+            fatal = _fatal_in(exc)
+            if fatal is None:
+                raise  # a cancelled wait: the stop goes on, and a later call waits for it
+            self._request_stop(fast=True)
+            with trio.CancelScope(shield=True):
+                await self._closed.wait()
+            raise
+
+    async def _stop_in_order(self) -> None:
+        """The stop sequence, run by the dispatcher's own task (see :meth:`shutdown`)."""
         self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STOPPING))
         if self.heart is not None:
             self.heart.stop()  # nothing fires into a dispatcher that is shutting down
-        wait = self.config.shutdown_timeout if timeout is None else timeout
-        if not wait:
-            wait = 30.0
+        if self._stop_fast:
+            self._cancel_everything()
         self.admission.stop()
-        with trio.move_on_after(wait):
-            await self._idle.wait()
+        if not self._stop_fast:
+            wait = self._stop_timeout or 30.0
+            with self._grace_scope:
+                self._grace_scope.deadline = trio.current_time() + wait
+                await self._idle.wait()
+            if self._fast_requested():
+                self._cancel_everything()  # overtaken by a fast stop while it waited
         for queued in list(self._running.values()):
             queued.interrupt()
-        await self._idle.wait()
+        with trio.move_on_after(self.interrupt_window):
+            await self._idle.wait()
+        for queued in list(self._running.values()):
+            if not queued.handle.done:
+                log.warning(self._stuck_report(queued))
+                self._finish(queued, self._forced(queued))
         for lane in (self._fast, self._standard):
             for queued in lane.drain():
                 self._finish(queued, self._cancelled(queued, "Cancelled by shutdown"))
         for stoppable in self._stoppables:
             try:
-                await stoppable.stop()
+                with trio.move_on_after(self.interrupt_window) as window:
+                    await stoppable.stop()
+                if window.cancelled_caught:
+                    log.error(
+                        "stopping %r took over %.0f s; abandoned", stoppable, self.interrupt_window
+                    )
             except Exception:
                 log.exception("stopping %r failed", stoppable)
         await self._close_built_databases()
         self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STOPPED))
         self._stopped = True
-        await self.bus.stop()
+        if self.bus.is_running:
+            await self.bus.stop()
         if self.heart is not None:
-            await self.heart.aclose()
+            try:
+                await self.heart.aclose()
+            except Exception:
+                log.exception("closing the heartbeat store failed")
         self._closed.set()
+
+    def _cancel_everything(self) -> None:
+        """A fast stop's first phase for every job at once: the cancel flag and callbacks (a
+        parked job leaves admission holding nothing, a wait on a dependency ends); the
+        interrupt that follows is the second phase."""
+        for queued in list(self._live.values()):
+            queued.cancel_message = queued.cancel_message or "Cancelled by shutdown"
+            queued.context.cancel("Cancelled by shutdown")
+
+    def _forced(self, queued: QueuedJob) -> _Verdict:
+        verdict = self._cancelled(queued, None)
+        verdict.forced = True
+        return verdict
+
+    async def _warn_while_stuck(self) -> None:
+        """While a job's task outlives the stop, name it again every :attr:`interrupt_window`."""
+        while self._tasks:
+            await trio.sleep(self.interrupt_window)
+            for job_id in list(self._job_tasks):
+                queued = self._running.get(job_id)
+                if queued is not None:
+                    log.warning(self._stuck_report(queued))
+
+    def _stuck_report(self, queued: QueuedJob) -> str:
+        since = queued.context.started_at
+        task = self._job_tasks.get(queued.job.job_id)
+        where = _where_stuck(task) if task is not None else "its task has not started"
+        age = "" if since is None else f", started {time.time() - since:.1f} s ago"
+        return (
+            f"{queued.job.name} ({type(queued.job).__qualname__}, job {queued.job.job_id}"
+            f"{age}) did not end within {self.interrupt_window:g} s of being interrupted at "
+            f"shutdown; its handle is settled as cancelled and its task still runs {where}. "
+            "A job must not swallow trio.Cancelled, block in a shielded cancel scope, or run "
+            "blocking code in a thread that ignores cancellation."
+        )
 
     async def _close_built_databases(self) -> None:
         """Close the idle connections of the providers this dispatcher built from its config
@@ -431,7 +633,17 @@ class JobDispatcher:
         if refusal is not None:
             self._born_failed(context, handle, refusal)
             return handle
-        requirements = job.requirements()
+        try:
+            requirements = job.requirements()
+        except Exception as exc:  # noqa: BLE001 - a job that breaks its contract is born failed
+            self._born_failed(
+                context,
+                handle,
+                NucleoSystemError(
+                    "job", f"{job.name}.requirements() raised {type(exc).__name__}: {exc}", exc
+                ),
+            )
+            return handle
         if requirements.has_resources and job.timeout is None:
             self._born_failed(
                 context,
@@ -446,7 +658,8 @@ class JobDispatcher:
 
         queued = QueuedJob(job, context, handle, deps, requirements)
         self._live[job.job_id] = queued
-        self._edges[job.job_id] = tuple(self._id_of(d) for d in deps)
+        if deps:
+            self._track_edges(job.job_id, tuple(self._id_of(d) for d in deps))
         if self.bus.has_listeners(job.workflow_id):
             self.bus.publish(
                 ev.JobScheduled(
@@ -472,7 +685,12 @@ class JobDispatcher:
         """
         if not self._started or self._system is None:
             raise RuntimeError("JobDispatcher.submit_with_delay: the dispatcher is not started")
+        if self._stopped:
+            raise RuntimeError(f"JobDispatcher.submit_with_delay: {self._stopped_error('')}")
+        if delay is not None:
+            delay = _checked_seconds("submit_with_delay(delay)", delay, allow_negative=True)
         answer = DelayedSubmission()
+        self._delayed.add(answer)
 
         async def later() -> None:
             _current.set(None)
@@ -483,6 +701,9 @@ class JobDispatcher:
             except Exception as exc:
                 answer._error = exc
             finally:
+                self._delayed.discard(answer)
+                if answer._handle is None and answer._error is None:
+                    answer._error = self._stopped_error("before the delay passed")
                 answer._done.set()
 
         self._system.start_soon(later)
@@ -517,6 +738,8 @@ class JobDispatcher:
                     f"runs on the thread of its own task, not {caller.job.name}'s",
                 )
         if self._stopping:
+            if self._stopped:
+                return self._stopped_error(f"before {job.name} was submitted")
             return NucleoSystemError(
                 "dispatcher", f"{job.name} was submitted while the dispatcher is shutting down"
             )
@@ -527,24 +750,52 @@ class JobDispatcher:
         return dep.job_id
 
     def _refuse_cycle(self, job: AbstractJob[Any], deps: tuple[Any, ...]) -> None:
-        target = job.job_id
-        for dep in deps:
-            path = self._path_to(self._id_of(dep), target, [target])
-            if path is not None:
-                raise ValueError(
-                    f"Cycle detected: submitting {target} with these dependencies closes the cycle "
-                    + " -> ".join(path)
-                )
+        """A dependency list that closes a cycle is refused with the cycle spelled out.
 
-    def _path_to(self, node: str, target: str, path: list[str]) -> list[str] | None:
-        path = [*path, node]
-        if node == target:
-            return path
-        for nxt in self._edges.get(node, ()):
-            found = self._path_to(nxt, target, path)
-            if found is not None:
-                return found
-        return None
+        A job being submitted has no dependents yet except live jobs that named it (by its job
+        object) before it was submitted, so the walk runs only when such a job exists; then it
+        is one iterative search over the live graph, each job visited once.
+        """
+        target = job.job_id
+        ids = [self._id_of(dep) for dep in deps]
+        if target not in self._waited_on:
+            if target in ids:
+                raise ValueError(_cycle_message(target, [target]))
+            return
+        came_from: dict[str, str | None] = {}
+        stack: list[str] = []
+        for dep_id in ids:
+            if dep_id not in came_from:
+                came_from[dep_id] = None
+                stack.append(dep_id)
+        while stack:
+            node = stack.pop()
+            if node == target:
+                path: list[str] = []
+                step: str | None = node
+                while step is not None:
+                    path.append(step)
+                    step = came_from[step]
+                raise ValueError(_cycle_message(target, path[::-1]))
+            for nxt in self._edges.get(node, ()):
+                if nxt not in came_from:
+                    came_from[nxt] = node
+                    stack.append(nxt)
+
+    def _track_edges(self, job_id: str, dep_ids: tuple[str, ...]) -> None:
+        self._edges[job_id] = dep_ids
+        waited_on = self._waited_on
+        for dep_id in dep_ids:
+            waited_on[dep_id] = waited_on.get(dep_id, 0) + 1
+
+    def _untrack_edges(self, job_id: str) -> None:
+        waited_on = self._waited_on
+        for dep_id in self._edges.pop(job_id, ()):
+            left = waited_on.get(dep_id, 0) - 1
+            if left > 0:
+                waited_on[dep_id] = left
+            else:
+                waited_on.pop(dep_id, None)
 
     def _born_failed(
         self, context: JobContext, handle: JobHandle[Any], error: BaseException
@@ -591,7 +842,10 @@ class JobDispatcher:
             self._idle = trio.Event()
         self._jobs.start_soon(self._counted, fn, arg)
 
+    @trio.lowlevel.enable_ki_protection
     async def _counted(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
+        # KI-protected: a Ctrl-C is delivered to the program's main task (which stops the
+        # dispatcher in order), never half-way through a job's bookkeeping.
         try:
             await fn(arg)
         finally:
@@ -601,15 +855,30 @@ class JobDispatcher:
 
     async def _run_job(self, queued: QueuedJob) -> None:
         """The job's task. The job runs in its own nursery, whose cancel scope is the one
-        shutdown cancels to interrupt it and phase two of a timeout cancels at its deadline."""
+        shutdown cancels to interrupt it and phase two of a timeout cancels at its deadline.
+        Whatever happens, the handle settles before the task ends."""
         context = queued.context
+        job_id = queued.job.job_id
         _current.set(context)
-        self._running[queued.job.job_id] = queued
+        self._running[job_id] = queued
+        self._job_tasks[job_id] = trio.lowlevel.current_task()
         context.try_transition(JobState.SCHEDULED)
         try:
             self._finish(queued, await self._run_in_own_nursery(queued))
         finally:
-            self._running.pop(queued.job.job_id, None)
+            self._running.pop(job_id, None)
+            self._job_tasks.pop(job_id, None)
+            if not queued.handle.done:  # a defect in the dispatcher itself: still settle
+                log.error("%s ended without a verdict; settling it as failed", queued.job.name)
+                self._finish(
+                    queued,
+                    _Verdict(
+                        JobState.FAILED,
+                        error=NucleoSystemError(
+                            "dispatcher", f"{queued.job.name} ended without a verdict"
+                        ),
+                    ),
+                )
 
     async def _run_in_own_nursery(self, queued: QueuedJob) -> _Verdict:
         outcome: list[_Verdict] = []
@@ -620,9 +889,15 @@ class JobDispatcher:
                     job_nursery.cancel_scope.cancel()
                 outcome.append(await self._execute(queued))
         except BaseException as exc:  # noqa: BLE001 - what the job's nursery let through
-            if isinstance(exc, KeyboardInterrupt | SystemExit) or (
-                _is_cancellation(exc) and not queued.interrupted
-            ):
+            fatal = _fatal_in(exc)
+            if fatal is not None:
+                # KeyboardInterrupt or SystemExit from inside a job stops the whole dispatcher,
+                # and leaves run() as itself once every job has settled; this job is the first.
+                self._escalate(fatal)
+                queued.cancel_message = queued.cancel_message or "Cancelled by shutdown"
+                queued.context.cancel("Cancelled by shutdown")
+                return self._forced(queued)
+            if _is_cancellation(exc) and not queued.interrupted:
                 raise
             return self._verdict_for(queued, exc)
         if outcome:
@@ -630,9 +905,7 @@ class JobDispatcher:
         if queued.context.timed_out and not queued.interrupted:
             # Phase two cancelled the job at the grace's end: the timeout is the verdict.
             return _Verdict(JobState.TIMED_OUT, error=JobTimeoutError(_budget(queued.job)))
-        forced = self._cancelled(queued, None)  # shutdown interrupted the job
-        forced.forced = True
-        return forced
+        return self._forced(queued)  # shutdown interrupted the job
 
     # -- one execution --------------------------------------------------------------------------
     async def _execute(self, queued: QueuedJob) -> _Verdict:
@@ -662,8 +935,6 @@ class JobDispatcher:
 
     def _verdict_for(self, queued: QueuedJob, exc: BaseException) -> _Verdict:
         context = queued.context
-        if isinstance(exc, KeyboardInterrupt | SystemExit):
-            raise exc
         if context.timed_out:
             timeout = max(queued.job.timeout or 0.0, 1e-9)
             if isinstance(exc, LLMReadableError) and not isinstance(exc, CancellationRequested):
@@ -729,8 +1000,15 @@ class JobDispatcher:
         """A dependency named by its job: wait until it is submitted, then use its handle."""
         while job._context is None or job._context.handle is None:
             submitted = trio.Event()
-            self._submitted_waiters.setdefault(job.job_id, []).append(submitted)
-            await self._wait_holding_nothing(context, submitted)
+            waiters = self._submitted_waiters.setdefault(job.job_id, [])
+            waiters.append(submitted)
+            try:
+                await self._wait_holding_nothing(context, submitted)
+            finally:
+                if not submitted.is_set():  # cancelled: forget this waiter
+                    waiters.remove(submitted)
+                    if not waiters and self._submitted_waiters.get(job.job_id) is waiters:
+                        del self._submitted_waiters[job.job_id]
         handle = job._context.handle
         assert handle is not None
         return handle
@@ -965,8 +1243,11 @@ class JobDispatcher:
 
     # -- endings --------------------------------------------------------------------------------
     def _finish(self, queued: QueuedJob, verdict: _Verdict) -> None:
-        """Terminal event, workflow event, teardown, and last the handle."""
+        """Terminal event, workflow event, teardown, and last the handle; once per job (a job
+        the stop settled before its task ended is not settled again)."""
         job, context, handle = queued.job, queued.context, queued.handle
+        if handle.done:
+            return
         if context.state.is_terminal and context.state is not verdict.state:
             if context.state is JobState.CANCELLED:
                 verdict = self._cancelled(queued, verdict.cancel_message)
@@ -983,7 +1264,8 @@ class JobDispatcher:
                 self.bus.publish(_workflow_event(snapshot, verdict))
         # teardown: out of the live set, conversations released, recorded calls released
         self._live.pop(job.job_id, None)
-        self._edges.pop(job.job_id, None)
+        if queued.dependencies:
+            self._untrack_edges(job.job_id)
         context.release_conversations()
         context.clear_completion_data()
         handle._settle(result=verdict.result, error=verdict.error)
@@ -1154,6 +1436,13 @@ async def _roll_back_onto(resources: JobResources, failure: BaseException | None
             log.error("rolling back a timed-out job failed: %s", rollback_failure)
 
 
+def _cycle_message(target: str, path: list[str]) -> str:
+    return (
+        f"Cycle detected: submitting {target} with these dependencies closes the cycle "
+        + " -> ".join([target, *path])
+    )
+
+
 def _workflow_event(snapshot: JobSnapshot, verdict: _Verdict) -> ev.WorkflowCompleteEvent:
     if verdict.state is JobState.COMPLETED:
         return ev.WorkflowCompleteEvent(snapshot=snapshot, successful=True)
@@ -1188,17 +1477,118 @@ def _upstream_in_chain(exc: BaseException) -> bool:
     return False
 
 
+def _fatal_in(exc: BaseException) -> BaseException | None:
+    """The ``KeyboardInterrupt`` or ``SystemExit`` in ``exc``, bare or inside a group."""
+    if isinstance(exc, KeyboardInterrupt | SystemExit):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for leaf in _leaves(exc):
+            if isinstance(leaf, KeyboardInterrupt | SystemExit):
+                return leaf
+    return None
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        exc = stack.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            stack.extend(reversed(exc.exceptions))
+        elif not any(exc is seen for seen in out):
+            out.append(exc)
+    return out
+
+
+def _boundary_error(
+    group: BaseExceptionGroup[BaseException], prefer: BaseException | None = None
+) -> BaseException:
+    """What leaves the dispatcher's boundary for a group its nurseries raised.
+
+    A ``KeyboardInterrupt`` or ``SystemExit`` wins and leaves bare. Cancellations are the echo of
+    whatever stopped the nurseries and are dropped beside a real failure; one real failure
+    leaves as itself; only two or more real failures at once leave as a group. A group of
+    nothing but cancellations leaves as one ``Cancelled`` (``prefer``'s, when it is one), which
+    the cancel scope that caused it catches.
+    """
+    leaves = _leaves(group)
+    fatal = _fatal_in(group)
+    if fatal is not None:
+        return fatal
+    real = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
+    if len(real) == 1:
+        return real[0]
+    if real:
+        return BaseExceptionGroup("the dispatcher and the code around it both failed", real)
+    if isinstance(prefer, trio.Cancelled):
+        return prefer
+    return leaves[0] if leaves else group
+
+
+def _checked_seconds(what: str, value: object, *, allow_negative: bool = False) -> float:
+    """A number of seconds from a caller: a real number, not NaN (nor a bool, nor a string)."""
+    if type(value) is bool or not isinstance(value, int | float) or math.isnan(value):
+        raise ValueError(f"{what} must be a number of seconds, got {value!r}")
+    if value < 0 and not allow_negative:
+        raise ValueError(f"{what} must not be negative, got {value!r}")
+    return float(value)
+
+
+def _where_stuck(task: trio.lowlevel.Task) -> str:
+    """Where a job's task (or the deepest of its child tasks) is waiting, for the stop's
+    warning: the innermost frame outside trio, and whether trio holds it in a worker thread."""
+    places: list[str] = []
+    stack = [task]
+    while stack:
+        current = stack.pop()
+        children = [t for n in current.child_nurseries for t in n.child_tasks]
+        if children:
+            stack.extend(children)
+            continue
+        frames = [frame for frame, _ in current.iter_await_frames()]
+        own = [f for f in frames if f"{os.sep}trio{os.sep}" not in f.f_code.co_filename]
+        if not own:
+            continue
+        frame = own[-1]
+        where = f"at {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        if any(f.f_code.co_filename.endswith(f"trio{os.sep}_threads.py") for f in frames):
+            where += " (waiting on a worker thread)"
+        places.append(where)
+    return "; ".join(places) if places else "(no frame found)"
+
+
 @asynccontextmanager
 async def open_dispatcher(
     config: DispatcherConfig | None = None, **kwargs: Any
 ) -> AsyncIterator[JobDispatcher]:
-    """Run a :class:`JobDispatcher` for the duration of the block; leaving it shuts down."""
+    """Run a :class:`JobDispatcher` for the duration of the block; leaving it shuts down.
+
+    A start-up error (``ConfigError``, a broken plugin) is raised bare before the block runs.
+    Leaving the block normally is a graceful :meth:`~JobDispatcher.shutdown`; leaving it with an
+    exception or a cancellation (an outer ``move_on_after``, Ctrl-C) stops the dispatcher at
+    once: every job is cancelled and every handle settled before the block is left. What the
+    block raised comes out as it was raised; an exception group comes out only when the block
+    and the dispatcher failed at once.
+    """
     dispatcher = JobDispatcher(config, **kwargs)
     dispatcher._load_plugins()  # a bad plugin or config raises here, not from inside a nursery
-    async with trio.open_nursery() as nursery:
-        await nursery.start(dispatcher.run)
-        try:
-            yield dispatcher
-        finally:
-            with trio.CancelScope(shield=True):
-                await dispatcher.shutdown()
+    body_error: BaseException | None = None
+    failure: BaseException | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(dispatcher.run)
+            try:
+                yield dispatcher
+            except BaseException as exc:
+                body_error = exc
+                dispatcher._request_stop(fast=True)
+                raise
+            finally:
+                with trio.CancelScope(shield=True):
+                    await dispatcher.shutdown()
+    except BaseExceptionGroup as group:
+        failure = _boundary_error(group, prefer=body_error)
+        if failure is group:
+            raise
+    if failure is not None:
+        raise failure  # outside the except block: the failure keeps its own context
