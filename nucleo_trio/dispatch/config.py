@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
+from cattrs.gen import make_dict_structure_fn, override
 
 from .._serialization import converter, read_settings_file, structure_config
 from ..admission.memory_reader import parse_memory_limit
@@ -51,7 +53,7 @@ class DatabaseConfig:
 
 def _store_kind(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"HeartbeatConfig.kind must name a heartbeat store kind, got {value!r}")
+        raise ConfigError(f"HeartbeatConfig.kind must name a heartbeat store kind, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -88,8 +90,13 @@ class MemoryConfig:
     ``memory = false`` is short for ``{"enabled": false}``.
     """
 
-    enabled: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    enabled: bool = attrs.field(default=True)
     limit: int | None = attrs.field(default=None, converter=_memory_limit)
+
+    @enabled.validator
+    def _check_enabled(self, attribute: attrs.Attribute[bool], value: object) -> None:
+        if not isinstance(value, bool):
+            raise ConfigError(f"MemoryConfig.enabled must be True or False, got {value!r}")
 
 
 def _structure_memory(data: Any, _: type) -> MemoryConfig:
@@ -108,6 +115,14 @@ def _structure_memory(data: Any, _: type) -> MemoryConfig:
 
 
 converter.register_structure_hook(MemoryConfig, _structure_memory)
+
+
+_INF = math.inf
+
+
+def _refused(attribute: attrs.Attribute[Any], expected: str, value: object) -> ConfigError:
+    shown = f"{type(value).__name__} {value!r}" if isinstance(value, str | bool) else repr(value)
+    return ConfigError(f"DispatcherConfig.{attribute.name} must be {expected}, got {shown}")
 
 
 @attrs.frozen(kw_only=True)
@@ -143,7 +158,7 @@ class DispatcherConfig:
 
     http_connections: int = attrs.field(default=DEFAULT_HTTP_POOL_SIZE)
     shutdown_timeout: float = attrs.field(default=30.0)
-    seed: int | None = None
+    seed: int | None = attrs.field(default=None)
     limiters: dict[str, LimiterConfig] = attrs.field(factory=dict)
     databases: dict[str, DatabaseConfig] = attrs.field(factory=dict)
     memory: MemoryConfig = attrs.field(
@@ -155,37 +170,40 @@ class DispatcherConfig:
     heartbeat: HeartbeatConfig = attrs.field(
         factory=HeartbeatConfig, validator=attrs.validators.instance_of(HeartbeatConfig)
     )
-    models: str | None = attrs.field(
-        default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
-    )
+    models: str | None = attrs.field(default=None)
+
+    @http_connections.validator
+    def _check_http(self, attribute: attrs.Attribute[int], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise _refused(attribute, "a positive int", value)
+
+    @shutdown_timeout.validator
+    def _check_shutdown(self, attribute: attrs.Attribute[float], value: object) -> None:
+        # NaN fails the range too: it compares false with everything.
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < _INF:
+            raise _refused(attribute, "finite seconds >= 0 (0 means the default, 30 s)", value)
+
+    @seed.validator
+    def _check_seed(self, attribute: attrs.Attribute[int | None], value: object) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise _refused(attribute, "an int or None", value)
 
     @health_every.validator
     def _check_health_every(self, attribute: attrs.Attribute[int | None], value: object) -> None:
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value <= 0
-        ):
-            raise ValueError(
-                f"DispatcherConfig.health_every must be a positive int or None, got {value!r}"
-            )
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise _refused(attribute, "a positive int or None", value)
 
     @log_events.validator
     def _check_log_events(self, attribute: attrs.Attribute[bool], value: object) -> None:
         if not isinstance(value, bool):
-            raise ValueError(f"DispatcherConfig.log_events must be a bool, got {value!r}")
+            raise _refused(attribute, "a bool (True or False)", value)
 
-    @http_connections.validator
-    def _check_http(self, attribute: attrs.Attribute[int], value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(
-                f"DispatcherConfig.http_connections must be a positive int, got {value!r}"
-            )
-
-    @shutdown_timeout.validator
-    def _check_shutdown(self, attribute: attrs.Attribute[float], value: float) -> None:
-        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
-            raise ValueError(
-                f"DispatcherConfig.shutdown_timeout must be seconds >= 0, got {value!r}"
-            )
+    @models.validator
+    def _check_models(self, attribute: attrs.Attribute[str | None], value: object) -> None:
+        if value is not None and not isinstance(value, str):
+            raise _refused(attribute, "a file name or None", value)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> DispatcherConfig:
@@ -201,3 +219,23 @@ class DispatcherConfig:
         """
         data = read_settings_file(path, "dispatcher config")
         return cls.from_mapping(data)
+
+
+def _as_written(value: Any, _: type) -> Any:
+    # cattrs would turn "10" or true into 10.0 and 8.9 into 8 before the validators see them;
+    # handing a scalar over as written lets the file and the constructor meet one check.
+    return value
+
+
+converter.register_structure_hook(
+    DispatcherConfig,
+    make_dict_structure_fn(
+        DispatcherConfig,
+        converter,
+        http_connections=override(struct_hook=_as_written),
+        shutdown_timeout=override(struct_hook=_as_written),
+        seed=override(struct_hook=_as_written),
+        health_every=override(struct_hook=_as_written),
+        models=override(struct_hook=_as_written),
+    ),
+)

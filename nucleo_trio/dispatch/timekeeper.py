@@ -21,6 +21,17 @@ __all__ = ["Timekeeper", "TimerHandle"]
 log = logging.getLogger("nucleo_trio.timekeeper")
 
 
+def _checked_when(when: object) -> float:
+    if isinstance(when, bool) or not isinstance(when, int | float):
+        raise TypeError(f"Timekeeper.call_at: when must be a trio time (a float), got {when!r}")
+    if math.isnan(when):
+        raise ValueError("Timekeeper.call_at: when must be a trio time, got nan")
+    try:
+        return float(when)
+    except OverflowError:  # an int past any float: never
+        return math.inf if when > 0 else -math.inf
+
+
 class TimerHandle:
     """A pending call; :meth:`cancel` drops it if it has not run yet."""
 
@@ -44,6 +55,10 @@ class Timekeeper:
     The task sleeps in a cancel scope whose deadline is the earliest pending call; a call that
     comes due sooner moves that deadline, so scheduling never switches tasks and only a due
     call wakes the keeper.
+
+    One task serves every job's timeout, so nothing one job hands it may stop it: a ``when``
+    that is no time is refused at :meth:`call_at`, before it enters the heap, and a callback
+    that raises is logged and the next one runs.
     """
 
     def __init__(self) -> None:
@@ -56,6 +71,15 @@ class Timekeeper:
         return len(self._heap) - self._dropped
 
     def call_at(self, when: float, callback: Callable[[], None]) -> TimerHandle:
+        """Run ``callback`` once ``trio.current_time() >= when``.
+
+        ``when`` is a trio time, ``-inf`` meaning now and ``inf`` never; a NaN or anything that
+        is not a number is refused with :class:`ValueError` or :class:`TypeError` here, in the
+        caller, so it can never reach the heap and stop the keeper's task (and with it every
+        job's timeout).
+        """
+        if type(when) is not float or when != when:  # the common case: a float that is not NaN
+            when = _checked_when(when)
         handle = TimerHandle(self, when, callback)
         heapq.heappush(self._heap, (when, next(self._counter), handle))
         if self._sleep is not None and when < self._sleep.deadline:
