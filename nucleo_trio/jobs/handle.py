@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import traceback
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
@@ -28,6 +29,13 @@ def _call_site() -> str:
     return "<unknown>"
 
 
+def _check_wait(name: str, timeout: object) -> None:
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"{name}: result(timeout=...) takes seconds or None, got {timeout!r}")
+    if math.isnan(timeout):
+        raise ValueError(f"{name}: result(timeout=...) takes seconds or None, got nan")
+
+
 class JobHandle(Generic[R]):
     """What :meth:`JobDispatcher.submit` returns at once.
 
@@ -40,6 +48,10 @@ class JobHandle(Generic[R]):
         self.job = job
         self.context = context
         self._settled = trio.Event()
+        try:
+            self._token: trio.lowlevel.TrioToken | None = trio.lowlevel.current_trio_token()
+        except RuntimeError:  # built by hand outside any run: the first run that waits owns it
+            self._token = None
         self._result: Any = None
         self._error: BaseException | None = None
         self._subscriptions: list[Subscription] = []
@@ -66,14 +78,29 @@ class JobHandle(Generic[R]):
         """The failure once settled, ``None`` on success or while running."""
         return self._error
 
+    @property
+    def trio_token(self) -> trio.lowlevel.TrioToken | None:
+        """The token of the trio run the job runs in: what a thread trio did not start passes
+        to :func:`trio.from_thread.run` to await :meth:`result` there."""
+        return self._token
+
     async def result(self, timeout: float | None = None) -> R:  # noqa: ASYNC109 - get(timeout)
         """Wait for the job and return its result, or raise its failure.
 
         A caller that holds admitted resources may not wait on another job (that is
         hold-and-wait): it gets :class:`JobDeadlockError` naming both jobs and the call site. An
         orchestrator holds nothing and waits freely. ``timeout`` (seconds) bounds the wait with
-        :class:`trio.TooSlowError`.
+        :class:`trio.TooSlowError`; zero or less only looks.
+
+        Await it in the trio run the job runs in. Another run (a thread with a ``trio.run`` of
+        its own) gets :class:`RuntimeError` at once: parking there would crash the job's run
+        when the job settles. From a thread, ``trio.from_thread.run(handle.result,
+        trio_token=handle.trio_token)`` waits in the right run; :meth:`outcome` answers from
+        anywhere once :attr:`done`.
         """
+        self._check_run("result()")
+        if timeout is not None and (type(timeout) is not float or timeout != timeout):
+            _check_wait(self.job.name, timeout)
         caller = current_job()
         if caller is not None and caller.is_executing_job_with_resources:
             raise JobDeadlockError(caller.job_id, self.job_id, _call_site())
@@ -83,6 +110,26 @@ class JobHandle(Generic[R]):
             with trio.fail_after(timeout if timeout >= 0 else 0):
                 await self._settled.wait()
         return self.outcome()
+
+    def _check_run(self, call: str) -> None:
+        """Refuse a call from outside the job's trio run, before it touches anything of it."""
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            token = None
+        if token is self._token and token is not None:
+            return
+        if self._token is None and token is not None:
+            self._token = token
+            return
+        where = "outside any trio run" if token is None else "in another trio run"
+        bridge = "run(handle.result" if call == "result()" else "run_sync(handle.cancel"
+        raise RuntimeError(
+            f"{self.job.name}: handle.{call} was called {where}, not in the one the job runs in "
+            "(a thread with a trio.run of its own?), where it would crash the job's run. From "
+            f"another thread use trio.from_thread.{bridge}, trio_token=handle.trio_token); "
+            "handle.outcome() answers from anywhere once the handle is done"
+        )
 
     def outcome(self) -> R:
         """The settled outcome without waiting; RuntimeError while the job is still running."""
@@ -94,9 +141,14 @@ class JobHandle(Generic[R]):
 
     def cancel(self, reason: str = "Job cancelled") -> bool:
         """The cooperative cancel of ``dispatcher.cancel(job_id, reason)``: answers whether the
-        job was found queued or running (EXEC-19)."""
+        job was found queued or running (EXEC-19).
+
+        Call it in the job's trio run; from another thread,
+        ``trio.from_thread.run_sync(handle.cancel, trio_token=handle.trio_token)``.
+        """
         if self._settled.is_set() or self._canceller is None:
             return False
+        self._check_run("cancel()")
         return bool(self._canceller(self.job_id, reason))
 
     def register_workflow_observer(self, observer: Any) -> Subscription:

@@ -32,12 +32,20 @@ def mint_id(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(6)}"
 
 
+def _non_blank(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"WorkflowRoot.{attribute.name} must be a non-empty str, got {value!r}")
+
+
 @attrs.frozen
 class WorkflowRoot:
-    """The identity a root job is built under: its own workflow, with no parent (ID-01)."""
+    """The identity a root job is built under: its own workflow, with no parent (ID-01).
 
-    job_id: str
-    user_id: str
+    Build it with :func:`workflow`; built directly, it refuses a missing or blank id or user.
+    """
+
+    job_id: str = attrs.field(validator=_non_blank)
+    user_id: str = attrs.field(validator=_non_blank)
 
     @property
     def workflow_id(self) -> str:

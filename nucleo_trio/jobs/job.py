@@ -267,6 +267,10 @@ class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
                 f"{type(self).__name__}'s parent must be a workflow root or a job, "
                 f"got {type(parent).__name__}"
             ) from None
+        if prefix is not None and not isinstance(prefix, str):
+            raise TypeError(
+                f"{type(self).__name__}'s id prefix must be a str or None, got {prefix!r}"
+            )
         self._job_id = mint_id(prefix or type(self).__name__)
         self._context: JobContext | None = None
 
