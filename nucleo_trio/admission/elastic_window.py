@@ -26,7 +26,8 @@ sees half a transition. trio runs one task at a time and every method here is sy
 each method is one critical section by construction; the "compare" before each swap documents
 the intent and keeps the code honest should a method ever gain a checkpoint.
 
-Amounts are unit permits: each amount is one request and its value is ignored.
+Amounts are unit permits: each amount is one request and its value is not counted, but a bool,
+NaN, an infinity or a negative is refused (:func:`~nucleo_trio.admission.gates.check_permits`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import attrs
 import trio
 
 from ..errors import UncorrectableError, UpstreamFailure
+from .gates import check_permits
 from .limiter import AbstractRateLimiter, Replenishment
 
 __all__ = [
@@ -126,8 +128,8 @@ def _describe(failure: object) -> str:
 
 
 def _number(owner: str, name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ValueError(f"{owner}: {name} must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{owner}: {name} must be a finite number, got {value!r}")
     return float(value)
 
 
@@ -212,6 +214,8 @@ class ElasticWindow(AbstractRateLimiter):
                 )
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise ValueError(f"{owner}: name must be a non-empty string, got {name!r}")
+        if not callable(clock):
+            raise TypeError(f"{owner}: clock must be callable, got {type(clock).__name__}")
         # EW-02: the eight bounds, each error naming the value it refuses.
         max_requests = _whole(owner, "max_requests", cls.max_requests)
         base_window = _number(owner, "base_window", cls.base_window)
@@ -238,6 +242,15 @@ class ElasticWindow(AbstractRateLimiter):
                 raise ValueError(f"{owner}: {key} must be > 0, got {value!r}")
         if max_throttle < 0:
             raise ValueError(f"{owner}: max_throttle must be >= 0, got {max_throttle!r}")
+        # The tuning knobs EW-02 does not bound still move the throttle: a NaN or a negative
+        # there would leave it NaN or running backwards.
+        for knob in ("throttle_increment", "throttle_decrement", "recovery_minutes"):
+            if _number(owner, knob, getattr(cls, knob)) < 0:
+                raise ValueError(f"{owner}: {knob} must be >= 0, got {getattr(cls, knob)!r}")
+        if _number(owner, "recovery_multiplier", cls.recovery_multiplier) < 0:
+            raise ValueError(
+                f"{owner}: recovery_multiplier must be >= 0, got {cls.recovery_multiplier!r}"
+            )
         if max_cooldown < initial_cooldown:
             raise ValueError(
                 f"{owner}: max_cooldown must be >= initial_cooldown ({initial_cooldown!r}), "
@@ -361,6 +374,7 @@ class ElasticWindow(AbstractRateLimiter):
             stamps.popleft()
 
     def _refuse_alone(self, mine: Sequence[Any]) -> int:
+        check_permits(self._name, mine, "fits/try_take")
         asked = len(mine)
         if asked > self.max_requests:
             raise UncorrectableError(
@@ -445,6 +459,7 @@ class ElasticWindow(AbstractRateLimiter):
         The newest go because the oldest are what deadlines are computed from. No wake: the
         account settles inside admission, which wakes itself afterwards (EW-12, EW-26).
         """
+        check_permits(self._name, amounts, "give")
         for _ in range(min(len(amounts), len(self._stamps))):
             self._stamps.pop()
         circuit = self._circuit

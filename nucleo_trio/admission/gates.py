@@ -5,6 +5,10 @@ A :class:`CountingGate` is a capacity and an in-use count. Each amount in a dema
 merged ask ``[None, None]`` takes two. A permit comes back only when a job gives it back, which
 is why ``earliest_fit`` is always ``None``: the clock alone never frees a slot.
 
+An amount's value is not counted (it may be ``None``, a number or a routing record), but a bool,
+NaN, an infinity or a negative is refused by name: when the demand is built, and by every
+question too (:func:`check_permits`).
+
 Database gates, model gates, MCP subprocess slots and the HTTP gate are counting gates; a new
 concurrency cap is a subclass with a name::
 
@@ -21,10 +25,33 @@ from typing import Any
 import trio
 
 from ..errors import UncorrectableError
+from .demand import amount_problem
 from .limiter import AbstractRateLimiter
 from .status import SemaphoreLimiterStatus
 
-__all__ = ["CountingGate"]
+__all__ = ["CountingGate", "check_permits"]
+
+
+def check_permits(name: str, amounts: Sequence[Any], where: str) -> None:
+    """Refuse an amount no account can take (a bool, NaN, an infinity, a negative), naming the
+    account ``name``, the call and the value. ``None`` (the usual amount) costs one comparison;
+    anything that is not a number (a routing record) passes, since a permit's value is not
+    counted."""
+    for amount in amounts:
+        if amount is not None:
+            problem = amount_problem(amount)
+            if problem is not None:
+                _refuse_permit(name, where, amount, problem)
+
+
+def _refuse_permit(
+    name: str, where: str, amount: object, problem: tuple[type[Exception], str]
+) -> None:
+    error, reason = problem
+    raise error(
+        f"{name}: {where}: {amount!r} is not an amount ({type(amount).__name__}: {reason}); "
+        "an amount is None, a finite non-negative number, or a routing value"
+    )
 
 
 def _trio_now() -> float | None:
@@ -96,6 +123,7 @@ class CountingGate(AbstractRateLimiter):
 
     # -- the account questions ---------------------------------------------------------------------
     def _fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        check_permits(self._name, mine, "fits/try_take")
         asked = len(mine)
         if asked > self._capacity:
             raise UncorrectableError(
@@ -118,6 +146,7 @@ class CountingGate(AbstractRateLimiter):
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
+        check_permits(self._name, amounts, "give")
         returned = len(amounts)
         if returned > self._in_use:
             # Over-giving would hand out permits that do not exist; that is a settlement bug

@@ -9,12 +9,19 @@ The throttle is the bucket's answer to upstream push-back: each unit of backpres
 one, an overload three) stretches the refill window by half a minute, up to ten minutes; every
 third success relaxes it by 0.2, faster (0.5 a success) once five minutes pass without
 push-back. Only a relaxation wakes admission, since only a relaxation can let anyone in sooner.
+
+Amounts are token counts: finite, non-negative numbers. Anything else (``None``, a bool, NaN,
+an infinity, a negative) is refused by name when the demand is built (``account_for``) and
+again by every question, so a negative amount can never credit the bucket and a NaN can never
+sit in its level.
 """
 
 from __future__ import annotations
 
+import decimal
 import logging
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,7 +29,8 @@ import attrs
 import trio
 
 from ..errors import UncorrectableError
-from .limiter import AbstractRateLimiter, Replenishment
+from .demand import amount_problem
+from .limiter import AbstractRateLimiter, LimiterIdentity, Replenishment
 
 __all__ = ["TokenBucket", "TokenBucketConfig", "TokenBucketStatus"]
 
@@ -35,6 +43,8 @@ SUCCESSES_PER_DECREMENT = 3
 BASE_WINDOW = 60.0
 QUIET_RECOVERY = 5 * 60.0
 """After this long without push-back, every success relaxes the throttle (by 2.5 decrements)."""
+
+_INF = math.inf
 
 
 def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -89,6 +99,8 @@ class TokenBucket(AbstractRateLimiter):
             raise ValueError(f"TokenBucket needs a model name, got {model_name!r}")
         if not isinstance(config, TokenBucketConfig):
             raise TypeError(f"TokenBucket needs a TokenBucketConfig, got {type(config).__name__}")
+        if not callable(clock):
+            raise TypeError(f"TokenBucket: clock must be callable, got {type(clock).__name__}")
         self.model_name = model_name
         self.config = config
         self._clock = clock
@@ -153,8 +165,40 @@ class TokenBucket(AbstractRateLimiter):
         self._stamp = now
 
     # -- the account ------------------------------------------------------------------------------
-    def _refuse_alone(self, mine: Sequence[Any]) -> tuple[int, int]:
-        tokens, requests = sum(mine), len(mine)
+    def account_for(self, amount: Any) -> LimiterIdentity:
+        """The bucket itself, for a token count; anything else is refused here, when the demand
+        is built, naming the bucket and the value."""
+        kind = type(amount)
+        if not ((kind is int and amount >= 0) or (kind is float and 0.0 <= amount < _INF)):
+            self._token_count(amount, "account_for")
+        return self
+
+    def _token_sum(self, amounts: Sequence[Any], where: str) -> int | float:
+        """The tokens ``amounts`` add up to, refusing any amount that is not a token count."""
+        total: int | float = 0
+        for amount in amounts:
+            kind = type(amount)
+            if (kind is int and amount >= 0) or (kind is float and 0.0 <= amount < _INF):
+                total += amount
+            else:
+                total += self._token_count(amount, where)
+        return total
+
+    def _token_count(self, amount: Any, where: str) -> float:
+        problem = amount_problem(amount)
+        if problem is None and not isinstance(amount, numbers.Real | decimal.Decimal):
+            problem = (TypeError, "not a number")
+        if problem is not None:
+            error, reason = problem
+            raise error(
+                f"{self.model_name}: {where}: {amount!r} is not a token count "
+                f"({type(amount).__name__}: {reason}); a token bucket's amounts are finite, "
+                "non-negative numbers"
+            )
+        return float(amount)
+
+    def _refuse_alone(self, mine: Sequence[Any]) -> tuple[int | float, int]:
+        tokens, requests = self._token_sum(mine, "fits/try_take"), len(mine)
         if tokens > self.config.tpm:
             raise UncorrectableError(
                 f"{self.model_name}: {tokens} tokens exceeds the budget of {self.config.tpm} "
@@ -167,29 +211,38 @@ class TokenBucket(AbstractRateLimiter):
             )
         return tokens, requests
 
-    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+    def _fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> int | float | None:
+        """The tokens ``mine`` takes when it fits now beside ``reserved_ahead``, else None."""
         tokens, requests = self._refuse_alone(mine)
+        reserved = self._token_sum(reserved_ahead, "the reservation ahead")
         self._refresh()
-        return self._tokens >= tokens + sum(reserved_ahead) and self._requests >= requests + len(
-            reserved_ahead
-        )
+        if self._tokens >= tokens + reserved and self._requests >= requests + len(reserved_ahead):
+            return tokens
+        return None
+
+    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        return self._fits(mine, reserved_ahead) is not None
 
     def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
-        if not self.fits(mine, reserved_ahead):
+        tokens = self._fits(mine, reserved_ahead)
+        if tokens is None:
             return False
-        self._tokens -= sum(mine)
+        self._tokens -= tokens
         self._requests -= len(mine)
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
-        """Refund at once, never above the caps (TB-11)."""
+        """Refund at once, never above the caps (TB-11). Only token counts come back: a
+        negative, NaN or infinite amount is refused, never credited."""
+        tokens = self._token_sum(amounts, "give")
         self._refresh()
-        self._tokens = min(float(self.config.tpm), self._tokens + sum(amounts))
+        self._tokens = min(float(self.config.tpm), self._tokens + tokens)
         self._requests = min(float(self.config.rpm), self._requests + len(amounts))
         self._capacity_changed()
 
     def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
-        tokens: float = sum(mine) + sum(reserved_ahead)
+        tokens: float = self._token_sum(mine, "earliest_fit")
+        tokens += self._token_sum(reserved_ahead, "the reservation ahead")
         requests = len(mine) + len(reserved_ahead)
         if tokens > self.config.tpm or requests > self.config.rpm:
             return None  # only a larger cap can help: an event
@@ -206,6 +259,11 @@ class TokenBucket(AbstractRateLimiter):
     # -- upstream signals -------------------------------------------------------------------------
     def record_backpressure(self, increments: int) -> None:
         """Tighten by ``increments`` units of push-back (a 429 is 1, an overload 3); no wake."""
+        if isinstance(increments, bool) or not isinstance(increments, int) or increments < 0:
+            raise ValueError(
+                f"{self.model_name}: record_backpressure takes a non-negative int, "
+                f"got {increments!r}"
+            )
         self._refresh()  # what was earned so far was earned at the old rate
         self.throttle = min(self.throttle + THROTTLE_INCREMENT * increments, MAX_THROTTLE)
         self._last_backpressure = self._clock()
@@ -219,7 +277,8 @@ class TokenBucket(AbstractRateLimiter):
         for (a 429 is 1, an overload 3, a transient error 0); anything else counts as a 429."""
         log.warning("%s upstream failure: %s", self.model_name, failure)
         weight = getattr(failure, "backpressure", 1)
-        self.record_backpressure(weight if isinstance(weight, int) else 1)
+        valid = isinstance(weight, int) and not isinstance(weight, bool) and weight >= 0
+        self.record_backpressure(weight if valid else 1)
 
     def record_success(self) -> None:
         """Count a success; every third relaxes the throttle, each one after quiet minutes."""

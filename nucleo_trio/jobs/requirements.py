@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..admission.demand import check_amount
+
 if TYPE_CHECKING:
     from ..admission.limiter import RateLimiter
     from ..models.binding import ModelBinding
@@ -15,12 +17,31 @@ if TYPE_CHECKING:
 __all__ = ["JobRequirements", "LimiterRequirement"]
 
 
+def _check_limiter_amount(
+    requirement: LimiterRequirement, attribute: attrs.Attribute[Any], amount: Any
+) -> None:
+    """Refuse, at declaration, an amount the demand would refuse later: a bool, NaN, an
+    infinity, a negative (:func:`~nucleo_trio.admission.demand.check_amount`), or a value the
+    account itself does not take (its ``account_for`` judges it: a token bucket takes only
+    token counts)."""
+    limiter = requirement.limiter
+    if amount is not None:
+        check_amount(limiter, amount, where="require_rate_limiter")
+    resolve = getattr(limiter, "account_for", None)
+    if callable(resolve):
+        resolve(amount)
+
+
 @attrs.frozen
 class LimiterRequirement:
-    """One custom account a job needs, with the amount it debits (``None`` for a unit permit)."""
+    """One custom account a job needs, with the amount it debits (``None`` for a unit permit).
+
+    The amount is checked when the requirement is built, so a bad one fails the job's
+    declaration, naming the limiter and the value, before anything is submitted or held.
+    """
 
     limiter: RateLimiter
-    amount: Any = None
+    amount: Any = attrs.field(default=None, validator=_check_limiter_amount)
 
 
 @attrs.define
@@ -66,7 +87,9 @@ class JobRequirements:
         """Add a custom account to the job's demand; it joins admission like a built-in.
 
         Requiring the same limiter again replaces its amount (JR-04); ``amount`` is what the
-        demand carries for it, ``None`` for a unit permit.
+        demand carries for it, ``None`` for a unit permit. A bool, NaN, an infinity, a negative
+        or a value the account does not take (``None`` or a string on a token bucket) raises
+        here, naming the limiter and the value.
         """
         if limiter is None:
             raise ValueError("require_rate_limiter: the limiter must not be None")
