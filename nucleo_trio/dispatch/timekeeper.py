@@ -24,12 +24,13 @@ log = logging.getLogger("nucleo_trio.timekeeper")
 def _checked_when(when: object) -> float:
     if isinstance(when, bool) or not isinstance(when, int | float):
         raise TypeError(f"Timekeeper.call_at: when must be a trio time (a float), got {when!r}")
-    if math.isnan(when):
-        raise ValueError("Timekeeper.call_at: when must be a trio time, got nan")
     try:
-        return float(when)
-    except OverflowError:  # an int past any float: never
+        seconds = float(when)
+    except OverflowError:  # an int past any float: never (or now)
         return math.inf if when > 0 else -math.inf
+    if math.isnan(seconds):
+        raise ValueError("Timekeeper.call_at: when must be a trio time, got nan")
+    return seconds
 
 
 class TimerHandle:

@@ -104,8 +104,8 @@ class JobHandle(Generic[R]):
         caller = current_job()
         if caller is not None and caller.is_executing_job_with_resources:
             raise JobDeadlockError(caller.job_id, self.job_id, _call_site())
-        if timeout is None:
-            await self._settled.wait()
+        if timeout is None or self._settled.is_set():
+            await self._settled.wait()  # settled: only a checkpoint, even with a zero wait
         else:
             with trio.fail_after(timeout if timeout >= 0 else 0):
                 await self._settled.wait()

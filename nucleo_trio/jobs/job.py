@@ -90,7 +90,7 @@ def _timeout_of(job: object, value: object) -> float | None:
         )
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(
-            f"{name} must be positive and finite seconds (an int or a float) or None, "
+            f"{name} must be positive and finite seconds or None (an int or a float), "
             f"got {type(value).__name__} {_shown(value)}{where}"
         )
     try:
