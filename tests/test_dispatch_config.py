@@ -159,3 +159,92 @@ def test_a_config_from_a_toml_or_json_file(tmp_path: Path) -> None:
     broken.write_text("{")
     with pytest.raises(ConfigError, match=r"broken.json: not valid JSON"):
         DispatcherConfig.from_file(broken)
+
+
+# -- hostile values: refused by name, from code and from a file alike -----------------------------
+
+NAN = float("nan")
+INF = float("inf")
+HOSTILE_SETTINGS: list[tuple[str, object]] = [
+    ("shutdown_timeout", NAN),
+    ("shutdown_timeout", INF),
+    ("shutdown_timeout", -INF),
+    ("shutdown_timeout", -1),
+    ("shutdown_timeout", -0.5),
+    ("shutdown_timeout", True),
+    ("shutdown_timeout", "10"),
+    ("shutdown_timeout", None),
+    ("http_connections", 0),
+    ("http_connections", -3),
+    ("http_connections", 8.9),
+    ("http_connections", 8.0),
+    ("http_connections", NAN),
+    ("http_connections", True),
+    ("http_connections", "8"),
+    ("seed", 1.5),
+    ("seed", NAN),
+    ("seed", "7"),
+    ("seed", False),
+    ("health_every", 0),
+    ("health_every", -1),
+    ("health_every", 2.0),
+    ("health_every", INF),
+    ("health_every", True),
+    ("health_every", "50"),
+    ("models", 5),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), HOSTILE_SETTINGS)
+def test_a_hostile_setting_is_refused_naming_it(field: str, value: object) -> None:
+    """From code and from plain data, the same ConfigError names the setting and the value;
+    plain data is judged as written (cattrs would read "10" as 10.0 and true as 1)."""
+    with pytest.raises(ConfigError, match=rf"DispatcherConfig\.{field} must be .*got") as coded:
+        DispatcherConfig(**{field: value})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=rf"DispatcherConfig\.{field} must be .*got") as read:
+        DispatcherConfig.from_mapping({field: value})
+    shown = "nan" if value != value else repr(value)
+    assert shown in str(coded.value) and shown in str(read.value)
+
+
+def test_a_shutdown_timeout_of_nan_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """Item 9: ``shutdown_timeout = nan`` was accepted and failed at shutdown; TOML spells NaN
+    and infinity, and the file is refused naming the setting."""
+    for literal in ("nan", "inf", "-inf", "-1", "true", '"30"'):
+        path = tmp_path / "dispatcher.toml"
+        path.write_text(f"shutdown_timeout = {literal}\n")
+        with pytest.raises(ConfigError, match=r"DispatcherConfig\.shutdown_timeout must be"):
+            DispatcherConfig.from_file(path)
+
+
+def test_the_good_settings_are_kept_as_written() -> None:
+    """0 still means the default 30 s wait; ints are seconds; a huge finite wait is allowed."""
+    assert DispatcherConfig(shutdown_timeout=0).shutdown_timeout == 0
+    assert DispatcherConfig.from_mapping({"shutdown_timeout": 5}).shutdown_timeout == 5
+    assert DispatcherConfig(shutdown_timeout=1e300).shutdown_timeout == 1e300
+    config = DispatcherConfig.from_mapping(
+        {"http_connections": 2, "seed": -4, "health_every": 3, "models": "m.toml"}
+    )
+    assert (config.http_connections, config.seed, config.health_every, config.models) == (
+        2,
+        -4,
+        3,
+        "m.toml",
+    )
+    assert DispatcherConfig.from_mapping({"seed": None}).seed is None
+
+
+def test_memory_and_heartbeat_refuse_by_name_with_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="MemoryConfig.enabled must be True or False, got 'yes'"):
+        DispatcherConfig.from_mapping({"memory": {"enabled": "yes"}})
+    for limit in (NAN, INF, -1, True, "lots"):
+        with pytest.raises(ConfigError, match="MemoryConfig.limit"):
+            DispatcherConfig.from_mapping({"memory": {"limit": limit}})
+    with pytest.raises(ConfigError, match="HeartbeatConfig.kind must name a heartbeat store"):
+        DispatcherConfig.from_mapping({"heartbeat": {"kind": ""}})
+
+
+async def test_a_dispatcher_with_a_nan_shutdown_timeout_never_starts() -> None:
+    with pytest.raises(ConfigError, match="shutdown_timeout"):
+        async with open_dispatcher(DispatcherConfig(shutdown_timeout=NAN)):
+            pass  # pragma: no cover - never reached
