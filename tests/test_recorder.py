@@ -212,6 +212,8 @@ async def test_a_reader_sees_a_workflow_whole_once_its_root_has_ended(
         root = Fan(workflow("cy", "fan"))
         assert await dispatcher.submit(root).result() == 20
         await trio.testing.wait_all_tasks_blocked()
+        assert recorder.statistics().held == 0, "the root's end sent every row to the writer"
+        await recorder.flush()  # sends nothing more: waits for the batch in flight to land
         with sqlite3.connect(path) as reader:
             (count,) = reader.execute(
                 "SELECT count(*) FROM jobs WHERE workflow_id = ? AND state = 'COMPLETED'",

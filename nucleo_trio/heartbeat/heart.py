@@ -79,6 +79,8 @@ class Heart:
         self._scope = trio.CancelScope()
         self._changed = trio.Event()
         self._stopping = False
+        self._running = False
+        self._ended = trio.Event()
 
     # -- life -----------------------------------------------------------------------------------
     @property
@@ -99,6 +101,7 @@ class Heart:
             self.hand, event_type=ev.HeartbeatEvent, predicate=_is_request
         )
         unlisten = self.store.on_change(self._wake)
+        self._running = True
         try:
             with self._scope:
                 async with trio.open_nursery() as nursery:
@@ -107,6 +110,7 @@ class Heart:
                     task_status.started()
         finally:
             unlisten()
+            self._ended.set()
 
     def stop(self) -> None:
         """Stop both tasks; from now on whatever the Heart is handed is dropped with a warning."""
@@ -114,8 +118,12 @@ class Heart:
         self._scope.cancel()
 
     async def aclose(self) -> None:
-        """Stop, and close the store; the dispatcher's last act at shutdown."""
+        """Stop, wait for both tasks to end, and close the store; the dispatcher's last act at
+        shutdown. A store operation in flight (a durable store answers from a worker thread)
+        ends first, so nothing is written to a closed store."""
         self.stop()
+        if self._running:
+            await self._ended.wait()
         await self.store.aclose()
 
     # -- intake ---------------------------------------------------------------------------------
@@ -175,6 +183,11 @@ class Heart:
     async def _fire_due(self) -> float:
         """Fire everything due, then answer the trio instant to sleep until."""
         while (heartbeat := await self.store.poll_due(self.now())) is not None:
+            if self._stopping:
+                # stop() came while the store was answering: the slot has not fired, so it goes
+                # back as it was, for the next start to fire.
+                await self._recur(heartbeat)
+                return math.inf
             self._fire(heartbeat)
             recurrence = heartbeat.recurrence
             if recurrence is not None:

@@ -16,15 +16,23 @@ path (defined at module level) and a value must come back equal from JSON; anyth
 refused when it is stored, naming what cannot be written, never discovered after a restart.
 A row whose job class no longer imports is dropped with an error log when it falls due.
 
-**Blocking calls.** The standard library's driver blocks, and this store calls it inline on the
-trio thread rather than through ``trio.to_thread``. Each operation is one or two short indexed
-statements on a local file, fewer than a fire's own bookkeeping, and the Heart makes a handful
-per fire; a worker thread per call would cost more than the call. Inline calls also keep every
-operation one atomic step of the scheduler, which is what makes
-:meth:`~SQLiteHeartbeatStore.re_enqueue_if_absent` a compare-and-set without a lock, and they
-keep virtual time honest in tests (autojump never moves the clock while a thread works).
-Writes are synchronous (``synchronous=FULL`` in WAL mode): a schedule is written rarely and
-must outlive a power cut.
+**Off the loop, and as durable as before.** The standard library's driver blocks, and a
+commit with ``synchronous=FULL`` (WAL mode) waits for the disk: a schedule is written rarely and
+must outlive a power cut. So the store has one writer (:mod:`nucleo_trio._sqlite_writer`) that
+does every statement in a worker thread, in batches: each operation is queued, the operations
+queued while a commit is in flight go in the next transaction together, and each is answered
+only once its transaction has committed. The Heart awaits that answer, so it never fires a slot
+whose removal is not on disk yet, and the trio thread never waits on the disk. Each operation
+runs alone in its batch's worker, one at a time on the one connection, so
+:meth:`~SQLiteHeartbeatStore.re_enqueue_if_absent` is still a compare-and-set without a lock. An
+operation once called is done to the end and answered even if its caller is cancelled
+meanwhile (its cancellation arrives at its next checkpoint), as an inline call was: a stopping
+Heart never leaves a slot taken and not put back. Under an autojump clock the clock holds still
+while an operation is in the worker, so virtual-time tests stay exact. A driver error, in a
+statement or in its batch's commit, is the caller's :class:`~nucleo_trio.errors.NucleoSystemError`
+naming the operation and the file; nothing of a batch that did not commit is on disk.
+:meth:`~SQLiteHeartbeatStore.aclose` waits for every operation queued before it, then closes the
+file in the worker.
 """
 
 from __future__ import annotations
@@ -36,9 +44,10 @@ import logging
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .._serialization import converter
+from .._sqlite_writer import SQLiteWriter, WriterStatistics
 from ..errors import NucleoSystemError
 from ..guardrails.scope import CompositeScope, Scope, ScopeGuard
 from ..jobs.job import AbstractJob
@@ -83,6 +92,7 @@ _INSERT = (
 )
 
 _Row = tuple[Any, ...]
+_Answer = TypeVar("_Answer")
 
 
 class SQLiteHeartbeatStore:
@@ -90,7 +100,7 @@ class SQLiteHeartbeatStore:
 
     Satisfies :class:`~nucleo_trio.heartbeat.HeartbeatStore`. Choose it in a dispatcher's
     configuration with ``{"heartbeat": {"kind": "sqlite", "settings": {"path": "beats.db"}}}``.
-    See the module documentation for what it can write and why it calls SQLite inline.
+    See the module documentation for what it can write and how it writes off the trio thread.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -98,71 +108,94 @@ class SQLiteHeartbeatStore:
             raise ValueError(f"SQLiteHeartbeatStore needs a database path, got {path!r}")
         self.path = str(path)
         self._listeners = ChangeListeners()
+        # Opened and checked here, once, so the dispatcher's start refuses a bad file; from now
+        # on only the writer's worker threads use the connection.
         with _failures(f"opening the heartbeat store {self.path}"):
-            self._db: sqlite3.Connection | None = sqlite3.connect(self.path, isolation_level=None)
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             try:
                 if self.path != ":memory:":
-                    self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute("PRAGMA synchronous=FULL")
-                self._db.execute(_SCHEMA)
-                columns = [row[1] for row in self._db.execute("PRAGMA table_info(heartbeats)")]
+                    db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=FULL")
+                db.execute(_SCHEMA)
+                columns = [row[1] for row in db.execute("PRAGMA table_info(heartbeats)")]
                 if tuple(columns) != _COLUMNS:
                     raise NucleoSystemError(
                         _COMPONENT,
                         f"{self.path} has a table 'heartbeats' with columns {columns}, not the "
                         f"store's {list(_COLUMNS)}; point the store at a file of its own",
                     )
-                self._db.execute(_INDEX)
+                db.execute(_INDEX)
             except BaseException:
-                self._db.close()
+                db.close()
                 raise
+        self._writer = SQLiteWriter(
+            db,
+            path=self.path,
+            name=f"the heartbeat store {self.path}",
+            component=_COMPONENT,
+            log=log,
+        )
 
     # -- the contract ---------------------------------------------------------------------------
     async def enqueue(self, heartbeat: Heartbeat) -> Heartbeat | None:
         row = _row_of(require_genuine(heartbeat))
-        with self._transaction("storing", heartbeat.id) as db:
+
+        def store(db: sqlite3.Connection) -> tuple[_Row | None, _Row | None, _Row | None]:
             head = db.execute(_HEAD).fetchone()
             old = db.execute(f"{_SELECT} WHERE id = ?", (heartbeat.id,)).fetchone()
             db.execute("DELETE FROM heartbeats WHERE id = ?", (heartbeat.id,))
             db.execute(_INSERT, row)
-            after = db.execute(_HEAD).fetchone()
+            return head, old, db.execute(_HEAD).fetchone()
+
+        head, old, after = await self._run(store, f"storing heartbeat {heartbeat.id!r}")
         self._told(head, after)
         return None if old is None else self._restored(old, "displaced")
 
     async def cancel(self, heartbeat_id: str) -> Heartbeat | None:
-        with self._transaction("cancelling", heartbeat_id) as db:
+        def remove(db: sqlite3.Connection) -> tuple[_Row | None, _Row | None, _Row | None]:
             head = db.execute(_HEAD).fetchone()
             old = db.execute(f"{_SELECT} WHERE id = ?", (heartbeat_id,)).fetchone()
             db.execute("DELETE FROM heartbeats WHERE id = ?", (heartbeat_id,))
-            after = db.execute(_HEAD).fetchone()
+            return head, old, db.execute(_HEAD).fetchone()
+
+        head, old, after = await self._run(remove, f"cancelling heartbeat {heartbeat_id!r}")
         self._told(head, after)
         return None if old is None else self._restored(old, "cancelled")
 
     async def poll_due(self, now: float) -> Heartbeat | None:
-        while True:
-            with self._transaction("polling", None) as db:
-                row = db.execute(
-                    f"{_SELECT} WHERE run_at <= ? ORDER BY run_at, id LIMIT 1", (now,)
-                ).fetchone()
-                if row is None:
-                    return None
+        def take(db: sqlite3.Connection) -> _Row | None:
+            row: _Row | None = db.execute(
+                f"{_SELECT} WHERE run_at <= ? ORDER BY run_at, id LIMIT 1", (now,)
+            ).fetchone()
+            if row is not None:
                 db.execute("DELETE FROM heartbeats WHERE id = ?", (row[0],))
+            return row
+
+        while True:
+            row = await self._run(take, "polling")
+            if row is None:
+                return None
             self._listeners.notify()  # the head was due, so it just left
             heartbeat = self._restored(row, "due")
             if heartbeat is not None:
                 return heartbeat
 
     async def peek_next_run_at(self) -> float | None:
-        with _failures("reading the next run instant"):
-            (run_at,) = self._open().execute("SELECT min(run_at) FROM heartbeats").fetchone()
+        def earliest(db: sqlite3.Connection) -> Any:
+            return db.execute("SELECT min(run_at) FROM heartbeats").fetchone()[0]
+
+        run_at = await self._run(earliest, "reading the next run instant")
         return None if run_at is None else float(run_at)
 
     async def re_enqueue_if_absent(self, heartbeat: Heartbeat) -> bool:
         row = _row_of(require_genuine(heartbeat))
-        with self._transaction("re-enqueuing", heartbeat.id) as db:
+
+        def put_back(db: sqlite3.Connection) -> tuple[_Row | None, int, _Row | None]:
             head = db.execute(_HEAD).fetchone()
             stored = db.execute(_INSERT.replace("INSERT", "INSERT OR IGNORE", 1), row).rowcount
-            after = db.execute(_HEAD).fetchone()
+            return head, stored, db.execute(_HEAD).fetchone()
+
+        head, stored, after = await self._run(put_back, f"re-enqueuing heartbeat {heartbeat.id!r}")
         self._told(head, after)
         return stored == 1
 
@@ -170,38 +203,30 @@ class SQLiteHeartbeatStore:
         return self._listeners.add(listener)
 
     async def inspect(self) -> tuple[Heartbeat, ...]:
-        with _failures("reading the schedule"):
-            rows = self._open().execute(f"{_SELECT} ORDER BY run_at, id").fetchall()
+        def everything(db: sqlite3.Connection) -> list[_Row]:
+            return db.execute(f"{_SELECT} ORDER BY run_at, id").fetchall()
+
+        rows = await self._run(everything, "reading the schedule")
         restored = (self._restored(row, "listed") for row in rows)
         return tuple(heartbeat for heartbeat in restored if heartbeat is not None)
 
     async def aclose(self) -> None:
-        db, self._db = self._db, None
-        if db is not None:
-            db.close()
+        await self._writer.aclose()
+
+    def statistics(self) -> WriterStatistics:
+        """What the store's writer holds and has written: queued, in flight, batches."""
+        return self._writer.statistics()
 
     def __repr__(self) -> str:
-        state = "closed" if self._db is None else "open"
+        state = "closed" if self._writer.closed else "open"
         return f"<SQLiteHeartbeatStore {self.path} {state}>"
 
     # -- plumbing -------------------------------------------------------------------------------
-    def _open(self) -> sqlite3.Connection:
-        if self._db is None:
-            raise RuntimeError(f"the heartbeat store {self.path} is closed")
-        return self._db
-
-    @contextlib.contextmanager
-    def _transaction(self, doing: str, heartbeat_id: str | None) -> Iterator[sqlite3.Connection]:
-        db = self._open()
-        what = f"{doing} heartbeat {heartbeat_id!r}" if heartbeat_id else doing
-        with _failures(f"{what} in {self.path}"):
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+    async def _run(self, work: Callable[[sqlite3.Connection], _Answer], doing: str) -> _Answer:
+        """``work`` done by the writer in the next batch, answered once that batch committed."""
+        ticket = self._writer.submit(work, f"{doing} in {self.path}", owned=True)
+        self._writer.start()
+        return await self._writer.result(ticket)
 
     def _told(self, head: _Row | None, after: _Row | None) -> None:
         if head != after:

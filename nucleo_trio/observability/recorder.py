@@ -18,26 +18,32 @@ The schema, for reading it by hand::
 epoch seconds; ``metadata`` and ``response`` are JSON. Read a workflow back in call order with
 :func:`~nucleo_trio.observability.trajectory`, never with a flat ``ORDER BY``.
 
-The recorder writes inline on its subscription's task: each event is one short indexed upsert
-on a local file in WAL mode with ``synchronous=NORMAL``, cheaper than handing it to a thread,
-and only the recorder's own task ever waits on it. It commits when it has caught up with its
-queue, at most every :data:`COMMIT_INTERVAL` seconds of real time (and at least every
-:data:`COMMIT_EVERY` events), at the end of every root job, at :meth:`~TrajectoryRecorder.flush`
-and at close, so a burst costs a few transactions. A reader of the file sees a workflow whole once
-its root has ended; mid-run it may trail by the events since the last commit. A power cut may
-lose the last few records, never corrupt the file.
+The recorder never writes on the trio thread: :meth:`~TrajectoryRecorder.record` builds the row
+and hands it to the recorder's one writer, which does every statement on the file in a worker
+thread, in batches, one transaction each (``WAL``, ``synchronous=NORMAL``). It sends a batch when
+it has caught up with its queue, at most every :data:`COMMIT_INTERVAL` seconds of real time (and
+at least every :data:`COMMIT_EVERY` events), at the end of every root job, at
+:meth:`~TrajectoryRecorder.flush` and at close; whatever arrives while a batch is being written
+goes in the next one, so a slow disk makes batches bigger and never stalls the loop. A reader of
+the file sees a workflow whole once its root has ended and that batch has landed; mid-run it may
+trail by the events since the last batch. A clean close writes everything recorded before it. A
+write that fails is logged at error and raised by the next :meth:`~TrajectoryRecorder.flush` or
+close, naming the file. A power cut may lose the last few records, never corrupt the file.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._serialization import converter
+from .._sqlite_writer import SQLiteWriter, WriterStatistics
 from ..bus import events as ev
 from ..bus.bus import MessageBus
 from ..bus.observers import JobObserver
@@ -49,11 +55,13 @@ if TYPE_CHECKING:
 
 __all__ = ["COMMIT_EVERY", "COMMIT_INTERVAL", "RECORDER_SCHEMA", "TrajectoryRecorder"]
 
+log = logging.getLogger("nucleo_trio.observability")
+
 COMMIT_EVERY = 500
-"""The most events the recorder writes in one transaction."""
+"""Events recorded since the last batch after which the recorder sends one without waiting."""
 
 COMMIT_INTERVAL = 0.1
-"""Real seconds between two commits the recorder makes on catching up with its queue."""
+"""Real seconds between two batches the recorder sends on catching up with its queue."""
 
 RECORDER_SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -125,12 +133,15 @@ class TrajectoryRecorder(JobObserver[ev.LifecycleEvent]):
     """Persists every job's snapshot into the SQLite database at ``path`` (created when missing).
 
     Subscribe it to the lifecycle family, before the dispatcher starts if it should hear the
-    first job too::
+    first job too, and close it once the dispatcher has stopped::
 
         recorder = TrajectoryRecorder("runs.db")
         recorder.attach(dispatcher)  # bus.subscribe(recorder, event_type=LifecycleEvent)
         ...
-        recorder.close()
+        await recorder.aclose()  # or recorder.close() outside trio
+
+    Closing writes everything recorded before it. ``close()`` does the last batch on the calling
+    thread, so inside a trio run prefer ``await aclose()``, which leaves the loop free.
 
     A file whose ``jobs`` table the recorder did not create is refused with :class:`ValueError`
     naming the columns it expected.
@@ -141,26 +152,34 @@ class TrajectoryRecorder(JobObserver[ev.LifecycleEvent]):
             raise ValueError(f"TrajectoryRecorder needs a database path, got {path!r}")
         self.path = str(path)
         self.recorded = 0
-        """How many events the recorder has written."""
+        """How many events the recorder has taken to write."""
         self._subscription: Subscription | None = None
-        self._pending = 0  # events written since the last commit
-        self._commit_due = 0.0  # time.monotonic() after which catching up commits
-        self._db: sqlite3.Connection | None = sqlite3.connect(self.path, isolation_level=None)
+        self._pending = 0  # events recorded since the last batch was asked for
+        self._commit_due = 0.0  # time.monotonic() after which catching up sends a batch
+        # Opened and checked here, once, so a bad file is refused by the constructor; from now on
+        # only the writer's worker threads use the connection.
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            columns = tuple(row[1] for row in self._db.execute("PRAGMA table_info(jobs)"))
+            columns = tuple(row[1] for row in db.execute("PRAGMA table_info(jobs)"))
             if columns and columns != _JOB_COLUMNS:
                 raise ValueError(
                     f"{self.path} has a table 'jobs' with columns {list(columns)}, not the "
                     f"recorder's {list(_JOB_COLUMNS)}; record into a file of its own"
                 )
             if self.path != ":memory:":
-                self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(RECORDER_SCHEMA)
+                db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(RECORDER_SCHEMA)
         except BaseException:
-            self._db.close()
-            self._db = None
+            db.close()
             raise
+        self._writer = SQLiteWriter(
+            db,
+            path=self.path,
+            name=f"the recorder of {self.path}",
+            component="trajectory-recorder",
+            log=log,
+        )
 
     def attach(self, target: JobDispatcher | MessageBus) -> Subscription:
         """Subscribe to the lifecycle events of ``target`` (a dispatcher, or its bus)."""
@@ -174,12 +193,13 @@ class TrajectoryRecorder(JobObserver[ev.LifecycleEvent]):
         self.record(event)
 
     def record(self, event: ev.JobEvent) -> None:
-        """Bring the row of the event's job up to date; a terminal event also stores the run's
-        LLM responses. An event with no snapshot is ignored."""
+        """Queue the row of the event's job to be brought up to date (a terminal event also
+        stores the run's LLM responses); never waits on the file. An event with no snapshot is
+        ignored. Outside a subscription every event is sent at once; outside a trio run it is
+        written and committed before this returns."""
         snapshot = event.snapshot
         if snapshot is None:
             return
-        db = self._open()
         ordinal = snapshot.metadata.get(META_ITERATION)
         row = (
             snapshot.job_id,
@@ -198,16 +218,16 @@ class TrajectoryRecorder(JobObserver[ev.LifecycleEvent]):
             _failure(event),
             _json(dict(snapshot.metadata)),
         )
-        if not db.in_transaction:
-            db.execute("BEGIN")
-        try:
-            db.execute(_UPSERT, row)
-            if isinstance(event, ev.TerminalEvent):
-                self._responses(db, snapshot.job_id, event.llm_responses)
-        except BaseException:
-            db.execute("ROLLBACK")
-            self._pending = 0
-            raise
+        responses = (
+            [_json(response) for response in event.llm_responses]
+            if isinstance(event, ev.TerminalEvent)
+            else None
+        )
+        self._writer.submit(
+            partial(_write_row, row, responses),
+            f"recording {type(event).__name__} of {snapshot.job_id} in {self.path}",
+            owned=False,
+        )
         self.recorded += 1
         self._pending += 1
         subscription = self._subscription
@@ -217,39 +237,50 @@ class TrajectoryRecorder(JobObserver[ev.LifecycleEvent]):
             or (isinstance(event, ev.TerminalEvent) and snapshot.is_root)
             or (subscription.backlog == 0 and time.monotonic() >= self._commit_due)
         ):
-            self.flush()
+            self._send()
 
-    def flush(self) -> None:
-        """Commit what is written; the recorder does it on its own whenever it catches up."""
-        db = self._open()
-        if db.in_transaction:
-            db.execute("COMMIT")
+    async def flush(self) -> None:
+        """Write everything recorded so far and wait until it is committed (the recorder sends
+        batches on its own whenever it catches up); raises a write that failed since the last
+        flush, naming the file."""
         self._pending = 0
-        self._commit_due = time.monotonic() + COMMIT_INTERVAL
+        await self._writer.flush()
+
+    async def aclose(self) -> None:
+        """Write everything recorded, then close the file; recording after this raises
+        :class:`RuntimeError`. Raises a write that failed and was not reported yet."""
+        await self._writer.aclose()
 
     def close(self) -> None:
-        """Close the file; recording after this raises :class:`RuntimeError`."""
-        if self._db is not None:
-            self.flush()
-        db, self._db = self._db, None
-        if db is not None:
-            db.close()
+        """:meth:`aclose` for a caller outside trio (it holds the trio loop while it writes)."""
+        self._writer.close_blocking()
+
+    def statistics(self) -> WriterStatistics:
+        """What the recorder's writer holds and has written: queued, in flight, batches."""
+        return self._writer.statistics()
 
     def __repr__(self) -> str:
-        state = "closed" if self._db is None else f"{self.recorded} events"
+        state = "closed" if self._writer.closed else f"{self.recorded} events"
         return f"<TrajectoryRecorder {self.path} {state}>"
 
-    def _open(self) -> sqlite3.Connection:
-        if self._db is None:
-            raise RuntimeError(f"the recorder of {self.path} is closed")
-        return self._db
+    def _send(self) -> None:
+        self._pending = 0
+        self._commit_due = time.monotonic() + COMMIT_INTERVAL
+        self._writer.start()
 
-    @staticmethod
-    def _responses(db: sqlite3.Connection, job_id: str, responses: Iterable[Any]) -> None:
+
+def _write_row(
+    row: tuple[Any, ...], responses: Sequence[str] | None, db: sqlite3.Connection
+) -> None:
+    """In the writer's thread: the upsert, and a terminal event's responses in place of any
+    stored before."""
+    db.execute(_UPSERT, row)
+    if responses is not None:
+        job_id = row[0]
         db.execute("DELETE FROM llm_responses WHERE job_id = ?", (job_id,))
         db.executemany(
             "INSERT INTO llm_responses (job_id, position, response) VALUES (?, ?, ?)",
-            [(job_id, position, _json(response)) for position, response in enumerate(responses)],
+            [(job_id, position, text) for position, text in enumerate(responses)],
         )
 
 
