@@ -92,6 +92,18 @@ def test_a_workflow_refuses_a_missing_prefix(prefix: Any) -> None:
         workflow("alice", prefix)
 
 
+@pytest.mark.parametrize(
+    ("field", "value"), [("job_id", ""), ("job_id", None), ("user_id", "  "), ("user_id", 7)]
+)
+def test_a_workflow_root_built_directly_refuses_what_is_no_id(field: str, value: Any) -> None:
+    """Built without ``workflow()``, a root still refuses a missing, blank or non-string id or
+    user, naming the field."""
+    fields: dict[str, Any] = {"job_id": "wf-1", "user_id": "alice"}
+    fields[field] = value
+    with pytest.raises(ValueError, match=f"WorkflowRoot.{field} must be a non-empty str"):
+        WorkflowRoot(**fields)
+
+
 # -- ID-03..05: a job mints its id and inherits its lineage --------------------------------------
 
 
@@ -110,6 +122,12 @@ def test_without_a_prefix_the_id_starts_with_the_class_name(prefix: str | None) 
     """ID-04: with no prefix the id starts with the class's simple name."""
     job = Plain(workflow("alice", "wf"), prefix)
     assert re.fullmatch(rf"Plain-{TAIL}", job.job_id)
+
+
+@pytest.mark.parametrize("prefix", [5, b"search", ["search"]])
+def test_a_prefix_that_is_not_a_string_is_refused(prefix: Any) -> None:
+    with pytest.raises(TypeError, match="Plain's id prefix must be a str or None"):
+        Plain(workflow("alice", "wf"), prefix)
 
 
 def test_a_root_job_inherits_the_workflow_and_user() -> None:
@@ -184,6 +202,23 @@ def test_a_timeout_must_be_positive(seconds: float) -> None:
     with pytest.raises(ValueError, match="timeout must be positive"):
         job.set_timeout(seconds)
     assert job.timeout == DEFAULT_TIMEOUT
+
+
+def test_a_class_body_declares_the_defaults_its_jobs_start_with() -> None:
+    """ID-06, ID-07: the defaults (priority 0, thirty minutes) hold unless a class body declares
+    its own, which its jobs then start with; the base's stay as they were."""
+
+    class Urgent(AbstractJob[None]):
+        priority = 5
+        timeout = 2
+
+        async def execute(self, context: JobContext) -> None:
+            return None
+
+    job = Urgent(workflow("alice", "wf"))
+    assert (job.priority, job.timeout) == (5, 2.0)
+    plain = Plain(workflow("alice", "wf"))
+    assert (plain.priority, plain.timeout) == (0, DEFAULT_TIMEOUT)
 
 
 # -- ID-08, ID-09: snapshots ----------------------------------------------------------------------
