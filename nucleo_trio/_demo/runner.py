@@ -65,6 +65,9 @@ class DemoOutcome:
     wall: float
     health: HealthSnapshot | None = None
     trajectory: Trajectory | None = None
+    interrupted: bool = False
+    """Ctrl-C stopped the run: the dispatcher cancelled what was left, and the report tells
+    what happened until then."""
 
     def inconsistencies(self, jobs: int) -> list[str]:
         """Where the numbers do not add up; empty when every job is accounted for once."""
@@ -94,7 +97,8 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     """Run the demo, print it to ``out`` (stdout by default) and answer the exit code.
 
     0 when every job is accounted for exactly once (the planned failures are part of the show,
-    not an error), 1 when the tally does not add up.
+    not an error), 1 when the tally does not add up, 130 when Ctrl-C stopped it (the report
+    then tells what happened until the interrupt).
     """
     stream = out if out is not None else sys.stdout
     style = Style.for_stream(stream, options.color)
@@ -111,6 +115,14 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
         file=stream,
         flush=True,
     )
+    if outcome.interrupted:
+        print(
+            f"\nInterrupted {outcome.elapsed:.1f} s into the run: every job still queued, "
+            "parked or running was cancelled, and the report above is what happened until then.",
+            file=stream,
+            flush=True,
+        )
+        return 130
     if outcome.trajectory is not None:
         print(render_trajectory_section(outcome.trajectory, options, style), file=stream)
     thinker = run_thinker(options.seed, verbose=options.verbose)
@@ -140,20 +152,20 @@ def execute_demo(
         recorder = TrajectoryRecorder(database)
         try:
             if options.real_time:
-                report, states, elapsed, health, root = trio.run(
+                report, states, elapsed, health, root, interrupted = trio.run(
                     _run, tuple(plans), options, on_health, recorder
                 )
             else:
                 with _seeded_scheduler(options.seed):
                     clock = trio.testing.MockClock(autojump_threshold=0)
-                    report, states, elapsed, health, root = trio.run(
+                    report, states, elapsed, health, root, interrupted = trio.run(
                         _run, tuple(plans), options, on_health, recorder, clock=clock
                     )
         finally:
             recorder.close()
         recorded = trajectory(database, root)
     wall = time.perf_counter() - started
-    return DemoOutcome(report, states, elapsed, wall, health, recorded)
+    return DemoOutcome(report, states, elapsed, wall, health, recorded, interrupted)
 
 
 async def _run(
@@ -161,7 +173,7 @@ async def _run(
     options: DemoOptions,
     on_health: Callable[[HealthSnapshot, float], None] | None,
     recorder: TrajectoryRecorder,
-) -> tuple[TallyReport, Mapping[JobState, int], float, HealthSnapshot | None, str]:
+) -> tuple[TallyReport, Mapping[JobState, int], float, HealthSnapshot | None, str, bool]:
     accounts = Accounts(
         db=CountingGate("db", DB_SLOTS),
         search_api=SearchApiQuota("search-api", SEARCH_REQUESTS_PER_SECOND, 1.0),
@@ -176,27 +188,38 @@ async def _run(
     config = DispatcherConfig(http_connections=HTTP_CONNECTIONS, seed=options.seed)
     signals = Signals.brief() if options.real_time else Signals()
     health: list[HealthSnapshot] = []
-    # The process's real memory would make two runs print two different "Memory:" lines.
-    async with open_dispatcher(config, bus=bus, memory=DemoMemory()) as dispatcher:
-        tally.watch(dispatcher.http_gate, f"{HTTP_CONNECTIONS} connections")
-        tally.watch(accounts.search_api, f"{SEARCH_REQUESTS_PER_SECOND} per second")
-        root = Fanout(workflow("demo-user", "demo"), plans, accounts, signals)
-        started = trio.current_time()
-        handle = dispatcher.submit(root)
-        async with trio.open_nursery() as nursery:
+    root = Fanout(workflow("demo-user", "demo"), plans, accounts, signals)
+    states: Mapping[JobState, int] = {}
+    started = trio.current_time()
+    try:
+        # The process's real memory would make two runs print two different "Memory:" lines.
+        async with open_dispatcher(config, bus=bus, memory=DemoMemory()) as dispatcher:
+            tally.watch(dispatcher.http_gate, f"{HTTP_CONNECTIONS} connections")
+            tally.watch(accounts.search_api, f"{SEARCH_REQUESTS_PER_SECOND} per second")
+            started = trio.current_time()
+            handle = dispatcher.submit(root)
+            async with trio.open_nursery() as nursery:
 
-            async def look_mid_run() -> None:
-                await trio.sleep_until(started + HEALTH_AT)
-                health.append(dispatcher.health())
-                if on_health is not None:
-                    on_health(health[0], HEALTH_AT)
+                async def look_mid_run() -> None:
+                    await trio.sleep_until(started + HEALTH_AT)
+                    health.append(dispatcher.health())
+                    if on_health is not None:
+                        on_health(health[0], HEALTH_AT)
 
-            nursery.start_soon(look_mid_run)
-            states = await handle.result()
-            elapsed = trio.current_time() - started
-            nursery.cancel_scope.cancel()
+                nursery.start_soon(look_mid_run)
+                states = await handle.result()
+                elapsed = trio.current_time() - started
+                nursery.cancel_scope.cancel()
+    except KeyboardInterrupt:
+        # Ctrl-C: the dispatcher cancelled every job and the bus delivered every terminal
+        # event before the interrupt left the block, so the tally is whole up to here.
+        interrupted = True
+        elapsed = trio.current_time() - started
+    else:
+        interrupted = False
     # Leaving the block shut the dispatcher down, and the bus delivered everything before it.
-    return tally.report(), states, elapsed, health[0] if health else None, root.workflow_id
+    snapshot = health[0] if health else None
+    return tally.report(), states, elapsed, snapshot, root.workflow_id, interrupted
 
 
 @contextlib.contextmanager

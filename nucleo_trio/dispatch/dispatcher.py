@@ -23,7 +23,7 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import attrs
 import pluggy
@@ -235,6 +235,7 @@ class JobDispatcher:
         self._stop_timeout = self.config.shutdown_timeout
         self._grace_scope = trio.CancelScope()
         self._fatal: BaseException | None = None
+        self._interrupted_at = 0.0
         self.interrupt_window = INTERRUPT_WINDOW
         """Seconds the stop waits for interrupted jobs to end before it settles them as
         cancelled and names each one still running in a warning (repeated while it runs)."""
@@ -319,13 +320,22 @@ class JobDispatcher:
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Run one of the dispatcher's own tasks; its crash stops the dispatcher in order (every
-        handle settled) instead of tearing the nursery down under the jobs."""
+        """Run one of the dispatcher's own tasks. A failure to start leaves :meth:`run` as
+        itself; a crash once started stops the dispatcher in order (every handle settled)
+        instead of tearing the nursery down under the jobs."""
+        started = False
+
+        def report_started(value: None = None) -> None:
+            nonlocal started
+            started = True
+            task_status.started(value)
+
+        status = cast("trio.TaskStatus[None]", _StartedRelay(report_started))
         try:
-            await run(task_status=task_status)
+            await run(task_status=status)
         except BaseException as exc:  # noqa: BLE001 - escalated below, or re-raised
-            if not self._serving:
-                raise  # the serve's own cancel at the very end
+            if not started or not self._serving or _only_cancellation(exc):
+                raise
             log.critical("%s crashed; the dispatcher stops", what, exc_info=exc)
             self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.ERROR, error=exc))
             self._escalate(_fatal_in(exc) or exc)
@@ -457,6 +467,7 @@ class JobDispatcher:
                 await self._idle.wait()
             if self._fast_requested():
                 self._cancel_everything()  # overtaken by a fast stop while it waited
+        self._interrupted_at = trio.current_time()
         for queued in list(self._running.values()):
             queued.interrupt()
         with trio.move_on_after(self.interrupt_window):
@@ -513,16 +524,15 @@ class JobDispatcher:
                     log.warning(self._stuck_report(queued))
 
     def _stuck_report(self, queued: QueuedJob) -> str:
-        since = queued.context.started_at
         task = self._job_tasks.get(queued.job.job_id)
-        where = _where_stuck(task) if task is not None else "its task has not started"
-        age = "" if since is None else f", started {time.time() - since:.1f} s ago"
+        where = _where_stuck(task) if task is not None else "(its task has ended)"
+        waited = trio.current_time() - self._interrupted_at
         return (
-            f"{queued.job.name} ({type(queued.job).__qualname__}, job {queued.job.job_id}"
-            f"{age}) did not end within {self.interrupt_window:g} s of being interrupted at "
-            f"shutdown; its handle is settled as cancelled and its task still runs {where}. "
-            "A job must not swallow trio.Cancelled, block in a shielded cancel scope, or run "
-            "blocking code in a thread that ignores cancellation."
+            f"{queued.job.name} ({type(queued.job).__qualname__}, workflow "
+            f"{queued.job.workflow_id}) has not ended {waited:.1f} s after shutdown interrupted "
+            f"it; its handle is settled as cancelled and its task is still {where}. A job must "
+            "not swallow trio.Cancelled, block in a shielded cancel scope, or wait on a worker "
+            "thread that ignores cancellation."
         )
 
     async def _close_built_databases(self) -> None:
@@ -918,7 +928,7 @@ class JobDispatcher:
             await self.guardrails.after_release(job, context, result)
             await job.post_execute(context)
         except BaseException as exc:  # noqa: BLE001 - every failure becomes the job's verdict
-            if _is_cancellation(exc):
+            if _is_cancellation(exc) or _fatal_in(exc) is not None:
                 raise
             return self._verdict_for(queued, exc)
         return self._settled_verdict(queued, _Verdict(JobState.COMPLETED, result=result))
@@ -1474,6 +1484,21 @@ def _upstream_in_chain(exc: BaseException) -> bool:
         for nxt in (link.__cause__, link.__context__):
             if nxt is not None:
                 stack.append(nxt)
+    return False
+
+
+class _StartedRelay:
+    """A task status that tells :meth:`JobDispatcher._supervised` its task has started."""
+
+    def __init__(self, started: Callable[[None], None]) -> None:
+        self.started = started
+
+
+def _only_cancellation(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(isinstance(leaf, trio.Cancelled) for leaf in _leaves(exc))
     return False
 
 
