@@ -28,7 +28,7 @@ from nucleo_trio.jobs import (
 )
 
 from .conftest import Recorder, settle
-from .jobs_for_tests import Echo, Fn
+from .jobs_for_tests import Echo, Fn, naps
 
 
 async def test_submit_before_start_is_refused() -> None:
@@ -426,3 +426,107 @@ async def test_lanes_wake_when_offered_and_never_poll(
         trio.lowlevel.remove_instrument(counter)
     # the test task itself wakes once; the bus's stale sweep runs once a minute (BUS-10)
     assert counter.steps <= 3
+
+
+# -- hostile knobs at the door (item 8) ----------------------------------------------------------
+
+
+def _bypassed(setting: str, value: Any, how: str) -> Fn:
+    """A job whose ``setting`` reads ``value`` although assignment refuses it: the ways a value
+    can reach the door past the setters."""
+    if how == "class attribute replaced":
+        cls = type("Bypassed", (Fn,), {})
+        job = cls(workflow("u", "wf"), _count_run, timeout=60.0)
+        setattr(cls, setting, value)  # after the class was made: __init_subclass__ never sees it
+        return job
+    if how == "property":
+        # a property of the subclass's own, which ignores what Fn.__init__ writes
+        hostile = property(lambda self: value, lambda self, written: None)
+        cls = type("Bypassed", (Fn,), {setting: hostile})
+        return cls(workflow("u", "wf"), _count_run)
+    job = Fn(workflow("u", "wf"), _count_run, timeout=60.0)
+    slot = {"timeout": "_nucleo_timeout", "priority": "_nucleo_priority"}[setting]
+    object.__setattr__(job, slot, value)  # written past the setter
+    return job
+
+
+async def _count_run(ctx: JobContext) -> str:
+    return "ran"
+
+
+BYPASSES = [
+    ("timeout", float("nan"), "class attribute replaced", "timeout must be positive"),
+    ("timeout", -1.0, "past the setter", "timeout must be positive"),
+    ("timeout", "10", "property", "timeout must be positive"),
+    ("priority", "high", "property", "priority must be an int"),
+    ("priority", 2**70, "past the setter", "priority must be between"),
+]
+
+
+async def _a_timer_due_first(dispatcher: JobDispatcher) -> tuple[Any, float]:
+    """A job whose 10 s deadline is due before anything the hostile job could arm."""
+    stuck = Fn(workflow("u", "wf"), naps(100), timeout=10.0)
+    return dispatcher.submit(stuck), trio.current_time()
+
+
+async def test_a_nan_deadline_never_reaches_the_timekeeper(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Item 8: a NaN timeout that bypassed the setters used to kill the timekeeper (and with it
+    every job's timeout) when another timer was due first. The NaN fails only its own job, naming
+    the value; the other job still times out at its deadline and the dispatcher keeps serving."""
+    other, start = await _a_timer_due_first(dispatcher)
+    await settle()
+    hostile = _bypassed("timeout", float("nan"), "class attribute replaced")
+    hostile_handle = dispatcher.submit(hostile)
+    with pytest.raises(Exception) as failed:  # noqa: PT011 - the door's refusal, or the keeper's
+        await hostile_handle.result()
+    assert "nan" in " ".join(_chain_messages(failed.value))
+    with pytest.raises(errors.JobTimeoutError):
+        await other.result()
+    assert trio.current_time() - start == pytest.approx(10 + grace_period(10))  # phase two
+    assert await dispatcher.submit(Echo(workflow("u", "wf"), 5)).result() == 5
+
+
+async def test_wired_door_refuses_bypassed_knobs_born_failed(
+    dispatcher: JobDispatcher, recorder: Recorder, autojump_clock: trio.testing.MockClock
+) -> None:
+    """SUB-01, SUB-02: a job whose timeout or priority reads a hostile value (it bypassed the
+    setters) is refused at the door: a handle born failed whose error names the setting and the
+    value, JobFailedEvent and WorkflowCompleteEvent(false), never JobScheduled, nothing registered,
+    never run; a job with a timer due meanwhile times out on time and the dispatcher keeps serving.
+
+    Needs ``check_job_settings`` called by ``JobDispatcher.submit`` (the door)."""
+    other, start = await _a_timer_due_first(dispatcher)
+    await settle()
+    for setting, value, how, says in BYPASSES:
+        job = _bypassed(setting, value, how)
+        handle = dispatcher.submit(job)
+        assert handle.done, (setting, value, how)
+        assert job.job_id not in dispatcher._live
+        with pytest.raises(Exception) as failed:  # noqa: PT011 - wrapped or bare, see below
+            await handle.result()
+        messages = " ".join(_chain_messages(failed.value))
+        assert f"Bypassed.{setting}" in messages or f"Fn.{setting}" in messages, messages
+        assert says in messages and job.job_id in messages
+        assert any(isinstance(e, TypeError | ValueError) for e in _chain(failed.value))
+        await settle()
+        assert recorder.names(job.job_id) == ["JobFailedEvent", "WorkflowCompleteEvent"]
+        assert job.runs == 0
+    with pytest.raises(errors.JobTimeoutError):
+        await other.result()
+    assert trio.current_time() - start == pytest.approx(10 + grace_period(10))  # phase two
+    assert await dispatcher.submit(Echo(workflow("u", "wf"), 5)).result() == 5
+
+
+def _chain(error: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _chain_messages(error: BaseException) -> list[str]:
+    return [str(e) for e in _chain(error)]
