@@ -408,8 +408,9 @@ async def test_close_closes_every_handle_before_the_grant_returns_and_aggregates
 async def test_force_close_aborts_then_closes_and_settles_once(
     nursery: trio.Nursery,
 ) -> None:
-    """JR-19: force_close aborts each handle, releases the grant at once and closes the aborted
-    handles in the background; a later close is harmless because the grant settles once."""
+    """JR-19: force_close aborts each handle at once, closes the aborted handles in the
+    background and only then releases the grant; a later close is harmless because the grant
+    settles once."""
     log: list[str] = []
     only = RecordingProvider("only", log)
     meter = Meter("tokens", cap=10, rate=0)
@@ -420,9 +421,10 @@ async def test_force_close_aborts_then_closes_and_settles_once(
     resources.executed = True
     resources.force_close()
     assert log == ["only.acquire", "only.abort"]
-    assert only.gate.in_use == 0
+    assert only.gate.in_use == 1, "the permit waits for the aborted connection to close"
     await settle()
     assert log == ["only.acquire", "only.abort", "only.close"]
+    assert only.gate.in_use == 0 and resources.settled
     await resources.aclose()
     resources.force_close()
     assert log.count("only.close") == 1 and (meter.takes, meter.gives) == (1, 0)

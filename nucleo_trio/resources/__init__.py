@@ -3,6 +3,9 @@ provider that is only a count, the registry of providers by name, and the resour
 attempt holds (its grant and the handles opened under it)."""
 
 from .job_resources import (
+    COMMIT_WINDOW as COMMIT_WINDOW,
+    CommitError as CommitError,
+    GrantReleaseError as GrantReleaseError,
     JobResources as JobResources,
     ResourceCloseError as ResourceCloseError,
     demand_of as demand_of,
@@ -16,10 +19,13 @@ from .registry import DBResourceProviders as DBResourceProviders
 from .sqlite import SQLiteProvider as SQLiteProvider
 
 __all__ = [
+    "COMMIT_WINDOW",
+    "CommitError",
     "CountingDBResourceProvider",
     "DBHandle",
     "DBResourceProvider",
     "DBResourceProviders",
+    "GrantReleaseError",
     "JobResources",
     "ResourceCloseError",
     "SQLiteProvider",

@@ -7,15 +7,24 @@ place a job waits. A handle that fails to open rolls the whole grant back and th
 runs (JR-10).
 
 The handles are fixed once materialized, in declaration order (JR-11): a forced close racing a
-``commit_all`` walks the same immutable mapping. Closing settles the grant exactly once, by
-whichever of :meth:`~JobResources.aclose` (the cooperative close) and
-:meth:`~JobResources.force_close` (phase two of a timeout) comes first.
+``commit_all`` walks the same immutable mapping. Two promises hold whatever lands meanwhile (a
+deadline, a cancel, a shutdown):
+
+* **A commit sent is the outcome.** Once ``commit_all`` sends its first commit it runs shielded
+  from cancellation, within :data:`COMMIT_WINDOW`; a cooperative close waits for its answer; and
+  a failure says which databases committed, which rolled back, and which were cut short with
+  their fate unknown (:class:`CommitError`, JR-14, JR-15).
+* **A permit goes back after its connection closed.** The grant settles once, after the last
+  handle closed, whichever of :meth:`~JobResources.aclose` (the cooperative close) and
+  :meth:`~JobResources.force_close` (phase two: abort now, close in the background) gets there,
+  so a provider's bound holds at every instant (JR-18, JR-19, DB-12).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +35,16 @@ from ..errors import UncorrectableError, add_suppressed
 from .provider import DBHandle, DBResourceProvider
 
 if TYPE_CHECKING:
+    from ..admission.demand import DemandEntry
     from ..admission.limiter import RateLimiter
     from ..jobs.context import JobContext
     from ..jobs.requirements import JobRequirements
 
 __all__ = [
+    "COMMIT_WINDOW",
     "FORCED_CLOSE_WINDOW",
+    "CommitError",
+    "GrantReleaseError",
     "JobResources",
     "ResourceCloseError",
     "demand_of",
@@ -39,8 +52,20 @@ __all__ = [
 
 log = logging.getLogger("nucleo_trio.resources")
 
+COMMIT_WINDOW = 10.0
+"""Seconds ``commit_all`` gives the databases to answer once it has sent its first commit,
+whatever cancellation lands meanwhile. Past it the call in flight is aborted and whether that
+commit took effect is unknown. A database that has not answered a commit in 10 s is stuck, not
+slow, and nobody should wait on it longer: it is also the dispatcher's window for a job to end
+once shutdown interrupted it, so a commit sent before the interrupt answers (or is aborted)
+within it."""
+
 FORCED_CLOSE_WINDOW = 30.0
-"""Seconds a forced close gives each aborted handle's ``close`` before abandoning it."""
+"""Seconds a forced close waits for an aborted handle's ``close`` before it reports the close
+as stuck. It goes on waiting, the permit held, since the connection is still open."""
+
+Spawn = Callable[[Callable[[], Awaitable[None]]], None]
+"""Starts a task that may outlive the job (the dispatcher's system nursery's ``start_soon``)."""
 
 
 class ResourceCloseError(OSError):
@@ -49,6 +74,54 @@ class ResourceCloseError(OSError):
     The first failure is the ``__cause__``; later ones ride along
     (:func:`~nucleo_trio.errors.suppressed`). The grant was released all the same.
     """
+
+
+class GrantReleaseError(RuntimeError):
+    """An account raised while the grant went back (ADM-45).
+
+    The grant is settled all the same: every other account got its permits back. ``account``
+    names the account whose ``give`` raised when that can be told (``None`` otherwise), and its
+    exception is the ``__cause__``. A fault in an account is a bug in that account, not in the
+    job whose grant it was: the dispatcher logs it and keeps the job's own verdict.
+    """
+
+    def __init__(self, message: str, account: str | None = None) -> None:
+        super().__init__(message)
+        self.account = account
+
+
+class CommitError(UncorrectableError):
+    """``commit_all`` could not commit every database (JR-15).
+
+    The message names the provider whose commit failed and says what became of every
+    database of the transaction; the attributes hold their names, in declaration order:
+
+    * ``committed``: committed and durable (JR-16: they stay committed);
+    * ``rolled_back``: rolled back;
+    * ``not_committed``: never sent, but their rollback failed or had no time left; the
+      transaction dies with the connection when the handle closes;
+    * ``unknown``: the commit was sent and then cut short (aborted, or no answer within
+      :data:`COMMIT_WINDOW`), or it failed and so did its rollback: it may have taken effect.
+
+    The failure is the ``__cause__`` (none when the window cut a commit that never answered);
+    rollback failures ride along as suppressed.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        committed: tuple[str, ...] = (),
+        rolled_back: tuple[str, ...] = (),
+        not_committed: tuple[str, ...] = (),
+        unknown: tuple[str, ...] = (),
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message, cause=cause)
+        self.committed = committed
+        self.rolled_back = rolled_back
+        self.not_committed = not_committed
+        self.unknown = unknown
 
 
 def demand_of(
@@ -82,6 +155,14 @@ def _label(provider: DBResourceProvider) -> str:
     return f"{type(provider).__name__} ({provider.name!r})"
 
 
+_FATES = (
+    ("committed", "committed"),
+    ("rolled_back", "rolled back"),
+    ("not_committed", "not committed"),
+    ("unknown", "unknown whether committed"),
+)
+
+
 class JobResources:
     """One attempt's grant and its database handles; the job reaches them through
     ``context.resources``.
@@ -89,6 +170,10 @@ class JobResources:
     ``get(provider)`` is the connection a provider opened for this job (``handle(provider)`` the
     :class:`~nucleo_trio.resources.DBHandle` around it); ``provider`` is the object the job
     declared or the name it is registered under. An undeclared provider is refused (JR-12).
+
+    ``spawn`` starts the background task of a forced close (it closes the aborted handles,
+    then settles the grant). Without one, a forced close gives the permits back at once and
+    leaves the aborted handles for a later :meth:`aclose`.
     """
 
     def __init__(
@@ -99,7 +184,8 @@ class JobResources:
         *,
         context: JobContext | None = None,
         read_only: bool = False,
-        spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None,
+        spawn: Spawn | None = None,
+        commit_window: float = COMMIT_WINDOW,
     ) -> None:
         self._admission = admission
         self.grant = grant
@@ -107,14 +193,26 @@ class JobResources:
         self._context = context
         self._read_only = read_only
         self._spawn = spawn
+        self._commit_window = commit_window
         self._handles: Mapping[DBResourceProvider, DBHandle] = MappingProxyType({})
+        # The transaction: what committed, whether a commit was sent, its answer.
         self._committed: set[int] = set()
+        self._commit_sent = False
+        self._commit_answered: trio.Event | None = None
+        self._on_answer: list[Callable[[bool], object]] = []
+        self._in_flight: tuple[DBResourceProvider, DBHandle, trio.CancelScope] | None = None
+        self._window_passed = False
+        # The close: handles whose close started and returned, handles aborted, who closes.
+        self._closing_handles: set[int] = set()
         self._closed_handles: set[int] = set()
+        self._aborted: set[int] = set()
+        self._cooperative = False
+        self._reaping = False
+        self._closing: trio.Event | None = None
         self.executed = False
         """Set when the job's work began: settling then releases (RELEASE accounts only)
         instead of rolling back every account (JR-20)."""
         self._settled = False
-        self._closing: trio.Event | None = None
 
     # -- materialization ------------------------------------------------------------------------
     async def materialize(self) -> None:
@@ -131,14 +229,17 @@ class JobResources:
         except BaseException as exc:
             for provider, handle in reversed(opened.items()):
                 await self._close_quietly(provider, handle)
-            self._settle(rollback=True)
+            fault = self._settle_logged(rollback=True)
             if not isinstance(exc, Exception):
                 raise
             failing = self._providers[len(opened)]
-            raise UncorrectableError(
+            error = UncorrectableError(
                 f"Failed to acquire database handle from {type(failing).__name__}: {exc}",
                 cause=exc,
-            ) from exc
+            )
+            if fault is not None:
+                add_suppressed(error, fault)
+            raise error from exc
         self._handles = MappingProxyType(opened)
 
     async def _close_quietly(self, provider: DBResourceProvider, handle: DBHandle) -> None:
@@ -182,67 +283,215 @@ class JobResources:
     async def begin_all(self) -> None:
         """Begin a transaction on every handle, in declaration order (JR-13)."""
         self._committed.clear()
+        self._commit_sent = False
         for provider, handle in tuple(self._handles.items()):
             await provider.begin(handle)
 
+    @property
+    def commit_sent(self) -> bool:
+        """A ``commit_all`` started since the last ``begin_all``: its answer is the outcome."""
+        return self._commit_sent
+
+    @property
+    def commit_in_flight(self) -> bool:
+        """A ``commit_all`` is under way and has not answered yet."""
+        return self._commit_answered is not None and not self._commit_answered.is_set()
+
+    @property
+    def committed(self) -> tuple[DBResourceProvider, ...]:
+        """The providers committed since the last ``begin_all``, in declaration order."""
+        return tuple(p for p in self._providers if id(p) in self._committed)
+
+    @property
+    def all_committed(self) -> bool:
+        """Every handle's transaction committed since the last ``begin_all``."""
+        return bool(self._handles) and len(self._committed) == len(self._handles)
+
+    def on_commit_answer(self, callback: Callable[[bool], object]) -> None:
+        """Call ``callback(all_committed)`` once the commit in flight has answered: ``True``
+        when every database committed. With none in flight it is called at once."""
+        if not self.commit_in_flight:
+            callback(self.all_committed)
+            return
+        self._on_answer.append(callback)
+
     async def commit_all(self) -> None:
-        """Commit, then await completion, on each provider not yet committed (JR-14).
+        """Commit, then await completion, on each provider not yet committed, in declaration
+        order (JR-14).
+
+        Once the first commit is sent its answer is the outcome, so the whole walk is shielded
+        from cancellation: a deadline, a cancel or a shutdown takes effect once it has
+        answered, and a cooperative close waits for it. It is bounded by the commit window
+        (:data:`COMMIT_WINDOW`): past it the call in flight is aborted, and a commit cut short
+        that way, or by a forced close, has an unknown fate.
 
         If one fails, every provider not yet committed, the failing one included, is rolled
         back in reverse order; rollback failures ride along as suppressed. The raised
-        :class:`UncorrectableError` names the failing provider and has the failure as its cause.
-        Providers already committed stay committed (JR-15, JR-16).
+        :class:`CommitError` names the failing provider, has the failure as its cause and says
+        which databases committed and which rolled back. Providers already committed stay
+        committed (JR-15, JR-16).
         """
+        if all(id(p) in self._committed for p in self._handles):
+            return
+        self._commit_sent = True
+        self._window_passed = False
+        answered = self._commit_answered = trio.Event()
+        error: CommitError | None = None
+        try:
+            with trio.CancelScope(shield=True):
+                async with trio.open_nursery() as watch:
+                    watch.start_soon(self._watch_commit)
+                    error = await self._commit_in_order()
+                    watch.cancel_scope.cancel()
+        finally:
+            answered.set()
+            everything = self.all_committed
+            callbacks, self._on_answer = self._on_answer, []
+            for callback in callbacks:
+                try:
+                    callback(everything)
+                except Exception:
+                    log.exception("a commit-answer callback raised")
+        if error is not None:
+            raise error
+
+    async def _watch_commit(self) -> None:
+        """The commit window: once it has passed, cut the call in flight short (abort its
+        handle, which stops a statement in a worker thread, and cancel the call, which stops
+        one that waits in trio) and let no further call start."""
+        await trio.sleep(self._commit_window)
+        self._window_passed = True
+        if self._in_flight is not None:
+            provider, handle, call = self._in_flight
+            self._abort(provider, handle)
+            call.cancel()
+
+    async def _bounded(
+        self,
+        provider: DBResourceProvider,
+        handle: DBHandle,
+        verb: Callable[[DBHandle], Awaitable[None]],
+    ) -> bool:
+        """One provider call of ``commit_all`` within the commit window: ``False`` when the
+        window cut it short or had already passed (then it is not made)."""
+        if self._window_passed:
+            return False
+        with trio.CancelScope() as call:
+            self._in_flight = (provider, handle, call)
+            try:
+                await verb(handle)
+            finally:
+                self._in_flight = None
+        return not call.cancelled_caught
+
+    async def _commit_in_order(self) -> CommitError | None:
         for provider, handle in tuple(self._handles.items()):
             if id(provider) in self._committed:
                 continue
+            failure: Exception | None = None
             try:
-                await provider.commit(handle)
-                await provider.await_completion(handle)
-            except Exception as exc:
-                error = UncorrectableError(
-                    f"commit failed on {_label(provider)}: {exc}; the uncommitted databases "
-                    "were rolled back",
-                    cause=exc,
+                answered = await self._bounded(provider, handle, provider.commit) and (
+                    await self._bounded(provider, handle, provider.await_completion)
                 )
-                for failure in await self._rollback_uncommitted():
-                    add_suppressed(error, failure)
-                raise error from exc
+            except Exception as exc:
+                failure, answered = exc, False
+            if not answered:
+                return await self._commit_failed(provider, handle, failure)
             self._committed.add(id(provider))
+        return None
+
+    async def _commit_failed(
+        self, failing: DBResourceProvider, handle: DBHandle, failure: Exception | None
+    ) -> CommitError:
+        """Roll back the uncommitted rest in reverse (the failing provider included) and say
+        what became of every database."""
+        label = _label(failing)
+        cut_short = failure is None or self._was_aborted(handle)
+        if cut_short and self._window_passed:
+            headline = (
+                f"commit failed on {label}: no answer within {self._commit_window:g} s, so it "
+                "was aborted" + (f" ({failure})" if failure is not None else "")
+            )
+        elif cut_short:
+            headline = f"commit failed on {label}: it was cut short by an abort ({failure})"
+        else:
+            headline = f"commit failed on {label}: {failure}"
+        fate = {id(p): "committed" for p in self._providers if id(p) in self._committed}
+        rollback_failures: list[BaseException] = []
+        for provider, other in reversed(tuple(self._handles.items())):
+            if id(provider) in fate:
+                continue
+            sent = provider is failing
+            if sent and cut_short:
+                fate[id(provider)] = "unknown"
+                continue
+            if self._was_aborted(other):  # its transaction dies with the connection
+                fate[id(provider)] = "not_committed"
+                continue
+            try:
+                rolled_back = await self._bounded(provider, other, provider.rollback)
+            except Exception as exc:
+                rollback_failures.append(exc)
+                rolled_back = False
+            if rolled_back:
+                fate[id(provider)] = "rolled_back"
+            else:
+                fate[id(provider)] = "unknown" if sent else "not_committed"
+        groups = {
+            kind: tuple(p.name for p in self._providers if fate.get(id(p)) == kind)
+            for kind, _ in _FATES
+        }
+        said = "; ".join(
+            f"{words}: {', '.join(repr(n) for n in groups[kind])}"
+            for kind, words in _FATES
+            if groups[kind]
+        )
+        error = CommitError(
+            f"{headline}; {said}",
+            committed=groups["committed"],
+            rolled_back=groups["rolled_back"],
+            not_committed=groups["not_committed"],
+            unknown=groups["unknown"],
+            cause=failure,
+        )
+        for rollback_failure in rollback_failures:
+            add_suppressed(error, rollback_failure)
+        return error
 
     async def rollback_all(self) -> None:
         """Roll back every provider not committed, in reverse order (JR-17).
 
         Goes on after a failure; if any failed, raises :class:`UncorrectableError`
-        ("rollback_all encountered N errors") with each failure suppressed.
+        ("rollback_all encountered N errors") with each failure suppressed. A handle that is
+        closing or aborted is skipped: its close rolls the transaction back (DB-11).
         """
-        failures = await self._rollback_uncommitted()
+        failures: list[BaseException] = []
+        for provider, handle in reversed(tuple(self._handles.items())):
+            if id(provider) in self._committed or id(handle) in self._closing_handles:
+                continue
+            if self._was_aborted(handle):
+                continue
+            try:
+                await provider.rollback(handle)
+            except Exception as exc:
+                failures.append(exc)
         if failures:
             error = UncorrectableError(f"rollback_all encountered {len(failures)} errors")
             for failure in failures:
                 add_suppressed(error, failure)
             raise error
 
-    async def _rollback_uncommitted(self) -> list[BaseException]:
-        failures: list[BaseException] = []
-        for provider, handle in reversed(tuple(self._handles.items())):
-            if id(provider) in self._committed:
-                continue
-            try:
-                await provider.rollback(handle)
-            except Exception as exc:
-                failures.append(exc)
-        return failures
-
     # -- close ----------------------------------------------------------------------------------
     async def aclose(self) -> None:
-        """The cooperative close (JR-18): mark the resources released, close every handle in
-        declaration order (going on after a failure), then settle the grant.
+        """The cooperative close (JR-18): mark the resources released, let a commit in flight
+        answer, close every handle in declaration order (going on after a failure), then settle
+        the grant.
 
-        Raises :class:`ResourceCloseError` if any close failed; the grant is back regardless.
-        A second call, or one while another is under way, waits for the first and returns. If
-        the closing task is cancelled, the remaining handles are force-closed (aborted) and the
-        grant settles before the cancellation propagates.
+        Raises :class:`ResourceCloseError` if any close failed (the grant is back regardless),
+        else :class:`GrantReleaseError` if an account raised as the grant went back (ADM-45).
+        A second call, or one while another close is under way, waits for the first and
+        returns. If the closing task is cancelled, the handles still open are force-closed:
+        aborted now, closed in the background, and the grant settles after them.
         """
         if not self._handles:  # nothing to close: settle without a scheduler step
             self._mark_released()
@@ -252,24 +501,32 @@ class JobResources:
             if not self._closing.is_set():
                 await self._closing.wait()
             return
-        self._closing = trio.Event()
+        closing = self._closing = trio.Event()
         self._mark_released()
         failures: list[tuple[DBResourceProvider, BaseException]] = []
+        self._cooperative = True
         try:
+            if self._commit_answered is not None and not self._commit_answered.is_set():
+                await self._commit_answered.wait()  # never close a connection under its commit
             for provider, handle in tuple(self._handles.items()):
                 if id(handle) in self._closed_handles:
                     continue
                 try:
-                    await provider.close(handle)
+                    await self._close_one(provider, handle)
                 except Exception as exc:
                     failures.append((provider, exc))
-                self._closed_handles.add(id(handle))
         except BaseException:
+            self._cooperative = False
             self.force_close()
             raise
-        finally:
+        self._cooperative = False
+        fault: GrantReleaseError | None = None
+        try:
             self._settle(rollback=not self.executed)
-            self._closing.set()
+        except GrantReleaseError as exc:
+            fault = exc
+        finally:
+            closing.set()
         if failures:
             provider, first = failures[0]
             error = ResourceCloseError(
@@ -278,47 +535,139 @@ class JobResources:
             error.__cause__ = first
             for _, later in failures[1:]:
                 add_suppressed(error, later)
+            if fault is not None:  # it rides on the close failure, so it is said here
+                _log_release_fault(fault)
+                add_suppressed(error, fault)
             raise error
+        if fault is not None:
+            raise fault
+
+    async def _close_one(self, provider: DBResourceProvider, handle: DBHandle) -> None:
+        """Close one handle; it counts as closed once ``close`` returned or raised (not when
+        the caller was cancelled: then a later close goes again, which a provider allows)."""
+        self._closing_handles.add(id(handle))
+        try:
+            await provider.close(handle)
+        except Exception:
+            self._closed_handles.add(id(handle))
+            raise
+        self._closed_handles.add(id(handle))
 
     def force_close(self) -> None:
-        """Phase two's close (JR-19): abort every handle still open, settle the grant at once,
-        and close the aborted handles in the background (each within
-        :data:`FORCED_CLOSE_WINDOW`). Errors are logged. The grant settles once, so a later
-        :meth:`aclose` is harmless, and a ``commit_all`` under way walks the same fixed
-        mapping (JR-11)."""
+        """Phase two's close (JR-19): abort every handle still open, now, then close each and
+        only then settle the grant, in a background task (``spawn``). The permits stay held
+        until the aborted connections are closed, so a provider's bound holds at every instant
+        (DB-12); a close that does not return within :data:`FORCED_CLOSE_WINDOW` is reported
+        and waited for. Errors, and an account that raises as the grant goes back, are logged.
+
+        A commit in flight is aborted too, and its fate is unknown (see :meth:`commit_all`). A
+        close under way (:meth:`aclose`) goes on over the aborted handles and settles the
+        grant itself. The grant settles once, so a later :meth:`aclose` is harmless, and a
+        ``commit_all`` under way walks the same fixed mapping (JR-11)."""
         pending = [(p, h) for p, h in self._handles.items() if id(h) not in self._closed_handles]
-        if self._settled and not pending:
+        self._mark_released()
+        if not pending:
+            if not self._cooperative:
+                self._settle_logged(rollback=not self.executed)
             return
-        if pending:
+        fresh = [(p, h) for p, h in pending if id(h) not in self._aborted]
+        if fresh:
             log.warning(
                 "force-closing %d database handle(s) of %s",
-                len(pending),
+                len(fresh),
                 self._context.job_id if self._context is not None else "a job",
             )
-        self._mark_released()
-        for provider, handle in pending:
-            self._closed_handles.add(id(handle))
-            try:
-                provider.abort(handle)
-            except Exception:
-                log.exception("aborting %s's handle failed", _label(provider))
-        self._settle(rollback=not self.executed)
-        if pending and self._spawn is not None:
+        for provider, handle in fresh:
+            self._abort(provider, handle)
+        if self._cooperative or self._reaping:
+            return
+        closing = self._closing
+        if closing is None:
+            closing = self._closing = trio.Event()
+        self._reaping = True
+        try:
+            if self._spawn is None:
+                raise RuntimeError("no task to close them in was given (spawn)")
+            self._spawn(partial(self._reap, pending))
+        except RuntimeError as exc:
+            # Nothing can await the closes: give the permits back now, and leave the aborted
+            # handles to a later aclose(), which closes what is still open.
+            self._reaping = False
+            self._closing = None
+            log.warning("the aborted handles' permits go back before they are closed: %s", exc)
+            self._settle_logged(rollback=not self.executed)
+            closing.set()
+
+    async def _reap(self, pending: list[tuple[DBResourceProvider, DBHandle]]) -> None:
+        """Close each aborted handle, then settle the grant (even if cancelled meanwhile)."""
+        try:
             for provider, handle in pending:
-                self._spawn(_closer(provider, handle))
+                await self._close_after_abort(provider, handle)
+        finally:
+            self._reaping = False
+            self._settle_logged(rollback=not self.executed)
+            if self._closing is not None:
+                self._closing.set()
+
+    async def _close_after_abort(self, provider: DBResourceProvider, handle: DBHandle) -> None:
+        try:
+            with trio.move_on_after(FORCED_CLOSE_WINDOW) as window:
+                await self._close_one(provider, handle)
+            if window.cancelled_caught:
+                log.error(
+                    "%s's close did not return within %.0f s of an abort; its permit stays "
+                    "held until it does",
+                    _label(provider),
+                    FORCED_CLOSE_WINDOW,
+                )
+                await self._close_one(provider, handle)
+        except Exception:
+            log.exception("closing %s's handle after an abort failed", _label(provider))
+
+    def _abort(self, provider: DBResourceProvider, handle: DBHandle) -> None:
+        self._aborted.add(id(handle))
+        try:
+            provider.abort(handle)
+        except Exception:
+            log.exception("aborting %s's handle failed", _label(provider))
+
+    def _was_aborted(self, handle: DBHandle) -> bool:
+        return id(handle) in self._aborted or handle.aborted
 
     def _mark_released(self) -> None:
         if self._context is not None:
             self._context.is_executing_job_with_resources = False
 
     def _settle(self, *, rollback: bool) -> None:
+        """Give the grant back, once; an account that raises is a :class:`GrantReleaseError`
+        (ADM-45: admission gave every other account back first)."""
         if self._settled:
             return
         self._settled = True
-        if rollback:
-            self._admission.rollback(self.grant)
-        else:
-            self._admission.release(self.grant)
+        try:
+            if rollback:
+                self._admission.rollback(self.grant)
+            else:
+                self._admission.release(self.grant)
+        except Exception as exc:
+            account = _account_that_raised(exc, self.grant)
+            accounts = account or ", ".join(_name_of(e) for e in self.grant.entries)
+            job = self._context.job_id if self._context is not None else "a job"
+            verb = "rolling back" if rollback else "releasing"
+            raise GrantReleaseError(
+                f"{verb} the grant of {job} failed: account {accounts} raised "
+                f"{type(exc).__name__}: {exc}",
+                account,
+            ) from exc
+
+    def _settle_logged(self, *, rollback: bool) -> GrantReleaseError | None:
+        """Settle where nobody can be told: an account's fault is logged (and returned)."""
+        try:
+            self._settle(rollback=rollback)
+        except GrantReleaseError as fault:
+            _log_release_fault(fault)
+            return fault
+        return None
 
     @property
     def settled(self) -> bool:
@@ -331,18 +680,27 @@ class JobResources:
         return f"<JobResources [{names}] {state}>"
 
 
-def _closer(provider: DBResourceProvider, handle: DBHandle) -> Callable[[], Awaitable[None]]:
-    async def close_after_abort() -> None:
-        try:
-            with trio.move_on_after(FORCED_CLOSE_WINDOW) as window:
-                await provider.close(handle)
-            if window.cancelled_caught:
-                log.error(
-                    "%s's close did not return within %.0f s of an abort; abandoning it",
-                    _label(provider),
-                    FORCED_CLOSE_WINDOW,
-                )
-        except Exception:
-            log.exception("closing %s's handle after an abort failed", _label(provider))
+def _log_release_fault(fault: GrantReleaseError) -> None:
+    log.error("%s", fault, exc_info=fault)
 
-    return close_after_abort
+
+def _name_of(entry: DemandEntry) -> str:
+    name = getattr(entry.key, "limiter_name", None) or getattr(entry.limiter, "limiter_name", None)
+    return str(name) if name else repr(entry.limiter)
+
+
+def _account_that_raised(exc: BaseException, grant: Grant) -> str | None:
+    """The name of the grant's account whose ``give`` raised ``exc``, or ``None``.
+
+    Admission gives every other account back before it raises the first failure (ADM-45), so
+    the exception is all that is left to say which account it was: the outermost frame of its
+    traceback that runs on one of the grant's accounts (``self``) is that account's ``give``.
+    """
+    entries = {id(entry.limiter): entry for entry in grant.entries}
+    frame = exc.__traceback__
+    while frame is not None:
+        entry = entries.get(id(frame.tb_frame.f_locals.get("self")))
+        if entry is not None:
+            return _name_of(entry)
+        frame = frame.tb_next
+    return None
