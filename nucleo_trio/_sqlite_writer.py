@@ -400,8 +400,8 @@ class SQLiteWriter:
         """A driver error as the component's system error, naming what it was doing and where."""
         if not isinstance(exc, sqlite3.Error):
             return exc
-        where = f" (its batch was not committed to {self.path})" if commit else ""
-        return NucleoSystemError(self._component, f"{doing} failed{where}: {exc}", exc)
+        why = "its transaction did not commit: " if commit else ""
+        return NucleoSystemError(self._component, f"{doing} failed: {why}{exc}", exc)
 
 
 async def _wait_holding_the_clock(event: trio.Event) -> None:

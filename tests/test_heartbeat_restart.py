@@ -1,7 +1,7 @@
 """A durable schedule across a restart (HB-09, HB-11, HB-14), and no forged heartbeat on it.
 
-The SQLite store calls the driver inline, never from a worker thread, so these tests run in
-virtual time: the autojump clock cannot move while a statement runs. Both dispatchers of the
+The SQLite store writes in a worker thread and keeps an autojump clock still while an operation
+is there, so these tests run in virtual time: the clock cannot move while a statement runs. Both dispatchers of the
 first test live in one ``trio.run``, which anchors ``heartbeat_now()`` once, so the virtual pause
 between closing the first and opening the second is a pause on the Heart's clock too.
 """

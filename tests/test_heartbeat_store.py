@@ -5,8 +5,9 @@ One parametrized suite holds the in-memory store and the SQLite store to the sam
 most overdue entry first and never a future one, one entry per id with the displaced one
 answered, a compare-and-set re-enqueue that yields to a rebind, the change listener on every
 head change, and no forged heartbeat, ever. The SQLite store's own tests follow: what it can
-write, what it refuses, what it reads back after a reopen. The stores never wait on anything,
-so nothing here needs a clock.
+write, what it refuses, what it reads back after a reopen. The SQLite store waits on its
+worker thread and never on a clock, so nothing here needs one; its writer is held in
+``test_store_writers.py``.
 """
 
 from __future__ import annotations

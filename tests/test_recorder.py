@@ -1,7 +1,9 @@
 """The recorder: every job's snapshot in SQLite, terminal events with their LLM responses, the
 doer's ordinal as iteration_number (OBS-31).
 
-The recorder writes inline (no worker thread), so everything here runs in virtual time.
+The recorder writes in a worker thread and stores wall-clock instants, so everything here runs
+in virtual time and reads the file after a flush or a close. Its writer's own behaviour (a slow
+commit, batching, failures, a clean stop) is held in ``test_store_writers.py``.
 """
 
 from __future__ import annotations
