@@ -269,12 +269,12 @@ def test_a_class_body_value_over_a_property_of_its_parent_is_kept_in_place() -> 
     overrides that property, not the base's knob)."""
 
     class Computed(Plain):
-        @property  # type: ignore[override]
+        @property  # type: ignore[misc] # read-only on purpose
         def timeout(self) -> float:
             return 7.0
 
     class Fixed(Computed):
-        timeout = 3.0  # type: ignore[assignment]
+        timeout = 3.0
 
     assert Computed(workflow("u", "wf")).timeout == 7.0
     assert Fixed(workflow("u", "wf")).timeout == 3.0
@@ -297,7 +297,7 @@ def _bypasses() -> list[tuple[str, Any, str]]:
     cases.append(("class attribute replaced", later, r"Later.timeout must be positive .* got nan"))
 
     class Dynamic(Plain):
-        @property  # type: ignore[override]
+        @property  # type: ignore[misc] # read-only on purpose
         def priority(self) -> Any:
             return "high"
 
