@@ -127,13 +127,28 @@ class DemandEntry:
         if type(amounts) is not tuple:
             raise TypeError(f"DemandEntry: amounts must be a tuple, got {type(amounts).__name__}")
         for amount in amounts:
-            if amount is not None:
+            if amount is not None and not (type(amount) is int and amount >= 0):
                 check_amount(self.limiter, amount, where="DemandEntry")
 
     @property
     def units(self) -> int | float:
         """The entry's amounts as one number of units (see :func:`units_of`)."""
         return units_of(self.amounts)
+
+
+_set = object.__setattr__
+
+
+def _checked_entry(
+    limiter: RateLimiter, key: LimiterIdentity, amounts: tuple[Any, ...]
+) -> DemandEntry:
+    """A :class:`DemandEntry` whose amounts were each checked as they were added (the demand's
+    hot path: the constructor would check them all again)."""
+    entry: DemandEntry = object.__new__(DemandEntry)
+    _set(entry, "limiter", limiter)
+    _set(entry, "key", key)
+    _set(entry, "amounts", amounts)
+    return entry
 
 
 class Demand:
@@ -160,7 +175,7 @@ class Demand:
             raise TypeError(
                 f"Demand.add: limiter must be a RateLimiter, got {type(limiter).__name__}"
             )
-        if amount is not None:
+        if amount is not None and not (type(amount) is int and amount >= 0):
             check_amount(limiter, amount, where="Demand.add")
         key = limiter.account_for(amount)
         if key is None:
@@ -171,9 +186,9 @@ class Demand:
         for index, entry in enumerate(self._entries):
             # Identity, not equality: two limiters that compare equal are still two accounts.
             if entry.limiter is limiter and entry.key is key:
-                self._entries[index] = DemandEntry(limiter, key, (*entry.amounts, amount))
+                self._entries[index] = _checked_entry(limiter, key, (*entry.amounts, amount))
                 return self
-        self._entries.append(DemandEntry(limiter, key, (amount,)))
+        self._entries.append(_checked_entry(limiter, key, (amount,)))
         return self
 
     @property

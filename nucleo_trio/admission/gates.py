@@ -123,7 +123,10 @@ class CountingGate(AbstractRateLimiter):
 
     # -- the account questions ---------------------------------------------------------------------
     def _fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
-        check_permits(self._name, mine, "fits/try_take")
+        for amount in mine:
+            if amount is not None:
+                check_permits(self._name, mine, "fits/try_take")
+                break
         asked = len(mine)
         if asked > self._capacity:
             raise UncorrectableError(
@@ -146,7 +149,10 @@ class CountingGate(AbstractRateLimiter):
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
-        check_permits(self._name, amounts, "give")
+        for amount in amounts:
+            if amount is not None:
+                check_permits(self._name, amounts, "give")
+                break
         returned = len(amounts)
         if returned > self._in_use:
             # Over-giving would hand out permits that do not exist; that is a settlement bug

@@ -114,6 +114,7 @@ seconds held (0 unless the waiter was held), ``amount`` the units moved. Best ef
 raises is logged at debug and dropped (EVT-14)."""
 
 _NOTHING: tuple[Any, ...] = ()
+_NO_WIRING: tuple[None, list[Any]] = (None, [])
 
 _GRANTED, _REFUSED, _HELD = 0, 1, 2
 
@@ -158,14 +159,17 @@ class _Account:
     monitor forgets the account.
     """
 
-    __slots__ = ("groups", "key", "key_id", "limiter", "users")
+    __slots__ = ("groups", "ident", "key", "key_id", "limiter", "peers", "users")
 
     def __init__(self, limiter: RateLimiter, key: LimiterIdentity) -> None:
         self.limiter = limiter
         self.key = key
         self.key_id = id(key)
+        self.ident = (id(limiter), self.key_id)
         self.groups: dict[Hashable, _Group] = {}
         self.users = 0
+        # The accounts in use on the same limiter, this one included (the monitor's list).
+        self.peers: list[_Account] = []
 
     def group(self, signature: Hashable) -> _Group:
         group = self.groups.get(signature)
@@ -440,7 +444,7 @@ class Admission:
         self._wired: dict[int, tuple[RateLimiter, list[_Account]]] = {}
         # limiter id -> the wake installed on it, while the limiter holds it (weakly: an entry
         # goes when its limiter drops the wake or dies, so this is as large as what holds one).
-        self._hooks: weakref.WeakValueDictionary[int, _Wake] = weakref.WeakValueDictionary()
+        self._hooks: dict[int, weakref.ref[_Wake]] = {}
         self._held_counts: dict[int, int] = {}
 
         self._head_blockers: set[_Account] = set()
@@ -510,7 +514,8 @@ class Admission:
         self._wake_event = trio.Event()
         if not self.is_stopped:
             memory = self._memory
-            self._wired[id(memory)] = (memory, [self._memory_account])
+            self._memory_account.peers = [self._memory_account]
+            self._wired[id(memory)] = (memory, self._memory_account.peers)
             self._install_wake(memory)
             memory_key = self._memory_account.key_id
             counts = self._held_counts
@@ -550,12 +555,20 @@ class Admission:
         """Install the wake on ``limiter`` unless the one installed earlier is still in place
         (once per limiter over the monitor's life, ADM-10)."""
         limiter_id = id(limiter)
-        hook = self._hooks.get(limiter_id)
-        if hook is not None and hook.limiter is limiter:
-            return
+        hooks = self._hooks
+        installed = hooks.get(limiter_id)
+        if installed is not None:
+            hook = installed()
+            if hook is not None and hook.limiter is limiter:
+                return
         hook = _Wake(self, limiter)
         limiter.on_capacity_change(hook)
-        self._hooks[limiter_id] = hook
+
+        def dropped(ref: weakref.ref[_Wake]) -> None:
+            if hooks.get(limiter_id) is ref:
+                del hooks[limiter_id]
+
+        hooks[limiter_id] = weakref.ref(hook, dropped)
 
     def _limiter_woke(self, limiter_id: int) -> None:
         if self.is_stopped:
@@ -668,8 +681,7 @@ class Admission:
         account = self._accounts.get(ident)
         if account is None:
             account = _Account(limiter, entry.key)
-            limiter_id = id(limiter)
-            wired = self._wired.get(limiter_id)
+            wired = self._wired.get(ident[0])
             if wired is None:
                 try:
                     self._install_wake(limiter)
@@ -679,9 +691,9 @@ class Admission:
                         f"{name} failed during admission: on_capacity_change raised {exc!r}",
                         cause=exc,
                     ) from exc
-                self._wired[limiter_id] = (limiter, [account])
-            else:
-                wired[1].append(account)
+                wired = self._wired[ident[0]] = (limiter, [])
+            account.peers = wired[1]
+            account.peers.append(account)
             self._accounts[ident] = account
         account.users += 1
         return account
@@ -700,20 +712,16 @@ class Admission:
     def _forget(self, account: _Account) -> None:
         """Nobody holds or waits on ``account``: drop its bookkeeping. Its limiter keeps the
         installed wake, which does nothing until the limiter is used again."""
-        limiter = account.limiter
-        ident = (id(limiter), account.key_id)
+        ident = account.ident
         if self._accounts.get(ident) is account:
             del self._accounts[ident]
-        wired = self._wired.get(id(limiter))
-        if wired is not None and limiter is not self._memory:
-            accounts = wired[1]
-            if account in accounts:
-                accounts.remove(account)
-            if not accounts:
-                del self._wired[id(limiter)]
+        peers = account.peers
+        if account in peers:
+            peers.remove(account)
+            if not peers and self._wired.get(ident[0], _NO_WIRING)[1] is peers:
+                del self._wired[ident[0]]
         if self._held_counts.get(account.key_id) == 0:
             del self._held_counts[account.key_id]
-        account.groups.clear()
 
     def _enqueue(self, w: _Waiter) -> None:
         self._line[w.seq] = w
@@ -852,8 +860,9 @@ class Admission:
         """Refuse every parked waiter and forget every wired account (ADM-06, ADM-44)."""
         # Every limiter still holding the wake, in use or idle (the memory account included).
         limiters = {id(limiter): limiter for limiter, _ in self._wired.values()}
-        for hook in list(self._hooks.values()):
-            limiter = hook.limiter
+        for ref in list(self._hooks.values()):
+            hook = ref()
+            limiter = hook.limiter if hook is not None else None
             if limiter is not None:
                 limiters.setdefault(id(limiter), limiter)
         for limiter in limiters.values():
