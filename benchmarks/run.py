@@ -17,7 +17,14 @@ import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from . import admission_scaling, dispatch_overhead, hostage, memory_pressure, rate_accuracy
+from . import (
+    admission_scaling,
+    dispatch_overhead,
+    hostage,
+    loop_stall,
+    memory_pressure,
+    rate_accuracy,
+)
 from ._harness import Row, format_table, machine_line, progress
 
 BENCHMARKS: tuple[ModuleType, ...] = (
@@ -26,6 +33,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     hostage,
     rate_accuracy,
     memory_pressure,
+    loop_stall,
 )
 
 
