@@ -267,21 +267,8 @@ class SQLiteWriter:
     ) -> None:
         if isinstance(answers, outcome.Value):
             self._finish(batch, answers.value)
-        elif isinstance(
-            answers, outcome.Error
-        ):  # the writer broke: every ticket gets its own error
-            broken = answers.error
-            self._finish(
-                batch,
-                [
-                    outcome.Error(
-                        NucleoSystemError(
-                            self._component, f"{ticket.doing} failed: {broken!r}", broken
-                        )
-                    )
-                    for ticket in batch
-                ],
-            )
+        elif isinstance(answers, outcome.Error):  # _write broke before it could answer
+            self._finish(batch, self._broken(batch, answers.error))
         if relaunch:
             self._launch()
 
@@ -319,6 +306,8 @@ class SQLiteWriter:
             self._turn.wait_for(lambda: self._done_batches == turn - 1)
             try:
                 answers = self._batch(batch)
+            except Exception as exc:  # a fault of the writer's own, not of the file
+                answers = self._broken(batch, exc)
             finally:
                 self._done_batches = turn
                 self._turn.notify_all()
@@ -334,6 +323,15 @@ class SQLiteWriter:
             with self._books:
                 self._unreported.extend(lost)
         return answers
+
+    def _broken(self, batch: list[Ticket[Any]], exc: BaseException) -> list[outcome.Outcome[Any]]:
+        """Every ticket of ``batch`` failed with the writer's own fault, each with its error."""
+        return [
+            outcome.Error(
+                NucleoSystemError(self._component, f"{ticket.doing} failed: {exc!r}", exc)
+            )
+            for ticket in batch
+        ]
 
     def _batch(self, batch: list[Ticket[Any]]) -> list[outcome.Outcome[Any]]:
         db = self._db
