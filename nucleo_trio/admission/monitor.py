@@ -396,6 +396,10 @@ def _odd_instant(value: object) -> float | None:
 
 _DeadlineTarget: TypeAlias = "_Group | int"
 
+_CONTRADICTION_RETRY = 0.01
+"""Seconds before the evaluator looks again when an account keeps naming a past instant for a
+waiter it says is short (a correct account never does: its instant is when ``fits`` turns)."""
+
 _DEADLINE_SLACK = 256
 """The deadline heap is compacted (stale entries dropped) when it outgrows twice its live
 entries and at least this many."""
@@ -468,6 +472,7 @@ class Admission:
         self._wake_event: trio.Event | None = None
         self._wake_requested = False
         self._in_pass = False
+        self._departures = 0  # waiters that left the line (granted, refused, cancelled)
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: int | None = None
 
@@ -521,10 +526,12 @@ class Admission:
             counts = self._held_counts
             memory.observe_held(lambda: counts.get(memory_key, 0))
         task_status.started()
+        fruitless = 0  # passes in a row that found a deadline due and moved nobody
         try:
             while not self.is_stopped:
                 self._wake_requested = False
                 self._in_pass = True
+                departures = self._departures
                 try:
                     self._evaluate()
                 except Exception as defect:  # noqa: BLE001 - a defect closes admission for good
@@ -533,9 +540,21 @@ class Admission:
                 finally:
                     self._in_pass = False
                 deadline = self._deadlines[0][0] if self._deadlines else None
-                if self._wake_requested or (deadline is not None and deadline <= self._clock()):
+                if self._wake_requested:
+                    fruitless = 0
                     await trio.lowlevel.checkpoint()
                     continue
+                if deadline is not None and deadline <= self._clock():
+                    fruitless = 0 if self._departures != departures else fruitless + 1
+                    if fruitless < 2:
+                        await trio.lowlevel.checkpoint()  # ADM-19: a past deadline: look now
+                        continue
+                    # An account answers "already" to a waiter it keeps saying is short: asking
+                    # again at once would ask the same question forever (a spin that also
+                    # freezes a virtual clock). Look again a little later, or at an event.
+                    deadline = self._clock() + _CONTRADICTION_RETRY
+                else:
+                    fruitless = 0
                 self._wake_event = trio.Event()
                 if deadline is None:
                     await self._wake_event.wait()  # only an event can help: no timer to arm
@@ -1263,6 +1282,7 @@ class Admission:
     def _leave_line(self, w: _Waiter) -> None:
         if not w.in_line:
             return
+        self._departures += 1
         was_head = next(iter(self._line)) == w.seq
         del self._line[w.seq]
         w.in_line = False
