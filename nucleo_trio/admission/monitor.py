@@ -578,7 +578,14 @@ class Admission:
         installed = hooks.get(limiter_id)
         if installed is not None:
             hook = installed()
-            if hook is not None and hook.limiter is limiter:
+            # The wake is still in place if it is alive and bound to this limiter, and, for an
+            # account with the base class's wake slot, still in that slot (it may have been
+            # cleared or taken while the limiter was idle).
+            if (
+                hook is not None
+                and hook.limiter is limiter
+                and getattr(limiter, "_wake", hook) is hook
+            ):
                 return
         hook = _Wake(self, limiter)
         limiter.on_capacity_change(hook)
