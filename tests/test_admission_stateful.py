@@ -304,8 +304,13 @@ async def play(scenario: Scenario, make: Callable[[Latch], Any]) -> Outcome:
     admission = make(latch)
     outcome = Outcome()
     holding: dict[str, Demand] = {}
+    live: dict[str, Demand] = {}  # waiting or holding
 
     def check_ledger() -> None:
+        if isinstance(admission, Admission):
+            # Admission tracks an account only while a live job names it.
+            named = {id(entry.key) for demand in live.values() for entry in demand.entries}
+            assert {id(key) for key in admission.accounts()} <= named
         for gate in gates:
             held = sum(
                 len(entry.amounts)
@@ -317,19 +322,23 @@ async def play(scenario: Scenario, make: Callable[[Latch], Any]) -> Outcome:
 
     async def job(name: str, spec: JobSpec, fake: FakeJob) -> None:
         demand = _demand(accounts, spec)
+        live[name] = demand
         try:
             grant = await admission.admit(demand, fake)
         except CancellationRequested:
             outcome.cancelled.append(name)
+            del live[name]
             return
         except UncorrectableError:
             outcome.refused.append(name)
+            del live[name]
             return
         outcome.grants.append((round(trio.current_time(), 9), name))
         holding[name] = demand
         await trio.sleep(spec.hold + _untie(2 * len(scenario.jobs) + int(name[1:])))
         del holding[name]
         (admission.rollback if spec.rollback else admission.release)(grant)
+        del live[name]
 
     actions: list[tuple[float, int, Callable[[], None]]] = []
     async with trio.open_nursery() as nursery:
@@ -369,6 +378,8 @@ async def play(scenario: Scenario, make: Callable[[Latch], Any]) -> Outcome:
                 await trio.sleep(0.01)
                 await trio.testing.wait_all_tasks_blocked()
                 check_ledger()
+        if isinstance(admission, Admission):
+            assert admission.accounts() == (), "every job ended: no account is left tracked"
         admission.stop()
     check_ledger()
     assert all(gate.in_use == 0 for gate in gates)
