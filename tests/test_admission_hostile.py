@@ -273,6 +273,26 @@ async def test_an_account_that_always_answers_already_is_not_asked_in_a_loop(
         assert waiter.granted_at - start <= 1.011
 
 
+async def test_an_account_that_cannot_take_the_wake_refuses_only_its_admit(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    """ADM-10, ADM-41: an account whose on_capacity_change raises refuses the admit that
+    named it, naming the account; the accounts named before it in that demand are not left
+    tracked, and the next demand is admitted as usual."""
+
+    class Deaf(CountingGate):
+        def on_capacity_change(self, wake: Callable[[], None] | None) -> None:
+            if wake is not None:
+                raise RuntimeError("no wake slot")
+
+    first = CountingGate("first", 1)
+    async with running() as (admission, _):
+        with pytest.raises(UncorrectableError, match=r"^deaf failed during admission: "):
+            await admission.admit(Demand().add(first).add(Deaf("deaf", 1)), FakeJob("j"))
+        assert admission.accounts() == () and first.in_use == 0
+        admission.release(await admission.admit(Demand().add(first), FakeJob("next")))
+
+
 async def test_memory_answering_none_refuses_with_its_name(
     autojump_clock: trio.abc.Clock,
 ) -> None:
