@@ -15,6 +15,20 @@ it asks every account the same five questions, and none of them ever blocks.
 * ``on_capacity_change(wake)``: install the one wake-up the account runs after any change of its
   own that can only *increase* capacity. Admission installs it; decreases never wake anyone.
 
+Admission checks every answer where it receives it. ``fits`` and ``try_take`` answer exactly
+``True`` or ``False`` (not ``None``, not a truthy string); ``earliest_fit`` answers ``None`` or an
+int or float instant, where ``+inf`` is read as ``None`` ("never from the clock alone") and an
+instant that has passed means "look again now" (an account that keeps naming a past instant for
+a waiter it calls short is asked again 10 ms later, not in a loop). NaN, ``-inf``, a bool or
+anything else is a fault of the account, handled like a raise: only that waiter is refused,
+with an error naming the account and the value.
+
+Amounts reach an account already checked: a demand refuses a bool, NaN, an infinity, a negative
+or a complex number when it is built (:func:`~nucleo_trio.admission.demand.check_amount`), and
+``account_for`` is where an account refuses a value it does not take (a token bucket takes only
+token counts). The built-in accounts refuse such amounts from direct callers too, so a negative
+amount can never credit anything.
+
 Because trio runs one task at a time, "atomic" needs no lock here: an account that answers
 synchronously is one critical section by construction.
 
