@@ -24,6 +24,7 @@ from . import (
     loop_stall,
     memory_pressure,
     rate_accuracy,
+    soak,
 )
 from ._harness import Row, format_table, machine_line, progress
 
@@ -34,6 +35,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     rate_accuracy,
     memory_pressure,
     loop_stall,
+    soak,
 )
 
 
