@@ -16,6 +16,7 @@ a timing, and the few waits on the server (for a severed session to end) are bou
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -687,3 +688,198 @@ async def test_a_reused_postgres_connection_carries_nothing_from_its_last_holder
     assert temp == [(True,)] and locks == [(0,)] and channels == [(0,)]
     await provider.close(again)
     await provider.aclose()
+
+
+# --- issue 11, item 7: phase two never lets more than the bound of connections open -------------
+
+BOUND = 4
+WAVES = 3
+
+
+class _OpenCount:
+    """Connections open right now and at most, counted in the threads that open and close
+    them (after the connect returned, after the close returned: never too few)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.now = 0
+        self.peak = 0
+
+    def opened(self) -> None:
+        with self._lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+
+    def closed(self) -> None:
+        with self._lock:
+            self.now -= 1
+
+
+class _Holds:
+    """A statement that does not notice an abort: it blocks its worker thread until the test
+    releases it (``release(n)``), and tells the test once it is running (``entered``)."""
+
+    def __init__(self) -> None:
+        self._tokens = threading.Semaphore(0)
+        self._send, self.entered = trio.open_memory_channel[None](BOUND * WAVES)
+
+    def block(self) -> int:
+        trio.from_thread.run_sync(self._send.send_nowait, None)
+        assert self._tokens.acquire(timeout=30), "the test never released the statement"
+        return 1
+
+    def release(self, count: int) -> None:
+        self._tokens.release(count)
+
+
+class _HeldSQLite(SQLiteProvider):
+    """SQLite with a user function ``hold()`` that blocks in its worker thread (SQLite's
+    interrupt reaches a statement only between VM steps, so it waits the function out); every
+    real connection is counted, and so is every acquire."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__("held", path, BOUND)
+        self.holds = _Holds()
+        self.count = _OpenCount()
+        self.acquires = 0
+        count = self.count
+
+        class Counted(sqlite3.Connection):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self.counted = True
+                count.opened()
+
+            def close(self) -> None:
+                super().close()
+                if self.counted:
+                    self.counted = False
+                    count.closed()
+
+        self._factory = Counted
+
+    def _connect(self, read_only: bool) -> sqlite3.Connection:
+        connection = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, factory=self._factory
+        )
+        connection.create_function("hold", 0, self.holds.block)
+        return connection
+
+    async def acquire(self, read_only: bool = False) -> DBHandle:
+        self.acquires += 1
+        return await super().acquire(read_only)
+
+    async def hold(self, handle: DBHandle) -> None:
+        await self.execute(handle, "SELECT hold()")
+
+    async def open_now(self) -> int:
+        return self.count.now
+
+
+def _held_postgres(conninfo: str) -> Any:
+    from nucleo_trio_postgres import PostgresProvider
+
+    class HeldPostgres(PostgresProvider):
+        """PostgreSQL whose ``hold`` keeps the handle's worker thread busy inside the provider
+        until the test releases it (a driver call that does not notice the abort); the server
+        says how many sessions are open."""
+
+        def __init__(self) -> None:
+            super().__init__("held", f"{conninfo} application_name={APPLICATION}", BOUND)
+            self.holds = _Holds()
+            self.acquires = 0
+
+        async def acquire(self, read_only: bool = False) -> DBHandle:
+            self.acquires += 1
+            return await super().acquire(read_only)
+
+        async def hold(self, handle: DBHandle) -> None:
+            await self._live(handle).calls.run(self.holds.block)
+
+        async def open_now(self) -> int:
+            def sessions() -> int:
+                import psycopg
+
+                with psycopg.connect(conninfo, autocommit=True) as reader:
+                    row = reader.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
+                        [APPLICATION],
+                    ).fetchone()
+                    assert row is not None
+                    return int(row[0])
+
+            server = await trio.to_thread.run_sync(sessions)
+            return max(server, self.active_connections + self.idle_connections)
+
+    return HeldPostgres()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def held(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
+    if request.param == "sqlite":
+        yield _HeldSQLite(tmp_path / "held.db")
+        return
+    conninfo = request.getfixturevalue("postgres_conninfo")
+    provider = _held_postgres(conninfo)
+    yield provider
+    provider.holds.release(BOUND * WAVES)
+    await provider.aclose()
+
+
+async def test_phase_two_never_lets_more_connections_open_than_the_bound(
+    held: Any, mock_clock: trio.testing.MockClock
+) -> None:
+    """JR-19, DB-12 (issue 11, item 7): twelve jobs on a database bound to four connections,
+    each running a statement that ignores the abort, time out in three waves. At phase two the
+    aborted connections are still open, so their permits stay held: no job of the next wave is
+    admitted (no acquire) until the statements end and the connections close. At no instant are
+    more than four connections open; every job ends TIMED_OUT, every connection is closed and
+    every permit back."""
+    from nucleo_trio.dispatch import grace_period, open_dispatcher
+    from nucleo_trio.jobs import JobContext, JobRequirements, JobState, Tool, workflow
+
+    provider = held
+
+    class Slow(Tool[None]):
+        def requirements(self) -> JobRequirements:
+            return JobRequirements().require_database(provider)
+
+        async def execute(self, context: JobContext) -> None:
+            assert context.resources is not None
+            await provider.hold(context.resources.handle(provider))
+
+    root = workflow("u", "bounded")
+    jobs = [Slow(root) for _ in range(BOUND * WAVES)]
+    for job in jobs:
+        job.set_timeout(1.0)
+    seen: list[int] = []
+    try:
+        async with open_dispatcher() as dispatcher:
+            handles = [dispatcher.submit(job) for job in jobs]
+            for wave in range(1, WAVES + 1):
+                with trio.fail_after(30):
+                    for _ in range(BOUND):
+                        await provider.holds.entered.receive()
+                await trio.testing.wait_all_tasks_blocked()
+                assert provider.acquires == BOUND * wave
+                mock_clock.jump(1.0)  # phase one: each close queues behind its statement
+                await trio.testing.wait_all_tasks_blocked()
+                mock_clock.jump(grace_period(1.0))  # phase two: abort, which nothing notices
+                await trio.testing.wait_all_tasks_blocked()
+                assert provider.admission().in_use == BOUND
+                assert provider.acquires == BOUND * wave, "a permit went back before its close"
+                seen.append(await provider.open_now())
+                provider.holds.release(BOUND)
+            for handle in handles:
+                with trio.fail_after(30), contextlib.suppress(Exception):
+                    await handle.result()
+    finally:
+        provider.holds.release(BOUND * WAVES)
+    assert [job.context.state for job in jobs] == [JobState.TIMED_OUT] * len(jobs)
+    assert max(seen) <= BOUND
+    if isinstance(provider, _HeldSQLite):
+        assert provider.count.peak == BOUND and provider.count.now == 0
+        assert provider.open_connections == 0
+    else:
+        assert provider.active_connections == 0
+    assert provider.admission().in_use == 0

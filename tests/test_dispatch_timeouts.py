@@ -13,8 +13,10 @@ from nucleo_trio.admission import CountingGate
 from nucleo_trio.bus import events as ev
 from nucleo_trio.dispatch import JobDispatcher
 from nucleo_trio.jobs import JobContext, JobRequirements, JobState, workflow
+from nucleo_trio.resources import DBHandle
 
 from .conftest import Recorder, settle
+from .db_doubles import RecordingProvider
 from .jobs_for_tests import Fn
 
 
@@ -140,3 +142,56 @@ async def test_remaining_time_counts_down_the_attempts_deadline(
     assert await dispatcher.submit(
         Fn(workflow("u", "wf"), measure, timeout=10)
     ).result() == pytest.approx(7)
+
+
+class _SlowClose(RecordingProvider):
+    """A close that returns only once the test sets ``closable``, abort or not: a statement
+    that does not notice the abort, with the close queued behind it."""
+
+    def __init__(self, name: str, max_concurrent: int) -> None:
+        super().__init__(name, max_concurrent=max_concurrent)
+        self.closable = trio.Event()
+
+    async def close(self, handle: DBHandle) -> None:
+        if handle.closed:
+            return
+        self.log.append(f"{self._name}.close")
+        await self.closable.wait()
+        handle.closed = True
+        self.open_handles -= 1
+
+
+async def test_phase_two_gives_the_database_permit_back_only_after_the_close(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """TMO-04, JR-19, DB-12: a job that overruns holding the only connection of a database
+    whose close hangs: phase two aborts at the end of the grace, but the permit stays held (and
+    the job waiting for the database stays parked) until the aborted connection has closed;
+    then the waiting job runs."""
+    db = _SlowClose("db", max_concurrent=1)
+    started: list[float] = []
+
+    async def overruns(ctx: JobContext) -> None:
+        await trio.sleep(100)
+
+    async def waits(ctx: JobContext) -> str:
+        started.append(trio.current_time())
+        return "ran"
+
+    def needs_db() -> JobRequirements:
+        return JobRequirements().require_database(db)
+
+    stuck = Fn(workflow("u", "wf"), overruns, timeout=1.0, requirements=needs_db)
+    later = Fn(workflow("u", "wf"), waits, timeout=1.0, requirements=needs_db)
+    stuck_handle = dispatcher.submit(stuck)
+    await settle()
+    later_handle = dispatcher.submit(later)
+    with pytest.raises(errors.JobTimeoutError):
+        await stuck_handle.result()
+    assert db.aborted_at == pytest.approx(1.5)
+    await trio.sleep(50)
+    assert db.gate.in_use == 1 and db.open_handles == 1 and started == []
+    db.closable.set()
+    assert await later_handle.result() == "ran"
+    assert started == [pytest.approx(trio.current_time())]
+    assert db.gate.in_use == 0 and db.open_handles == 0

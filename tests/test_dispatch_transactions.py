@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
 from nucleo_trio import errors
+from nucleo_trio.admission import CountingGate
 from nucleo_trio.dispatch import JobDispatcher, open_dispatcher
 from nucleo_trio.errors import UncorrectableError, suppressed
 from nucleo_trio.jobs import JobContext, JobRequirements, JobState, workflow
-from nucleo_trio.resources import SQLiteProvider
+from nucleo_trio.resources import GrantReleaseError, SQLiteProvider
 
+from .conftest import Recorder, settle
 from .db_doubles import ProviderFault, RecordingProvider
 from .jobs_for_tests import Fn, naps
 
@@ -254,3 +258,79 @@ async def test_committed_rows_are_visible_after_a_transactional_job(db_path: Pat
             await handle.result()
     assert _rows(db_path) == 6 and 1 <= peak <= 2
     assert provider.open_connections == 0
+
+
+# -- an account that raises as a finished job's grant goes back (ADM-45) --------------------------
+
+
+class FaultyGate(CountingGate):
+    """A gate whose give raises: a bug in an account."""
+
+    def give(self, amounts: Any) -> None:
+        raise RuntimeError(f"{self.limiter_name} lost its count")
+
+
+async def test_an_account_raising_at_release_keeps_a_finished_jobs_result(
+    dispatcher: JobDispatcher,
+    recorder: Recorder,
+    autojump_clock: trio.testing.MockClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """ADM-45: the release of a job that finished raises from one account's give. The job keeps
+    its verdict and its result (COMPLETED, JobCompletedEvent), the fault is logged at error
+    naming the account, every other account and the database permit are back, and the
+    dispatcher goes on serving."""
+    faulty, fine = FaultyGate("faulty", 5), CountingGate("fine", 1)
+    orders = RecordingProvider("orders")
+
+    async def answer(ctx: JobContext) -> str:
+        await trio.lowlevel.checkpoint()
+        return "kept"
+
+    job = Fn(
+        workflow("u", "wf"),
+        answer,
+        requirements=lambda: (
+            JobRequirements()
+            .require_rate_limiter(fine)
+            .require_rate_limiter(faulty)
+            .require_database(orders)
+            .require_transaction()
+        ),
+    )
+    with caplog.at_level(logging.ERROR, logger="nucleo_trio.dispatcher"):
+        assert await dispatcher.submit(job).result() == "kept"
+    assert job.context.state is JobState.COMPLETED
+    (record,) = [r for r in caplog.records if "account faulty" in r.getMessage()]
+    assert record.levelno == logging.ERROR and "lost its count" in record.getMessage()
+    assert fine.in_use == 0 and orders.gate.in_use == 0 and orders.open_handles == 0
+    await settle()
+    assert recorder.names(job.job_id)[-2:] == ["JobCompletedEvent", "WorkflowCompleteEvent"]
+    after = Fn(
+        workflow("u", "wf"),
+        answer,
+        requirements=lambda: JobRequirements().require_rate_limiter(fine),
+    )
+    assert await dispatcher.submit(after).result() == "kept"
+
+
+async def test_an_account_raising_at_release_rides_on_the_jobs_own_failure(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """ADM-45: when the job had failed on its own, the caller still gets the job's failure,
+    with the account's fault riding on it as suppressed."""
+    faulty = FaultyGate("faulty", 5)
+
+    async def fails(ctx: JobContext) -> None:
+        raise ValueError("work failed")
+
+    job = Fn(
+        workflow("u", "wf"),
+        fails,
+        requirements=lambda: JobRequirements().require_rate_limiter(faulty),
+    )
+    with pytest.raises(ValueError, match="work failed") as caught:
+        await dispatcher.submit(job).result()
+    (rider,) = suppressed(caught.value)
+    assert isinstance(rider, GrantReleaseError) and rider.account == "faulty"
+    assert job.context.state is JobState.FAILED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,7 +15,14 @@ from nucleo_trio.admission import Admission, CountingGate, Demand, ElasticWindow
 from nucleo_trio.dispatch import JobDispatcher
 from nucleo_trio.errors import JobDeadlockError, UncorrectableError, suppressed
 from nucleo_trio.jobs import JobContext, JobRequirements, JobState, Orchestrator, workflow
-from nucleo_trio.resources import DBHandle, JobResources, ResourceCloseError, demand_of
+from nucleo_trio.resources import (
+    CommitError,
+    DBHandle,
+    GrantReleaseError,
+    JobResources,
+    ResourceCloseError,
+    demand_of,
+)
 
 from .admission_doubles import Meter
 from .conftest import settle
@@ -529,3 +537,272 @@ async def test_a_database_declared_by_name_resolves_against_the_dispatcher(
     with pytest.raises(RuntimeError, match="'ledger'.*registered: orders"):
         await dispatcher.submit(missing).result()
     assert orders.gate.in_use == 0
+
+
+# -- a forced close gives the permits back only once the connections closed (issue 11, item 7) ---
+
+
+class SlowClose(RecordingProvider):
+    """A provider whose close, abort or not, returns only once the test sets ``closable``:
+    a statement that does not notice the abort, with the close queued behind it."""
+
+    def __init__(self, name: str, log: list[str] | None = None) -> None:
+        super().__init__(name, log)
+        self.closable = trio.Event()
+
+    async def close(self, handle: DBHandle) -> None:
+        if handle.closed:
+            return
+        self.log.append(f"{self._name}.close")
+        await self.closable.wait()
+        handle.closed = True
+        self.open_handles -= 1
+
+
+async def test_a_forced_close_aborts_at_once_and_gives_the_permits_back_after_the_close(
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """JR-19, DB-12: force_close aborts every handle at once; the permits stay held while the
+    aborted connection is still open (however long its close takes: past a window the stuck
+    close is reported, never abandoned) and go back the moment it has closed; a second
+    force_close and a later aclose change nothing."""
+    log: list[str] = []
+    slow, quick = SlowClose("slow", log), RecordingProvider("quick", log)
+    admission = Admission()
+    grant = await admission.admit(Demand().add(slow.gate).add(quick.gate))
+    resources = JobResources(admission, grant, [slow, quick], spawn=nursery.start_soon)
+    await resources.materialize()
+    resources.executed = True
+    resources.force_close()
+    assert log[-2:] == ["slow.abort", "quick.abort"]
+    with caplog.at_level(logging.ERROR, logger="nucleo_trio.resources"):
+        await trio.sleep(1000)  # the close is stuck: no time makes the permits come back
+    assert (slow.gate.in_use, quick.gate.in_use) == (1, 1) and not resources.settled
+    (stuck,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "SlowClose ('slow')'s close has not returned 30 s after an abort" in stuck
+    resources.force_close()
+    slow.closable.set()
+    await resources.aclose()  # waits for the forced close to finish
+    assert (slow.gate.in_use, quick.gate.in_use) == (0, 0) and resources.settled
+    assert slow.open_handles == 0 and quick.open_handles == 0
+    assert log.count("slow.close") == 1 and log.count("quick.close") == 1
+    assert log.index("slow.close") < log.index("quick.close")
+
+
+async def test_a_cancelled_cooperative_close_hands_over_to_a_forced_close(
+    nursery: trio.Nursery,
+) -> None:
+    """JR-18, JR-19: a cooperative close cancelled while a close hangs aborts what is still
+    open; the background close finishes the job, and only then do the permits go back."""
+    slow = SlowClose("slow")
+    admission = Admission()
+    grant = await admission.admit(Demand().add(slow.gate))
+    resources = JobResources(admission, grant, [slow], spawn=nursery.start_soon)
+    await resources.materialize()
+    with trio.CancelScope() as scope:
+        nursery.start_soon(_cancel_when_blocked, scope)
+        await resources.aclose()
+    assert scope.cancelled_caught and "slow.abort" in slow.log
+    await settle()
+    assert slow.gate.in_use == 1, "the aborted connection is not closed yet"
+    slow.closable.set()
+    await settle()
+    assert slow.gate.in_use == 0 and slow.open_handles == 0
+
+
+async def _cancel_when_blocked(scope: trio.CancelScope) -> None:
+    await settle()
+    scope.cancel()
+
+
+async def test_without_a_spawner_a_forced_close_settles_at_once_and_a_later_close_closes() -> None:
+    """JR-19 with nothing to run the background close: the permits go back at once (nothing can
+    wait for the close), and a later aclose closes the aborted handle."""
+    only = RecordingProvider("only")
+    _, resources = await opened(only)
+    resources.force_close()
+    assert only.gate.in_use == 0 and resources.settled and only.open_handles == 1
+    await resources.aclose()
+    assert only.open_handles == 0 and only.log[-2:] == ["only.abort", "only.close"]
+
+
+# -- a commit sent is the outcome (issue 11, item 6) ----------------------------------------------
+
+
+async def test_a_cooperative_close_waits_for_the_commit_in_flight(nursery: trio.Nursery) -> None:
+    """EXEC-03, TMO-04: phase one's close, started while the commit is in flight, waits for its
+    answer before it closes anything: the commit is not abandoned and the database commits."""
+    from .test_commit_races import HeldCommit
+
+    log: list[str] = []
+    orders = HeldCommit("orders", log)
+    _, resources = await opened(orders)
+    await resources.begin_all()
+    nursery.start_soon(resources.commit_all)
+    await orders.sent.wait()
+    assert resources.commit_in_flight
+    nursery.start_soon(resources.aclose)
+    await settle()
+    assert "orders.close" not in log
+    orders.answer()
+    await settle()
+    assert log[-3:] == ["orders.commit", "orders.await", "orders.close"]
+    assert orders.committed and resources.all_committed and orders.gate.in_use == 0
+
+
+async def test_commit_all_is_not_abandoned_by_its_callers_cancellation(
+    nursery: trio.Nursery,
+) -> None:
+    """A cancel that lands on the task in commit_all does not abandon the commit: commit_all
+    returns once the database answered, and the cancel takes effect after."""
+    from .test_commit_races import HeldCommit
+
+    orders = HeldCommit("orders")
+    _, resources = await opened(orders)
+    await resources.begin_all()
+    returned: list[bool] = []
+    with trio.CancelScope() as scope:
+        nursery.start_soon(_answer_after_cancel, scope, orders)
+        await resources.commit_all()
+        returned.append(True)
+        await trio.lowlevel.checkpoint()
+    assert returned == [True] and scope.cancelled_caught
+    assert orders.committed and resources.committed == (orders,)
+
+
+async def _answer_after_cancel(scope: trio.CancelScope, provider: Any) -> None:
+    await provider.sent.wait()
+    scope.cancel()
+    await settle()
+    provider.answer()
+
+
+async def test_a_commit_cut_short_by_the_window_has_an_unknown_fate_and_the_rest_is_not_committed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """JR-15: a commit that does not answer within the commit window is aborted; its database
+    is reported as unknown, never as rolled back; the one after it, never sent, is not
+    committed; the one before it stays committed. No rollback runs once the window is spent."""
+    from .test_commit_races import HeldCommit
+
+    log: list[str] = []
+    first = RecordingProvider("first", log)
+    stuck = HeldCommit("stuck", log)
+    last = RecordingProvider("last", log)
+    admission = Admission()
+    grant = await admission.admit(Demand().add(first.gate).add(stuck.gate).add(last.gate))
+    resources = JobResources(admission, grant, [first, stuck, last], commit_window=5.0)
+    await resources.materialize()
+    await resources.begin_all()
+    start = trio.current_time()
+    with pytest.raises(CommitError) as caught:
+        await resources.commit_all()
+    assert trio.current_time() - start == pytest.approx(5.0)
+    error = caught.value
+    assert error.committed == ("first",) and error.unknown == ("stuck",)
+    assert error.not_committed == ("last",) and error.rolled_back == ()
+    assert str(error) == (
+        "commit failed on HeldCommit ('stuck'): no answer within 5 s, so it was aborted; "
+        "committed: 'first'; not committed: 'last'; unknown whether committed: 'stuck'"
+    )
+    assert error.__cause__ is None and "stuck.abort" in log
+    assert not [entry for entry in log if entry.endswith("rollback")]
+    await resources.aclose()
+    assert all(p.gate.in_use == 0 for p in (first, stuck, last))
+
+
+async def test_a_forced_close_during_a_commit_leaves_its_fate_unknown(
+    nursery: trio.Nursery,
+) -> None:
+    """JR-11, JR-19: phase two aborting a commit in flight is not a rollback: the error says
+    whether it committed is unknown; the database after it, aborted too, is not committed."""
+    log: list[str] = []
+    cut = AbortableCommit("cut", log)
+    after = RecordingProvider("after", log)
+    admission = Admission()
+    grant = await admission.admit(Demand().add(cut.gate).add(after.gate))
+    resources = JobResources(admission, grant, [cut, after], spawn=nursery.start_soon)
+    await resources.materialize()
+    await resources.begin_all()
+    outcome: list[BaseException] = []
+
+    async def commit() -> None:
+        try:
+            await resources.commit_all()
+        except CommitError as exc:
+            outcome.append(exc)
+
+    nursery.start_soon(commit)
+    await cut.sent.wait()
+    resources.force_close()
+    await settle()
+    (error,) = outcome
+    assert isinstance(error, CommitError)
+    assert error.unknown == ("cut",) and error.not_committed == ("after",)
+    assert "cut short by an abort" in str(error) and "rolled back" not in str(error)
+    assert cut.gate.in_use == 0 and after.gate.in_use == 0
+
+
+class AbortableCommit(RecordingProvider):
+    """A commit that waits until the handle is aborted, then fails as a severed connection."""
+
+    def __init__(self, name: str, log: list[str] | None = None) -> None:
+        super().__init__(name, log)
+        self.sent = trio.Event()
+
+    async def commit(self, handle: DBHandle) -> None:
+        self._record("commit")
+        self.sent.set()
+        await self._aborted.wait()
+        raise ProviderFault(f"{self.name}: the connection was aborted")
+
+
+# -- an account that raises as the grant goes back (ADM-45) ---------------------------------------
+
+
+class FaultyGate(CountingGate):
+    """A gate whose give raises: a bug in an account."""
+
+    def give(self, amounts: Any) -> None:
+        raise RuntimeError(f"{self.limiter_name} lost its count")
+
+
+async def test_an_account_raising_on_release_is_a_grant_release_error_naming_it() -> None:
+    """ADM-45: a give that raises at release reaches aclose's caller as GrantReleaseError
+    naming the account, with the account's error as cause; every other account and the
+    database permit are back, and the grant is settled (a second close does nothing)."""
+    orders = RecordingProvider("orders")
+    faulty, fine = FaultyGate("faulty", 2), CountingGate("fine", 2)
+    admission = Admission()
+    grant = await admission.admit(Demand().add(fine).add(faulty).add(orders.gate))
+    resources = JobResources(admission, grant, [orders])
+    await resources.materialize()
+    resources.executed = True
+    with pytest.raises(GrantReleaseError) as caught:
+        await resources.aclose()
+    assert caught.value.account == "faulty"
+    assert "account faulty raised RuntimeError: faulty lost its count" in str(caught.value)
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert fine.in_use == 0 and orders.gate.in_use == 0 and orders.open_handles == 0
+    assert resources.settled
+    await resources.aclose()
+
+
+async def test_an_account_raising_as_a_forced_close_settles_is_logged_naming_it(
+    nursery: trio.Nursery, caplog: pytest.LogCaptureFixture
+) -> None:
+    """ADM-45 where nobody can be told: the background close of a forced close logs the
+    account's fault at error, naming it, and the other permits are back."""
+    orders = RecordingProvider("orders")
+    faulty = FaultyGate("faulty", 2)
+    admission = Admission()
+    grant = await admission.admit(Demand().add(faulty).add(orders.gate))
+    resources = JobResources(admission, grant, [orders], spawn=nursery.start_soon)
+    await resources.materialize()
+    resources.executed = True
+    with caplog.at_level(logging.ERROR, logger="nucleo_trio.resources"):
+        resources.force_close()
+        await settle()
+    (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert "account faulty raised" in record.getMessage()
+    assert orders.gate.in_use == 0 and resources.settled

@@ -61,8 +61,8 @@ once shutdown interrupted it, so a commit sent before the interrupt answers (or 
 within it."""
 
 FORCED_CLOSE_WINDOW = 30.0
-"""Seconds a forced close waits for an aborted handle's ``close`` before it reports the close
-as stuck. It goes on waiting, the permit held, since the connection is still open."""
+"""Seconds after which a forced close reports an aborted handle's ``close`` that has not
+returned. It goes on waiting, the permit held, since the connection is still open."""
 
 Spawn = Callable[[Callable[[], Awaitable[None]]], None]
 """Starts a task that may outlive the job (the dispatcher's system nursery's ``start_soon``)."""
@@ -610,19 +610,15 @@ class JobResources:
                 self._closing.set()
 
     async def _close_after_abort(self, provider: DBResourceProvider, handle: DBHandle) -> None:
-        try:
-            with trio.move_on_after(FORCED_CLOSE_WINDOW) as window:
+        """Close an aborted handle, never giving up on it: the connection is open until the
+        close returns. One that takes longer than the window is reported, once."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_report_stuck_close, provider)
+            try:
                 await self._close_one(provider, handle)
-            if window.cancelled_caught:
-                log.error(
-                    "%s's close did not return within %.0f s of an abort; its permit stays "
-                    "held until it does",
-                    _label(provider),
-                    FORCED_CLOSE_WINDOW,
-                )
-                await self._close_one(provider, handle)
-        except Exception:
-            log.exception("closing %s's handle after an abort failed", _label(provider))
+            except Exception:
+                log.exception("closing %s's handle after an abort failed", _label(provider))
+            nursery.cancel_scope.cancel()
 
     def _abort(self, provider: DBResourceProvider, handle: DBHandle) -> None:
         self._aborted.add(id(handle))
@@ -678,6 +674,15 @@ class JobResources:
         names = ", ".join(p.name for p in self._providers)
         state = "settled" if self._settled else "held"
         return f"<JobResources [{names}] {state}>"
+
+
+async def _report_stuck_close(provider: DBResourceProvider) -> None:
+    await trio.sleep(FORCED_CLOSE_WINDOW)
+    log.error(
+        "%s's close has not returned %.0f s after an abort; its permit stays held until it does",
+        _label(provider),
+        FORCED_CLOSE_WINDOW,
+    )
 
 
 def _log_release_fault(fault: GrantReleaseError) -> None:
