@@ -26,7 +26,13 @@ import trio.testing
 from nucleo_trio import errors
 from nucleo_trio.dispatch import JobDispatcher, grace_period, open_dispatcher
 from nucleo_trio.jobs import JobContext, JobRequirements, JobState, workflow
-from nucleo_trio.resources import COMMIT_WINDOW, CommitError, DBHandle, SQLiteProvider
+from nucleo_trio.resources import (
+    COMMIT_WINDOW,
+    CancelledAfterCommit,
+    CommitError,
+    DBHandle,
+    SQLiteProvider,
+)
 
 from .conftest import Recorder, settle
 from .db_doubles import ProviderFault, RecordingProvider
@@ -206,7 +212,7 @@ async def test_a_cancel_mid_commit_ends_cancelled_saying_the_commit_succeeded(
     with pytest.raises(errors.JobCancelledError) as caught:
         await handle.result()
     cause = caught.value.__cause__
-    assert isinstance(cause, errors.CancellationRequested)
+    assert isinstance(cause, CancelledAfterCommit) and cause.committed == ("orders",)
     assert "user changed their mind" in str(cause)
     assert "the commit succeeded ('orders' committed): the work is durable" in str(cause)
     assert orders.committed and "orders.rollback" not in orders.log
@@ -230,8 +236,8 @@ async def test_a_cancel_mid_commit_then_a_refused_commit_carries_the_commit_erro
     with pytest.raises(errors.JobCancelledError) as caught:
         await handle.result()
     cause = caught.value.__cause__
-    assert isinstance(cause, errors.CancellationRequested) and "commit failed" in str(cause)
-    assert isinstance(cause.__cause__, CommitError)
+    assert isinstance(cause, CancelledAfterCommit) and "commit failed" in str(cause)
+    assert cause.committed == () and isinstance(cause.__cause__, CommitError)
     assert cause.__cause__.rolled_back == ("orders",)
 
 
@@ -334,7 +340,9 @@ async def test_on_sqlite_what_lands_mid_commit_never_hides_a_committed_row(
             else:
                 with pytest.raises(errors.JobCancelledError) as caught:
                     await handle.result()
-                assert "the commit succeeded ('payments' committed)" in str(caught.value.__cause__)
+                cause = caught.value.__cause__
+                assert isinstance(cause, CancelledAfterCommit)
+                assert cause.committed == ("payments",)
     finally:
         provider.release.set()
     assert _rows(db_path) == [job.job_id]

@@ -4,6 +4,7 @@ attempt holds (its grant and the handles opened under it)."""
 
 from .job_resources import (
     COMMIT_WINDOW as COMMIT_WINDOW,
+    CancelledAfterCommit as CancelledAfterCommit,
     CommitError as CommitError,
     GrantReleaseError as GrantReleaseError,
     JobResources as JobResources,
@@ -20,6 +21,7 @@ from .sqlite import SQLiteProvider as SQLiteProvider
 
 __all__ = [
     "COMMIT_WINDOW",
+    "CancelledAfterCommit",
     "CommitError",
     "CountingDBResourceProvider",
     "DBHandle",

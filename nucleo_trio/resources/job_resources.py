@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..admission import Admission, Demand, Grant
-from ..errors import UncorrectableError, add_suppressed
+from ..errors import CancellationRequested, UncorrectableError, add_suppressed
 from .provider import DBHandle, DBResourceProvider
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMIT_WINDOW",
     "FORCED_CLOSE_WINDOW",
+    "CancelledAfterCommit",
     "CommitError",
     "GrantReleaseError",
     "JobResources",
@@ -122,6 +123,23 @@ class CommitError(UncorrectableError):
         self.rolled_back = rolled_back
         self.not_committed = not_committed
         self.unknown = unknown
+
+
+class CancelledAfterCommit(CancellationRequested):
+    """The job was cancelled, or interrupted, once its commit had been sent, so the commit
+    answered first. The job ends CANCELLED (the first terminal state wins, ST-03), and this
+    says what the databases did: ``committed`` names those that committed, durable whatever
+    the state says; when the commit failed, the :class:`CommitError` is the cause."""
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        committed: tuple[str, ...] = (),
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(reason, cause=cause)
+        self.committed = committed
 
 
 def demand_of(
@@ -306,6 +324,25 @@ class JobResources:
     def all_committed(self) -> bool:
         """Every handle's transaction committed since the last ``begin_all``."""
         return bool(self._handles) and len(self._committed) == len(self._handles)
+
+    def cancelled_after_commit(
+        self, reason: str, failure: BaseException | None = None
+    ) -> CancelledAfterCommit:
+        """What a job cancelled once its commit was sent tells its caller: ``reason`` (the
+        canceller's) and what the commit did, so a committed job is never taken for one that
+        was rolled back. ``failure`` is the attempt's failure, if any (the CommitError when
+        the commit failed)."""
+        names = tuple(p.name for p in self.committed)
+        if self.all_committed:
+            listed = ", ".join(repr(n) for n in names)
+            said = f"the commit succeeded ({listed} committed): the work is durable"
+        else:
+            said = f"the commit failed: {failure}"
+        return CancelledAfterCommit(
+            f"{reason}; it came after the job's commit was sent, and {said}",
+            committed=names,
+            cause=failure,
+        )
 
     def on_commit_answer(self, callback: Callable[[bool], object]) -> None:
         """Call ``callback(all_committed)`` once the commit in flight has answered: ``True``
