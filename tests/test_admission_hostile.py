@@ -23,10 +23,15 @@ from hypothesis import given, settings, strategies as st
 
 from nucleo_trio.admission import (
     CountingGate,
+    DatabaseGate,
     Demand,
     DemandEntry,
     ElasticWindow,
+    HttpConnectionGate,
     LimiterEventType,
+    ModelGate,
+    StdioEndpointGate,
+    StdioPoolGate,
     TokenBucket,
     TokenBucketConfig,
 )
@@ -518,6 +523,24 @@ def test_built_in_accounts_refuse_a_bad_capacity_naming_the_parameter(value: Any
         TokenBucketConfig(rpm=10, tpm=value)
     with pytest.raises((TypeError, ValueError), match="capacity"):
         CountingGate("slots", 1).set_capacity(value)
+
+
+@pytest.mark.parametrize("value", [NAN, INF, -1, 0, True, "4"], ids=repr)
+def test_the_named_gates_name_their_own_parameter(value: Any) -> None:
+    """GATE-01, GATE-04, GATE-07: each named gate refuses a bad size naming the parameter it
+    was given as, and the value."""
+    builds: list[tuple[Callable[[], object], str]] = [
+        (lambda: HttpConnectionGate(value), "pool_size"),
+        (lambda: DatabaseGate("orders", value), "max_connections"),
+        (lambda: ModelGate("local", value), "max_concurrent"),
+        (lambda: StdioEndpointGate("tools", value), "max_concurrent"),
+        (lambda: StdioPoolGate(value), "max_concurrent"),
+    ]
+    for build, parameter in builds:
+        with pytest.raises(
+            (TypeError, ValueError), match=rf"{parameter}: capacity must .*got {value!r}"
+        ):
+            build()
 
 
 @pytest.mark.parametrize(

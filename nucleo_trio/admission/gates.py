@@ -20,7 +20,7 @@ concurrency cap is a subclass with a name::
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import trio
 
@@ -62,11 +62,14 @@ def _trio_now() -> float | None:
         return None
 
 
-def _check_capacity(owner: str, capacity: object) -> int:
+def _check_capacity(owner: str, capacity: object, parameter: str = "capacity") -> int:
+    where = owner if parameter == "capacity" else f"{owner}: {parameter}"
     if isinstance(capacity, bool) or not isinstance(capacity, int):
-        raise TypeError(f"{owner}: capacity must be an int, got {type(capacity).__name__}")
+        raise TypeError(
+            f"{where}: capacity must be an int, got {capacity!r} ({type(capacity).__name__})"
+        )
     if capacity <= 0:
-        raise ValueError(f"{owner}: capacity must be positive, got {capacity}")
+        raise ValueError(f"{where}: capacity must be positive, got {capacity}")
     return capacity
 
 
@@ -80,6 +83,9 @@ class CountingGate(AbstractRateLimiter):
     pass. Raising the capacity with :meth:`set_capacity` does wake, since parked jobs may now fit.
     """
 
+    _capacity_parameter: ClassVar[str] = "capacity"
+    """The constructor parameter a subclass takes the capacity as, so its errors name it."""
+
     def __init__(self, name: str, capacity: int) -> None:
         owner = type(self).__name__
         if not isinstance(name, str):
@@ -87,7 +93,7 @@ class CountingGate(AbstractRateLimiter):
         if not name.strip():
             raise ValueError(f"{owner}: name must not be blank")
         self._name = name
-        self._capacity = _check_capacity(f"{owner} {name!r}", capacity)
+        self._capacity = _check_capacity(f"{owner} {name!r}", capacity, self._capacity_parameter)
         self._in_use = 0
         self._last_activity = _trio_now()
 

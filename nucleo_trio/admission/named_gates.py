@@ -40,12 +40,16 @@ class HttpConnectionGate(CountingGate):
     number, so a granted job always finds a connection.
     """
 
+    _capacity_parameter = "pool_size"
+
     def __init__(self, pool_size: int = DEFAULT_HTTP_POOL_SIZE) -> None:
         super().__init__("http", pool_size)
 
 
 class DatabaseGate(CountingGate):
     """``db:<name>``: the connections of one database pool (GATE-01..03)."""
+
+    _capacity_parameter = "max_connections"
 
     def __init__(self, name: str, max_connections: int) -> None:
         super().__init__(f"db:{name}", max_connections)
@@ -55,6 +59,8 @@ class DatabaseGate(CountingGate):
 class ModelGate(CountingGate):
     """One model's concurrent requests, for a catalog entry bounded by ``max_concurrent``
     rather than a quota window (a model served from a machine the deployment owns; GATE-04)."""
+
+    _capacity_parameter = "max_concurrent"
 
     def __init__(self, entry_id: str, max_concurrent: int | None) -> None:
         if max_concurrent is None:
@@ -71,6 +77,8 @@ class StdioEndpointGate(CountingGate):
     Once closed it refuses everyone with an error saying so; upstream push-back only logs, since
     a local subprocess has no quota to throttle.
     """
+
+    _capacity_parameter = "max_concurrent"
 
     def __init__(self, endpoint: str, max_concurrent: int = DEFAULT_STDIO_MAX_PER_ENDPOINT) -> None:
         super().__init__(f"mcp:{endpoint}", max_concurrent)
@@ -106,6 +114,8 @@ class StdioEndpointGate(CountingGate):
 class StdioPoolGate(CountingGate):
     """``mcp:stdio``: the pool-wide cap on stdio subprocess slots (GATE-08). A stdio tool
     declares both its endpoint's gate and this one, so admission reserves both for the head."""
+
+    _capacity_parameter = "max_concurrent"
 
     def __init__(self, max_concurrent: int = DEFAULT_STDIO_POOL_MAX) -> None:
         super().__init__("mcp:stdio", max_concurrent)
