@@ -141,27 +141,45 @@ async def test_a_deadline_mid_commit_then_a_refused_commit_says_it_was_rolled_ba
     assert orders.gate.in_use == 0
 
 
-async def test_a_commit_that_never_answers_is_aborted_at_the_window_and_its_fate_is_unknown(
+async def test_a_commit_that_never_answers_is_aborted_a_window_after_the_deadline(
     dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """A commit that hangs cannot hang the job: COMMIT_WINDOW seconds after it was sent it is
-    aborted and the job times out. The caller is told the commit's fate is unknown, never that
-    it was rolled back; the connection is closed and the permit is back."""
+    """A commit that hangs cannot hang the job: COMMIT_WINDOW seconds after the deadline asked
+    the job to stop, the commit is aborted and the job times out. The caller is told the
+    commit's fate is unknown, never that it was rolled back; the connection is closed and the
+    permit is back."""
     orders = HeldCommit("orders")
     job = paying_job(orders)
+    start = trio.current_time()
     handle = dispatcher.submit(job)
     await orders.sent.wait()
-    sent_at = trio.current_time()
     with pytest.raises(CommitError) as caught:
         await handle.result()
-    assert trio.current_time() - sent_at == pytest.approx(COMMIT_WINDOW)
+    assert trio.current_time() - start == pytest.approx(TIMEOUT + COMMIT_WINDOW)
     assert job.context.state is JobState.TIMED_OUT
     assert caught.value.unknown == ("orders",) and caught.value.rolled_back == ()
     message = str(caught.value)
-    assert f"no answer within {COMMIT_WINDOW:g} s" in message and "rolled back" not in message
+    assert f"no answer within {COMMIT_WINDOW:g} s of the request to stop" in message
+    assert "rolled back" not in message
     assert "orders.abort" in orders.log and "orders.rollback" not in orders.log
     await settle()
     assert orders.gate.in_use == 0 and orders.open_handles == 0
+
+
+async def test_a_slow_commit_nobody_asked_to_stop_is_left_to_answer(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The commit window bounds a commit only once something asks the job to stop: a commit
+    that takes far longer than the window, well inside the job's time budget, is not aborted."""
+    orders = HeldCommit("orders")
+    job = paying_job(orders, timeout=3600)
+    handle = dispatcher.submit(job)
+    await orders.sent.wait()
+    await trio.sleep(20 * COMMIT_WINDOW)
+    assert orders.aborted_at is None and not handle.done
+    orders.answer()
+    assert await handle.result() == "paid"
+    assert orders.committed and job.context.state is JobState.COMPLETED
 
 
 async def test_a_commit_failing_part_way_says_which_databases_committed_and_which_rolled_back(
@@ -260,6 +278,28 @@ async def test_a_shutdown_mid_commit_waits_for_the_commit_and_says_what_it_did(
         await handle.result()
     assert "the commit succeeded ('orders' committed)" in str(caught.value.__cause__)
     assert orders.committed and job.context.state is JobState.CANCELLED
+    assert orders.gate.in_use == 0 and orders.open_handles == 0
+
+
+async def test_a_shutdown_aborts_a_hung_commit_a_window_after_the_interrupt(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A commit that never answers does not hold a shutdown: COMMIT_WINDOW seconds after the
+    interrupt it is aborted, and the job ends CANCELLED, its cause saying the commit failed
+    with an unknown fate (never that it was rolled back)."""
+    orders = HeldCommit("orders")
+    job = paying_job(orders, timeout=100)
+    handle = dispatcher.submit(job)
+    await orders.sent.wait()
+    start = trio.current_time()
+    await dispatcher.shutdown(1.0)
+    assert trio.current_time() - start == pytest.approx(1.0 + COMMIT_WINDOW)
+    with pytest.raises(errors.JobCancelledError) as caught:
+        await handle.result()
+    cause = caught.value.__cause__
+    assert isinstance(cause, CancelledAfterCommit) and cause.committed == ()
+    assert isinstance(cause.__cause__, CommitError) and cause.__cause__.unknown == ("orders",)
+    assert "rolled back" not in str(cause)
     assert orders.gate.in_use == 0 and orders.open_handles == 0
 
 

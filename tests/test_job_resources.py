@@ -678,11 +678,12 @@ async def _answer_after_cancel(scope: trio.CancelScope, provider: Any) -> None:
 
 
 async def test_a_commit_cut_short_by_the_window_has_an_unknown_fate_and_the_rest_is_not_committed(
-    autojump_clock: trio.testing.MockClock,
+    nursery: trio.Nursery, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """JR-15: a commit that does not answer within the commit window is aborted; its database
-    is reported as unknown, never as rolled back; the one after it, never sent, is not
-    committed; the one before it stays committed. No rollback runs once the window is spent."""
+    """JR-15: a commit in flight is left alone until a stop is requested; one that does not
+    answer within the commit window after that is aborted. Its database is reported as unknown,
+    never as rolled back; the one after it, never sent, is not committed; the one before it
+    stays committed. No rollback runs once the window is spent."""
     from .test_commit_races import HeldCommit
 
     log: list[str] = []
@@ -694,16 +695,31 @@ async def test_a_commit_cut_short_by_the_window_has_an_unknown_fate_and_the_rest
     resources = JobResources(admission, grant, [first, stuck, last], commit_window=5.0)
     await resources.materialize()
     await resources.begin_all()
-    start = trio.current_time()
-    with pytest.raises(CommitError) as caught:
-        await resources.commit_all()
-    assert trio.current_time() - start == pytest.approx(5.0)
-    error = caught.value
+    outcome: list[CommitError] = []
+    answered = trio.Event()
+
+    async def commit() -> None:
+        try:
+            await resources.commit_all()
+        except CommitError as exc:
+            outcome.append(exc)
+        answered.set()
+
+    nursery.start_soon(commit)
+    await stuck.sent.wait()
+    await trio.sleep(1000)
+    assert outcome == [] and "stuck.abort" not in log  # nobody asked it to stop
+    asked = trio.current_time()
+    resources.request_stop()
+    await answered.wait()
+    assert trio.current_time() - asked == pytest.approx(5.0)
+    (error,) = outcome
     assert error.committed == ("first",) and error.unknown == ("stuck",)
     assert error.not_committed == ("last",) and error.rolled_back == ()
     assert str(error) == (
-        "commit failed on HeldCommit ('stuck'): no answer within 5 s, so it was aborted; "
-        "committed: 'first'; not committed: 'last'; unknown whether committed: 'stuck'"
+        "commit failed on HeldCommit ('stuck'): no answer within 5 s of the request to stop, "
+        "so it was aborted; committed: 'first'; not committed: 'last'; "
+        "unknown whether committed: 'stuck'"
     )
     assert error.__cause__ is None and "stuck.abort" in log
     assert not [entry for entry in log if entry.endswith("rollback")]

@@ -53,13 +53,12 @@ __all__ = [
 
 log = logging.getLogger("nucleo_trio.resources")
 
-COMMIT_WINDOW = 10.0
-"""Seconds ``commit_all`` gives the databases to answer once it has sent its first commit,
-whatever cancellation lands meanwhile. Past it the call in flight is aborted and whether that
-commit took effect is unknown. A database that has not answered a commit in 10 s is stuck, not
-slow, and nobody should wait on it longer: it is also the dispatcher's window for a job to end
-once shutdown interrupted it, so a commit sent before the interrupt answers (or is aborted)
-within it."""
+COMMIT_WINDOW = 5.0
+"""Seconds a commit in flight still gets once something asks the job to stop (its deadline, a
+cancel, a shutdown: :meth:`JobResources.request_stop`). Past it the call in flight is aborted
+and whether that commit took effect is unknown. Without a stop request a commit takes as long
+as the database needs. Shorter than the dispatcher's window for an interrupted job to end, so a
+shutdown hears the commit's answer, or its abort, before it gives up on the job."""
 
 FORCED_CLOSE_WINDOW = 30.0
 """Seconds after which a forced close reports an aborted handle's ``close`` that has not
@@ -219,6 +218,8 @@ class JobResources:
         self._commit_answered: trio.Event | None = None
         self._on_answer: list[Callable[[bool], object]] = []
         self._in_flight: tuple[DBResourceProvider, DBHandle, trio.CancelScope] | None = None
+        self._stop_at: float | None = None
+        self._stop_requested: trio.Event | None = None
         self._window_passed = False
         # The close: handles whose close started and returned, handles aborted, who closes.
         self._closing_handles: set[int] = set()
@@ -227,6 +228,8 @@ class JobResources:
         self._cooperative = False
         self._reaping = False
         self._closing: trio.Event | None = None
+        self._materializing: trio.Event | None = None
+        self._force_requested = False
         self.executed = False
         """Set when the job's work began: settling then releases (RELEASE accounts only)
         instead of rolling back every account (JR-20)."""
@@ -240,6 +243,11 @@ class JobResources:
         whole grant is rolled back; the job gets an :class:`UncorrectableError` naming the
         provider and never runs. A cancellation does the same and propagates.
         """
+        if not self._providers:
+            return
+        # A close that comes while connections are being opened waits for them (aclose) or is
+        # done once they are (force_close): a permit never goes back under a connect.
+        materializing = self._materializing = trio.Event()
         opened: dict[DBResourceProvider, DBHandle] = {}
         try:
             for provider in self._providers:
@@ -248,6 +256,7 @@ class JobResources:
             for provider, handle in reversed(opened.items()):
                 await self._close_quietly(provider, handle)
             fault = self._settle_logged(rollback=True)
+            materializing.set()
             if not isinstance(exc, Exception):
                 raise
             failing = self._providers[len(opened)]
@@ -259,6 +268,9 @@ class JobResources:
                 add_suppressed(error, fault)
             raise error from exc
         self._handles = MappingProxyType(opened)
+        materializing.set()
+        if self._force_requested:
+            self.force_close()
 
     async def _close_quietly(self, provider: DBResourceProvider, handle: DBHandle) -> None:
         try:
@@ -352,15 +364,25 @@ class JobResources:
             return
         self._on_answer.append(callback)
 
+    def request_stop(self) -> None:
+        """Something wants the job stopped (its deadline, a cancel, a shutdown): a commit in
+        flight, or one sent later, gets the commit window from now to answer, then the call in
+        flight is aborted. Synchronous, and idempotent (the first request sets the instant)."""
+        if self._stop_at is None:
+            self._stop_at = trio.current_time() + self._commit_window
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+
     async def commit_all(self) -> None:
         """Commit, then await completion, on each provider not yet committed, in declaration
         order (JR-14).
 
         Once the first commit is sent its answer is the outcome, so the whole walk is shielded
         from cancellation: a deadline, a cancel or a shutdown takes effect once it has
-        answered, and a cooperative close waits for it. It is bounded by the commit window
-        (:data:`COMMIT_WINDOW`): past it the call in flight is aborted, and a commit cut short
-        that way, or by a forced close, has an unknown fate.
+        answered, and a cooperative close waits for it. It is bounded once a stop is requested
+        (:meth:`request_stop`): the commit window (:data:`COMMIT_WINDOW`) later the call in
+        flight is aborted, and a commit cut short that way, or by a forced close, has an
+        unknown fate.
 
         If one fails, every provider not yet committed, the failing one included, is rolled
         back in reverse order; rollback failures ride along as suppressed. The raised
@@ -393,10 +415,15 @@ class JobResources:
             raise error
 
     async def _watch_commit(self) -> None:
-        """The commit window: once it has passed, cut the call in flight short (abort its
-        handle, which stops a statement in a worker thread, and cancel the call, which stops
-        one that waits in trio) and let no further call start."""
-        await trio.sleep(self._commit_window)
+        """The commit window: once a stop was requested and the window has passed, cut the
+        call in flight short (abort its handle, which stops a statement in a worker thread,
+        and cancel the call, which stops one that waits in trio) and let no further call
+        start."""
+        if self._stop_at is None:
+            self._stop_requested = trio.Event()
+            await self._stop_requested.wait()
+        assert self._stop_at is not None
+        await trio.sleep_until(self._stop_at)
         self._window_passed = True
         if self._in_flight is not None:
             provider, handle, call = self._in_flight
@@ -446,8 +473,8 @@ class JobResources:
         cut_short = failure is None or self._was_aborted(handle)
         if cut_short and self._window_passed:
             headline = (
-                f"commit failed on {label}: no answer within {self._commit_window:g} s, so it "
-                "was aborted" + (f" ({failure})" if failure is not None else "")
+                f"commit failed on {label}: no answer within {self._commit_window:g} s of the "
+                "request to stop, so it was aborted" + (f" ({failure})" if failure else "")
             )
         elif cut_short:
             headline = f"commit failed on {label}: it was cut short by an abort ({failure})"
@@ -522,14 +549,21 @@ class JobResources:
     async def aclose(self) -> None:
         """The cooperative close (JR-18): mark the resources released, let a commit in flight
         answer, close every handle in declaration order (going on after a failure), then settle
-        the grant.
+        the grant. After a commit that succeeded the close is shielded from cancellation within
+        the commit window (past it, the rest is force-closed).
 
         Raises :class:`ResourceCloseError` if any close failed (the grant is back regardless),
         else :class:`GrantReleaseError` if an account raised as the grant went back (ADM-45).
         A second call, or one while another close is under way, waits for the first and
-        returns. If the closing task is cancelled, the handles still open are force-closed:
+        returns; one while the handles are being opened waits for them first. If the closing task is cancelled, the handles still open are force-closed:
         aborted now, closed in the background, and the grant settles after them.
         """
+        if self._materializing is not None and not self._materializing.is_set():
+            try:
+                await self._materializing.wait()
+            except BaseException:
+                self.force_close()
+                raise
         if not self._handles:  # nothing to close: settle without a scheduler step
             self._mark_released()
             self._settle(rollback=not self.executed)
@@ -545,18 +579,27 @@ class JobResources:
         try:
             if self._commit_answered is not None and not self._commit_answered.is_set():
                 await self._commit_answered.wait()  # never close a connection under its commit
-            for provider, handle in tuple(self._handles.items()):
-                if id(handle) in self._closed_handles:
-                    continue
-                try:
-                    await self._close_one(provider, handle)
-                except Exception as exc:
-                    failures.append((provider, exc))
+            # Once everything committed the outcome is settled: a cancel must not cut the
+            # close short (and with it the attempt's report), so it is shielded, within the
+            # commit window.
+            with trio.CancelScope(shield=self.all_committed) as window:
+                if self.all_committed:
+                    window.deadline = trio.current_time() + self._commit_window
+                for provider, handle in tuple(self._handles.items()):
+                    if id(handle) in self._closed_handles:
+                        continue
+                    try:
+                        await self._close_one(provider, handle)
+                    except Exception as exc:
+                        failures.append((provider, exc))
         except BaseException:
             self._cooperative = False
             self.force_close()
             raise
         self._cooperative = False
+        if window.cancelled_caught:  # the window passed: the rest is aborted and closed later
+            self.force_close()
+            return
         fault: GrantReleaseError | None = None
         try:
             self._settle(rollback=not self.executed)
@@ -599,10 +642,14 @@ class JobResources:
 
         A commit in flight is aborted too, and its fate is unknown (see :meth:`commit_all`). A
         close under way (:meth:`aclose`) goes on over the aborted handles and settles the
-        grant itself. The grant settles once, so a later :meth:`aclose` is harmless, and a
+        grant itself; one that comes while the handles are being opened is done as soon as
+        they are. The grant settles once, so a later :meth:`aclose` is harmless, and a
         ``commit_all`` under way walks the same fixed mapping (JR-11)."""
-        pending = [(p, h) for p, h in self._handles.items() if id(h) not in self._closed_handles]
         self._mark_released()
+        if self._materializing is not None and not self._materializing.is_set():
+            self._force_requested = True  # done by materialize once the handles exist
+            return
+        pending = [(p, h) for p, h in self._handles.items() if id(h) not in self._closed_handles]
         if not pending:
             if not self._cooperative:
                 self._settle_logged(rollback=not self.executed)
@@ -636,10 +683,18 @@ class JobResources:
             closing.set()
 
     async def _reap(self, pending: list[tuple[DBResourceProvider, DBHandle]]) -> None:
-        """Close each aborted handle, then settle the grant (even if cancelled meanwhile)."""
+        """Close each aborted handle, then settle the grant. Cancelled (the dispatcher is
+        stopping), it gives the closes one more window, shielded, so that the dispatcher stops
+        with its connections closed, then settles the grant and lets the cancellation go on."""
         try:
             for provider, handle in pending:
                 await self._close_after_abort(provider, handle)
+        except BaseException:
+            with trio.CancelScope(shield=True), trio.move_on_after(FORCED_CLOSE_WINDOW):
+                for provider, handle in pending:
+                    if id(handle) not in self._closed_handles:
+                        await self._close_after_abort(provider, handle)
+            raise
         finally:
             self._reaping = False
             self._settle_logged(rollback=not self.executed)
