@@ -822,3 +822,41 @@ async def test_an_account_raising_as_a_forced_close_settles_is_logged_naming_it(
     (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert "account faulty raised" in record.getMessage()
     assert orders.gate.in_use == 0 and resources.settled
+
+
+class SlowOpen(RecordingProvider):
+    """A provider whose acquire (the connect) returns only once the test sets ``openable``."""
+
+    def __init__(self, name: str, log: list[str] | None = None) -> None:
+        super().__init__(name, log)
+        self.openable = trio.Event()
+
+    async def acquire(self, read_only: bool = False) -> DBHandle:
+        await self.openable.wait()
+        return await super().acquire(read_only)
+
+
+@pytest.mark.parametrize("close", ["force_close", "aclose"])
+async def test_a_close_while_the_connection_is_being_opened_waits_for_it(
+    nursery: trio.Nursery, close: str
+) -> None:
+    """JR-19, DB-12: a close that comes while a handle is still being opened (a deadline or a
+    shutdown landing on the connect) never gives the permit back under the connect: the
+    permit stays held until the connection, once open, has been aborted (forced) and closed."""
+    slow = SlowOpen("slow")
+    admission = Admission()
+    grant = await admission.admit(Demand().add(slow.gate))
+    resources = JobResources(admission, grant, [slow], spawn=nursery.start_soon)
+    nursery.start_soon(resources.materialize)
+    await settle()
+    if close == "force_close":
+        resources.force_close()
+    else:
+        nursery.start_soon(resources.aclose)
+    await settle()
+    assert slow.gate.in_use == 1 and not resources.settled
+    slow.openable.set()
+    await settle()
+    assert slow.gate.in_use == 0 and resources.settled and slow.open_handles == 0
+    expected = ["slow.acquire", "slow.abort", "slow.close"]
+    assert slow.log == (expected if close == "force_close" else [expected[0], expected[2]])
