@@ -116,6 +116,16 @@ def group_in_chain(error: BaseException | None) -> BaseExceptionGroup[Any] | Non
 def fate_unknown(error: BaseException | None, database: str) -> bool:
     """Whether a failure in ``error``'s chain says the commit on ``database`` has an unknown
     fate (a ``CommitError`` whose ``unknown`` names it)."""
+    return _chain_names(error, "unknown", database)
+
+
+def reported_committed(error: BaseException | None, database: str) -> bool:
+    """Whether ``error``'s chain says the commit on ``database`` succeeded before the job was
+    stopped (a ``CancelledAfterCommit`` whose ``committed`` names it)."""
+    return _chain_names(error, "committed", database)
+
+
+def _chain_names(error: BaseException | None, field: str, database: str) -> bool:
     seen: set[int] = set()
     stack: list[BaseException | None] = [error]
     while stack:
@@ -123,8 +133,8 @@ def fate_unknown(error: BaseException | None, database: str) -> bool:
         if link is None or id(link) in seen:
             continue
         seen.add(id(link))
-        unknown = getattr(link, "unknown", None)
-        if isinstance(unknown, tuple) and database in unknown:
+        named = getattr(link, field, None)
+        if isinstance(named, tuple) and database in named:
             return True
         stack.extend((link.__cause__, link.__context__, *suppressed(link)))
         if isinstance(link, BaseExceptionGroup):
@@ -346,6 +356,12 @@ def post_checks(
                 batch.unknown_fates["row committed" if has_row else "no row"] += 1
                 if len(batch.unknown_examples) < 3:
                     batch.unknown_examples.append(_example(record))
+            elif state is not JobState.COMPLETED and reported_committed(error, batch.provider.name):
+                # Stopped once its commit had answered: the job says its row is durable.
+                if not has_row:
+                    violations.add(
+                        f"reported committed but no row ({state.value})", _example(record)
+                    )
             elif has_row and state is not JobState.COMPLETED:
                 violations.add(
                     f"row committed for a job reported {state.value}",

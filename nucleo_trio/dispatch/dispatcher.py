@@ -66,7 +66,7 @@ from ..guardrails import (
 from ..heartbeat import Heart, Heartbeat, HeartbeatStore, ScheduleHeartbeat, heartbeat_store_from
 from ..jobs.context import JobContext, _current, current_job
 from ..jobs.handle import JobHandle
-from ..jobs.job import AbstractJob, ScopeAuthority
+from ..jobs.job import AbstractJob, ScopeAuthority, check_job_settings
 from ..jobs.requirements import JobRequirements
 from ..jobs.snapshot import JobSnapshot
 from ..jobs.state import JobState
@@ -83,7 +83,13 @@ from ..plugins.manager import (
     PluginError,
     make_plugin_manager,
 )
-from ..resources import DBResourceProvider, DBResourceProviders, JobResources, ResourceCloseError
+from ..resources import (
+    DBResourceProvider,
+    DBResourceProviders,
+    GrantReleaseError,
+    JobResources,
+    ResourceCloseError,
+)
 from .config import DispatcherConfig
 from .lanes import PRIORITY_LANE_MAX_TIMEOUT, Lane, QueuedJob, grace_period
 from .seams import DemandAssembler, GuardrailEnforcer
@@ -361,6 +367,8 @@ class JobDispatcher:
         graceful stop already waiting."""
         if not self._stopping:
             self._stopping = True
+            if self.heart is not None:
+                self.heart.stop()  # from this instant nothing fires into a stopping dispatcher
             if timeout is not None:
                 self._stop_timeout = timeout
             self._stop_requested.set()
@@ -472,6 +480,9 @@ class JobDispatcher:
             queued.interrupt()
         with trio.move_on_after(self.interrupt_window):
             await self._idle.wait()
+        if await self._await_commits_in_flight():
+            with trio.move_on_after(self.interrupt_window):
+                await self._idle.wait()
         for queued in list(self._running.values()):
             if not queued.handle.done:
                 log.warning(self._stuck_report(queued))
@@ -500,6 +511,21 @@ class JobDispatcher:
             except Exception:
                 log.exception("closing the heartbeat store failed")
         self._closed.set()
+
+    async def _await_commits_in_flight(self) -> bool:
+        """A job still running with its commit in flight is not stuck: its commit's answer is
+        its outcome, and the commit window bounds the wait for it (past it the commit is
+        aborted). Wait for each answer; answers whether there was any."""
+        waited = False
+        for queued in list(self._running.values()):
+            resources = queued.context.resources
+            if resources is None or not resources.commit_in_flight:
+                continue
+            answered = trio.Event()
+            resources.on_commit_answer(partial(_set_on_answer, answered))
+            await answered.wait()
+            waited = True
+        return waited
 
     def _cancel_everything(self) -> None:
         """A fast stop's first phase for every job at once: the cancel flag and callbacks (a
@@ -639,7 +665,12 @@ class JobDispatcher:
         for waiter in self._submitted_waiters.pop(job.job_id, ()):
             waiter.set()
 
-        refusal = self._door(job, caller, context)
+        try:
+            check_job_settings(job)  # a knob set past its setter: refused before anything else
+        except (TypeError, ValueError) as bad:
+            refusal: BaseException | None = bad
+        else:
+            refusal = self._door(job, caller, context)
         if refusal is not None:
             self._born_failed(context, handle, refusal)
             return handle
@@ -1157,7 +1188,16 @@ class JobDispatcher:
                 outcome = await job.execute(context)
                 if transactional and not context.timed_out and not context.is_cancelled:
                     transactional = False  # commit_all rolls back what it could not commit
-                    await resources.commit_all()
+                    # Once sent, the commit's answer is the outcome (EXEC-03, JR-15): commit_all
+                    # is shielded, a cancel or an interrupt gives it the commit window to
+                    # answer, and a deadline that lands meanwhile waits for it (_arm_timeout).
+                    unwatch = _stop_requests_to(resources, queued)
+                    try:
+                        await resources.commit_all()
+                    finally:
+                        unwatch()
+                    for timer in timers:
+                        timer.cancel()  # committed: the job's work is durable, its deadline met
             except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
                 if _is_cancellation(exc):
                     raise
@@ -1179,7 +1219,8 @@ class JobDispatcher:
             try:
                 if scope.cancel_called:
                     # Phase two or shutdown: no checkpoint may replace the job's own verdict,
-                    # so what is still open is aborted and closed in the background.
+                    # so what is still open is aborted, and closed in the background before
+                    # its permits go back.
                     resources.force_close()
                 else:
                     await resources.aclose()
@@ -1188,8 +1229,16 @@ class JobDispatcher:
                     failure = close_failure
                 else:
                     add_suppressed(failure, close_failure)
+            except GrantReleaseError as fault:
+                _account_fault(fault, failure)  # the job keeps its verdict and result (ADM-45)
             finally:
                 context.resources = None
+        if (
+            resources.commit_sent
+            and (scope.cancel_called or context.is_cancelled)
+            and not context.timed_out
+        ):
+            raise _stopped_after_commit(context, resources, failure)
         if failure is not None:
             raise failure
         if context.timed_out:
@@ -1205,9 +1254,12 @@ class JobDispatcher:
         )
 
     def _spawn_system(self, fn: Callable[[], Awaitable[None]]) -> None:
-        """Run clean-up that must outlive the job (a forced close's handle closes)."""
-        if self._system is not None:
-            self._system.start_soon(fn)
+        """Run clean-up that must outlive the job (a forced close's handle closes, then its
+        permits). Raises RuntimeError when the system nursery is gone, so the caller falls
+        back to doing what it can at once."""
+        if self._system is None:
+            raise RuntimeError("the dispatcher's system nursery is not running")
+        self._system.start_soon(fn)
 
     def _arm_timeout(
         self,
@@ -1223,7 +1275,16 @@ class JobDispatcher:
         nursery, and sets the nursery's cancel-scope deadline to the end of the grace. Phase two
         is that deadline: trio cancels the job, and a timekeeper call force-closes (aborts) what
         a job that does not unwind still holds. A job that finishes in time costs one heap
-        entry. Returns the pending calls, which the attempt cancels when it ends."""
+        entry. Returns the pending calls, which the attempt cancels when it ends.
+
+        A deadline that lands while the job's commit is in flight waits for the commit's answer,
+        for at most the commit window (:data:`~nucleo_trio.resources.COMMIT_WINDOW`; past it
+        the commit is aborted and its fate unknown). The job's work was done and sent before
+        its deadline, and the database decides the outcome: committed, the job met its deadline
+        and ends COMPLETED with its result (reporting TIMED_OUT would invite a retry of work
+        that is durable; what is left of the attempt is the close, which the commit window
+        bounds); not committed, phase one runs at once and the caller gets the commit's own
+        error, which says what was rolled back (TMO-04, TMO-05)."""
         context = queued.context
         context.arm_deadline(budget)
         assert context.deadline is not None
@@ -1231,12 +1292,20 @@ class JobDispatcher:
         timers: list[TimerHandle] = []
 
         def phase_one() -> None:
+            if resources.commit_in_flight:
+                resources.request_stop()
+                resources.on_commit_answer(after_commit)
+                return
             context.time_out()
             assert queued.nursery is not None
             queued.nursery.start_soon(_close_cooperatively, resources)
             phase_two = trio.current_time() + grace
             scope.deadline = phase_two
             timers.append(self._timekeeper.call_at(phase_two, resources.force_close))
+
+        def after_commit(committed: bool) -> None:
+            if not committed:
+                phase_one()
 
         timers.append(self._timekeeper.call_at(context.deadline, phase_one))
         return timers
@@ -1432,6 +1501,8 @@ async def _close_cooperatively(resources: JobResources) -> None:
         await resources.aclose()
     except ResourceCloseError:
         log.exception("closing the resources of a timed-out job failed")
+    except GrantReleaseError as fault:
+        _account_fault(fault, None)
 
 
 async def _roll_back_onto(resources: JobResources, failure: BaseException | None) -> None:
@@ -1444,6 +1515,61 @@ async def _roll_back_onto(resources: JobResources, failure: BaseException | None
             add_suppressed(failure, rollback_failure)
         else:
             log.error("rolling back a timed-out job failed: %s", rollback_failure)
+
+
+def _account_fault(fault: GrantReleaseError, failure: BaseException | None) -> None:
+    """An account raised as a finished attempt's grant went back (ADM-45). The grant is settled
+    and every other account has its permits; the fault is the account's, not the job's, so the
+    job keeps its verdict and its result. The fault is logged naming the account, and rides on
+    the job's own failure, if it has one, as suppressed."""
+    log.error(
+        "account %s raised while the grant of a finished job went back; the job keeps its "
+        "outcome: %s",
+        fault.account or "(unknown)",
+        fault,
+        exc_info=fault,
+    )
+    if failure is not None:
+        add_suppressed(failure, fault)
+
+
+def _stop_requests_to(resources: JobResources, queued: QueuedJob) -> Callable[[], None]:
+    """While the commit is in flight, a cancel of the job or an interrupt of its nursery (phase
+    two, a shutdown) asks the commit to answer within its window. Returns the call that stops
+    listening."""
+    unregister = queued.context.on_cancel(resources.request_stop)
+    listening = trio.CancelScope()
+    assert queued.nursery is not None
+    queued.nursery.start_soon(_request_stop_when_interrupted, resources, listening)
+
+    def unwatch() -> None:
+        unregister()
+        listening.cancel()
+
+    return unwatch
+
+
+async def _request_stop_when_interrupted(
+    resources: JobResources, listening: trio.CancelScope
+) -> None:
+    with listening:
+        try:
+            await trio.sleep_forever()
+        finally:
+            if not listening.cancel_called:  # the job's nursery was cancelled, not this task
+                resources.request_stop()
+
+
+def _stopped_after_commit(
+    context: JobContext, resources: JobResources, failure: BaseException | None
+) -> CancellationRequested:
+    """What a job cancelled (or interrupted) once its commit was sent tells its caller: the
+    cancel outranks the outcome (ST-03, ST-06), so the job ends CANCELLED, but its cause
+    (a CancelledAfterCommit) says what the commit did and names the databases committed, so a
+    committed job is never taken for one that was rolled back."""
+    return resources.cancelled_after_commit(
+        context.cancel_reason or "the job was interrupted", failure
+    )
 
 
 def _cycle_message(target: str, path: list[str]) -> str:
@@ -1485,6 +1611,10 @@ def _upstream_in_chain(exc: BaseException) -> bool:
             if nxt is not None:
                 stack.append(nxt)
     return False
+
+
+def _set_on_answer(event: trio.Event, committed: bool) -> None:
+    event.set()
 
 
 class _StartedRelay:
