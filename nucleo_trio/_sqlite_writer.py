@@ -24,17 +24,13 @@ one batch at a time, each batch one transaction:
 Outside a trio run (a sync ``close()`` after ``trio.run`` returned) there is no loop to stall,
 and the writer does the work on the calling thread, after any batch still in a worker.
 
-**Virtual time.** Trio's autojump clock cannot see a worker thread: it would jump to the next
-timer while a commit runs, and a test would see the commit take as long as that timer was away.
-Under a :class:`trio.testing.MockClock`, a task waiting on the writer keeps a helper parked in
-``wait_all_tasks_blocked`` with an endless cushion, which the autojump treats as a task still
-busy (trio documents that it takes priority), so the clock holds still until the answer comes.
+**Virtual time.** Trio's autojump clock cannot see a worker thread, so a task waiting on the
+writer holds the clock still until the answer comes (:mod:`nucleo_trio._clock`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
@@ -46,6 +42,7 @@ import outcome
 import trio
 import trio.testing
 
+from ._clock import wait_holding_the_clock
 from .errors import NucleoSystemError
 
 __all__ = ["SQLiteWriter", "Ticket", "WriterStatistics"]
@@ -163,7 +160,7 @@ class SQLiteWriter:
         Never cancelled half-way: the caller's cancellation is delivered at its next checkpoint.
         """
         with trio.CancelScope(shield=True):
-            await _wait_holding_the_clock(ticket.done)
+            await wait_holding_the_clock(ticket.done)
         assert ticket.result is not None
         return ticket.result.unwrap()
 
@@ -173,7 +170,7 @@ class SQLiteWriter:
         target = self._submitted
         self.start()
         while self._settled < target:
-            await _wait_holding_the_clock(self._progress)
+            await wait_holding_the_clock(self._progress)
         self._raise_unreported()
 
     async def aclose(self) -> None:
@@ -184,7 +181,7 @@ class SQLiteWriter:
         self._launch()
         target = self._submitted
         while self._settled < target:
-            await _wait_holding_the_clock(self._progress)
+            await wait_holding_the_clock(self._progress)
         self._raise_unreported()
 
     def close_blocking(self) -> None:
@@ -400,19 +397,3 @@ class SQLiteWriter:
             return exc
         why = "its transaction did not commit: " if commit else ""
         return NucleoSystemError(self._component, f"{doing} failed: {why}{exc}", exc)
-
-
-async def _wait_holding_the_clock(event: trio.Event) -> None:
-    """``await event.wait()``; under an autojump MockClock, the clock holds still meanwhile."""
-    clock = trio.lowlevel.current_clock()
-    if (
-        event.is_set()
-        or not isinstance(clock, trio.testing.MockClock)
-        or clock.autojump_threshold == math.inf
-    ):
-        await event.wait()
-        return
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(trio.testing.wait_all_tasks_blocked, math.inf)
-        await event.wait()
-        nursery.cancel_scope.cancel()

@@ -29,6 +29,7 @@ import attrs
 import pluggy
 import trio
 
+from .._clock import wait_holding_the_clock
 from ..admission import Admission, Grant, HttpConnectionGate
 from ..admission.limiter import LimiterEventType, LimiterIdentity, RateLimiter
 from ..admission.memory_gate import MemoryPressureGate
@@ -241,7 +242,10 @@ class JobDispatcher:
         self._stop_timeout = self.config.shutdown_timeout
         self._grace_scope = trio.CancelScope()
         self._fatal: BaseException | None = None
+        self._on_fatal: Callable[[], object] | None = None
         self._interrupted_at = 0.0
+        self._background = 0
+        self._background_done = trio.Event()
         self.interrupt_window = INTERRUPT_WINDOW
         """Seconds the stop waits for interrupted jobs to end before it settles them as
         cancelled and names each one still running in a warning (repeated while it runs)."""
@@ -316,6 +320,7 @@ class JobDispatcher:
                 await self._stop_in_order()
                 if self._tasks:
                     system.start_soon(self._warn_while_stuck)
+            await self._await_background()
             self._serving = False
             system.cancel_scope.cancel()
 
@@ -359,6 +364,8 @@ class JobDispatcher:
         and let :meth:`run` raise it once every handle has settled."""
         if self._fatal is None:
             self._fatal = failure
+            if self._on_fatal is not None:
+                self._on_fatal()  # the block of open_dispatcher stops at once too
         self._request_stop(fast=True)
 
     def _request_stop(self, *, fast: bool, timeout: float | None = None) -> None:
@@ -390,9 +397,10 @@ class JobDispatcher:
             answer._refuse(self._stopped_error("before the delay passed"))
         self._delayed.clear()
 
-    def _stopped_error(self, when: str) -> NucleoSystemError:
+    def _stopped_error(self, when: str = "") -> NucleoSystemError:
         why = "" if self._fatal is None else f" (it stopped on {self._fatal!r})"
-        return NucleoSystemError("dispatcher", f"the dispatcher stopped {when}{why}")
+        what = f"the dispatcher stopped {when}" if when else "the dispatcher has stopped"
+        return NucleoSystemError("dispatcher", what + why)
 
     def _load_plugins(self) -> None:
         """Plugins (built-ins, then entry points, then ``check_pending``) and the configured
@@ -629,14 +637,19 @@ class JobDispatcher:
     ) -> JobHandle[R]:
         """Submit ``job`` and return its handle at once; never awaits.
 
-        A refusal at the door is a handle born failed, never an exception (SUB-01). A dependency
-        list that would close a cycle is a programming error and raises :class:`ValueError`.
+        A refusal at the door is a handle born failed, never an exception (SUB-01): a job
+        submitted while the dispatcher shuts down is one. A dependency list that would close a
+        cycle is a programming error and raises :class:`ValueError`; a submission before the
+        dispatcher started, or once it has stopped (however its run ended), raises
+        :class:`RuntimeError`.
         """
         if not self._started:
             raise RuntimeError(
                 "JobDispatcher.submit: the dispatcher is not started; use "
                 "`async with open_dispatcher() as dispatcher:` or `await nursery.start(dispatcher.run)`"
             )
+        if self._stopped:
+            raise RuntimeError(f"JobDispatcher.submit: {self._stopped_error()}")
         if not isinstance(job, AbstractJob):
             raise TypeError(f"submit() takes a job (an AbstractJob), got {type(job).__name__}")
         if job._context is not None:
@@ -727,7 +740,7 @@ class JobDispatcher:
         if not self._started or self._system is None:
             raise RuntimeError("JobDispatcher.submit_with_delay: the dispatcher is not started")
         if self._stopped:
-            raise RuntimeError(f"JobDispatcher.submit_with_delay: {self._stopped_error('')}")
+            raise RuntimeError(f"JobDispatcher.submit_with_delay: {self._stopped_error()}")
         if delay is not None:
             delay = _checked_seconds("submit_with_delay(delay)", delay, allow_negative=True)
         answer = DelayedSubmission()
@@ -779,8 +792,6 @@ class JobDispatcher:
                     f"runs on the thread of its own task, not {caller.job.name}'s",
                 )
         if self._stopping:
-            if self._stopped:
-                return self._stopped_error(f"before {job.name} was submitted")
             return NucleoSystemError(
                 "dispatcher", f"{job.name} was submitted while the dispatcher is shutting down"
             )
@@ -1259,7 +1270,35 @@ class JobDispatcher:
         back to doing what it can at once."""
         if self._system is None:
             raise RuntimeError("the dispatcher's system nursery is not running")
-        self._system.start_soon(fn)
+        self._background += 1
+        self._system.start_soon(self._background_task, fn)
+
+    async def _background_task(self, fn: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await fn()
+        finally:
+            self._background -= 1
+            if self._background == 0:
+                self._background_done.set()
+
+    async def _await_background(self) -> None:
+        """Clean-up that outlives its job (a forced close) finishes before the dispatcher's
+        nursery closes, so no connection is still closing in a worker thread once the block is
+        left; bounded like the wait for interrupted jobs."""
+        if not self._background:
+            return
+        self._background_done = trio.Event()
+        with trio.move_on_after(self.interrupt_window) as window:
+            while self._background:
+                await wait_holding_the_clock(self._background_done)  # the closes are threads
+                self._background_done = trio.Event()
+        if window.cancelled_caught:
+            log.error(
+                "%d clean-up tasks (forced closes of database handles) were still running "
+                "%.0f s after the dispatcher stopped; cancelled",
+                self._background,
+                self.interrupt_window,
+            )
 
     def _arm_timeout(
         self,
@@ -1296,6 +1335,8 @@ class JobDispatcher:
                 resources.request_stop()
                 resources.on_commit_answer(after_commit)
                 return
+            if resources.commit_sent and resources.all_committed:
+                return  # committed before the deadline; the attempt has not resumed yet
             context.time_out()
             assert queued.nursery is not None
             queued.nursery.start_soon(_close_cooperatively, resources)
@@ -1731,6 +1772,9 @@ async def open_dispatcher(
     failure: BaseException | None = None
     try:
         async with trio.open_nursery() as nursery:
+            # A fatal exception inside the dispatcher cancels the block at once (its own stop
+            # runs shielded); the exception leaves in place of that cancellation.
+            dispatcher._on_fatal = nursery.cancel_scope.cancel
             await nursery.start(dispatcher.run)
             try:
                 yield dispatcher
