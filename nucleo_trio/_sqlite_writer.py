@@ -102,8 +102,10 @@ class SQLiteWriter:
         name: str,
         component: str,
         log: logging.Logger,
+        in_thread: bool = True,
     ) -> None:
         self.path = path
+        self._in_thread = in_thread
         self._name = name
         self._component = component
         self._log = log
@@ -231,8 +233,11 @@ class SQLiteWriter:
             return
         try:
             token = trio.lowlevel.current_trio_token()
+            if not self._in_thread:
+                raise RuntimeError("asked to write on the calling thread")
         except RuntimeError:
-            # No trio run on this thread, so no loop to stall: write right here.
+            # No trio run on this thread, so no loop to stall (or a caller that prefers the
+            # stall to a thread, for a repeatable schedule): write right here.
             batch = self._take()
             self._finish(batch, self._write(self._next_turn(), batch))
             return

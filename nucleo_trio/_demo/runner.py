@@ -149,7 +149,10 @@ def execute_demo(
     started = time.perf_counter()
     with _runtime_logs(options.verbose), tempfile.TemporaryDirectory() as scratch:
         database = options.record or f"{scratch}/demo.db"
-        recorder = TrajectoryRecorder(database)
+        # On the loop in virtual time: a worker thread answering at a moment of its own
+        # choosing would reorder trio's seeded scheduler, and the same seed must print the
+        # same run (a stalled loop costs nothing in virtual time).
+        recorder = TrajectoryRecorder(database, in_thread=options.real_time)
         try:
             if options.real_time:
                 report, states, elapsed, health, root, interrupted = trio.run(

@@ -145,9 +145,14 @@ class TrajectoryRecorder(JobObserver[ev.LifecycleEvent]):
 
     A file whose ``jobs`` table the recorder did not create is refused with :class:`ValueError`
     naming the columns it expected.
+
+    Batches are written in a worker thread, so a slow disk never stalls the trio loop.
+    ``in_thread=False`` writes them on the loop instead: a run in virtual time that must repeat
+    exactly under a seeded scheduler (the demo) cannot have a thread answer at a moment of its
+    own choosing.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, in_thread: bool = True) -> None:
         if not isinstance(path, str | Path) or not str(path).strip():
             raise ValueError(f"TrajectoryRecorder needs a database path, got {path!r}")
         self.path = str(path)
@@ -179,6 +184,7 @@ class TrajectoryRecorder(JobObserver[ev.LifecycleEvent]):
             name=f"the recorder of {self.path}",
             component="trajectory-recorder",
             log=log,
+            in_thread=in_thread,
         )
 
     def attach(self, target: JobDispatcher | MessageBus) -> Subscription:
