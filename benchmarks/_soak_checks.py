@@ -19,7 +19,12 @@ from typing import Any
 
 import trio
 
-from nucleo_trio.errors import JobCancelledError, JobTimeoutError, suppressed
+from nucleo_trio.errors import (
+    DependencyFailedError,
+    JobCancelledError,
+    JobTimeoutError,
+    suppressed,
+)
 from nucleo_trio.jobs import JobState
 
 from ._soak_env import Batch, JobRecord, stage_of
@@ -120,8 +125,11 @@ def fate_unknown(error: BaseException | None, database: str) -> bool:
 
 
 def reported_committed(error: BaseException | None, database: str) -> bool:
-    """Whether ``error``'s chain says the commit on ``database`` succeeded before the job was
-    stopped (a ``CancelledAfterCommit`` whose ``committed`` names it)."""
+    """Whether ``error``'s chain says the job's own commit on ``database`` succeeded before the
+    job was stopped (a ``CancelledAfterCommit`` whose ``committed`` names it); a dependency's
+    failure riding in the chain speaks for the dependency, not for this job."""
+    if isinstance(error, DependencyFailedError):
+        return False
     return _chain_names(error, "committed", database)
 
 

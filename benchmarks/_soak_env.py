@@ -209,6 +209,14 @@ class SoakConnection(sqlite3.Connection):
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:
         batch = self.batch
+        if batch is not None and sql == "ROLLBACK":
+            # A close's rollback is part of the close: the clock holds still for it too.
+            awake = batch.keep_awake_from_thread()
+            try:
+                return super().execute(sql, parameters)
+            finally:
+                if awake:
+                    batch.let_sleep_from_thread()
         if batch is None or sql != "COMMIT":
             return super().execute(sql, parameters)
         # the clock stands still from here (but for the hook's own jumps) until COMMIT answers
@@ -223,10 +231,19 @@ class SoakConnection(sqlite3.Connection):
                 batch.let_sleep_from_thread()
 
     def close(self) -> None:
-        if self.batch is not None and not self._counted_closed:
-            self._counted_closed = True
-            self.batch.connection_closed(self)
-        super().close()
+        # The clock holds still while the connection closes in its worker thread: a forced
+        # close runs in the background, and the dispatcher's bounded wait for it (virtual
+        # seconds) must not run out on a close that takes microseconds of real time.
+        batch = self.batch
+        awake = batch.keep_awake_from_thread() if batch is not None else False
+        try:
+            if batch is not None and not self._counted_closed:
+                self._counted_closed = True
+                batch.connection_closed(self)
+            super().close()
+        finally:
+            if awake and batch is not None:
+                batch.let_sleep_from_thread()
 
 
 class SoakSQLite(SQLiteProvider):

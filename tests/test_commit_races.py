@@ -166,6 +166,35 @@ async def test_a_commit_that_never_answers_is_aborted_a_window_after_the_deadlin
     assert orders.gate.in_use == 0 and orders.open_handles == 0
 
 
+class HeldCommitSlowClose(HeldCommit):
+    """A hung commit whose connection then takes twice the grace to close (aborted or not)."""
+
+    async def close(self, handle: DBHandle) -> None:
+        await trio.sleep(2 * GRACE)
+        await super().close(handle)
+
+
+async def test_phase_two_landing_in_the_close_after_a_cut_short_commit_keeps_its_error(
+    dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
+) -> None:
+    """TMO-05: the commit hangs and is aborted a window after the deadline; phase one then
+    runs, and its grace ends while the connection is still closing. The job's verdict is
+    still the commit's own error (its fate unknown), not a bare timeout that would hide a
+    commit that may have taken effect."""
+    orders = HeldCommitSlowClose("orders")
+    job = paying_job(orders)
+    handle = dispatcher.submit(job)
+    await orders.sent.wait()
+    with pytest.raises(CommitError) as caught:
+        await handle.result()
+    assert job.context.state is JobState.TIMED_OUT
+    assert caught.value.unknown == ("orders",)
+    assert orders.gate.in_use == 1  # held until the aborted connection has closed (JR-19)
+    await trio.sleep(3 * GRACE)  # its slow close, in the background
+    assert orders.gate.in_use == 0 and orders.open_handles == 0
+    assert orders.log[-2:] == ["orders.abort", "orders.close"]
+
+
 async def test_a_slow_commit_nobody_asked_to_stop_is_left_to_answer(
     dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import random
+import threading
 import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
@@ -29,7 +30,6 @@ import attrs
 import pluggy
 import trio
 
-from .._clock import wait_holding_the_clock
 from ..admission import Admission, Grant, HttpConnectionGate
 from ..admission.limiter import LimiterEventType, LimiterIdentity, RateLimiter
 from ..admission.memory_gate import MemoryPressureGate
@@ -544,7 +544,14 @@ class JobDispatcher:
             queued.context.cancel("Cancelled by shutdown")
 
     def _forced(self, queued: QueuedJob) -> _Verdict:
-        verdict = self._cancelled(queued, None)
+        """A job interrupted (by the stop) before it could say how it ended. One whose commit
+        was sent says what the commit did, so a committed job is never taken for one that
+        was rolled back."""
+        cause: CancellationRequested | None = None
+        if queued.committing is not None:
+            reason = queued.context.cancel_reason or "the job was interrupted"
+            cause = queued.committing.cancelled_after_commit(reason, queued.failure)
+        verdict = self._cancelled(queued, None, cause)
         verdict.forced = True
         return verdict
 
@@ -955,8 +962,14 @@ class JobDispatcher:
         if outcome:
             return outcome[0]
         if queued.context.timed_out and not queued.interrupted:
-            # Phase two cancelled the job at the grace's end: the timeout is the verdict.
-            return _Verdict(JobState.TIMED_OUT, error=JobTimeoutError(_budget(queued.job)))
+            # Phase two cancelled the job at the grace's end: the timeout is the verdict, and
+            # what the attempt had already failed with (a commit's error) is not lost.
+            failure = queued.failure
+            if isinstance(failure, LLMReadableError) and not isinstance(
+                failure, CancellationRequested
+            ):
+                return _Verdict(JobState.TIMED_OUT, error=failure)  # TMO-05
+            return _Verdict(JobState.TIMED_OUT, error=JobTimeoutError(_budget(queued.job), failure))
         return self._forced(queued)  # shutdown interrupted the job
 
     # -- one execution --------------------------------------------------------------------------
@@ -1213,6 +1226,9 @@ class JobDispatcher:
                 if _is_cancellation(exc):
                     raise
                 failure = exc
+            if resources.commit_sent:
+                queued.committing = resources
+            queued.failure = failure
             if transactional and (failure is not None or context.timed_out or context.is_cancelled):
                 await _roll_back_onto(resources, failure)
             if failure is None and not context.timed_out and not context.is_cancelled:
@@ -1284,14 +1300,22 @@ class JobDispatcher:
     async def _await_background(self) -> None:
         """Clean-up that outlives its job (a forced close) finishes before the dispatcher's
         nursery closes, so no connection is still closing in a worker thread once the block is
-        left; bounded like the wait for interrupted jobs."""
+        left. Bounded by :attr:`interrupt_window` real seconds: a close is real I/O, and a
+        virtual clock (a test's autojump) must not cut it short while its thread works."""
         if not self._background:
             return
-        self._background_done = trio.Event()
-        with trio.move_on_after(self.interrupt_window) as window:
-            while self._background:
-                await wait_holding_the_clock(self._background_done)  # the closes are threads
-                self._background_done = trio.Event()
+        finished = threading.Event()
+        with trio.CancelScope() as window:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    _cancel_after_real_seconds, self.interrupt_window, finished, window
+                )
+                while self._background:
+                    self._background_done = trio.Event()
+                    if self._background:
+                        await self._background_done.wait()
+                finished.set()
+                nursery.cancel_scope.cancel()
         if window.cancelled_caught:
             log.error(
                 "%d clean-up tasks (forced closes of database handles) were still running "
@@ -1652,6 +1676,14 @@ def _upstream_in_chain(exc: BaseException) -> bool:
             if nxt is not None:
                 stack.append(nxt)
     return False
+
+
+async def _cancel_after_real_seconds(
+    seconds: float, finished: threading.Event, scope: trio.CancelScope
+) -> None:
+    """Cancel ``scope`` after ``seconds`` on the wall clock, unless ``finished`` is set first."""
+    if not await trio.to_thread.run_sync(finished.wait, seconds, abandon_on_cancel=True):
+        scope.cancel()
 
 
 def _set_on_answer(event: trio.Event, committed: bool) -> None:

@@ -47,6 +47,12 @@ class QueuedJob:
     nursery: trio.Nursery | None = None
     interrupted: bool = False
     cancel_message: str | None = None
+    failure: BaseException | None = None
+    """The last attempt's own failure, kept for a verdict that phase two or an interrupt
+    decides after the attempt's task was cancelled (so a commit's error is not lost)."""
+    committing: Any = None
+    """The last attempt's ``JobResources`` once its commit was sent, for the same verdicts: a
+    job stopped after its commit says what the commit did."""
 
     def interrupt(self) -> None:
         """Cancel the job's own nursery: what shutdown does to a job that outlived its wait."""
