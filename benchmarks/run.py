@@ -20,6 +20,7 @@ from types import ModuleType
 from . import (
     admission_scaling,
     dispatch_overhead,
+    graph_submit,
     hostage,
     loop_stall,
     memory_pressure,
@@ -31,6 +32,7 @@ from ._harness import Row, format_table, machine_line, progress
 BENCHMARKS: tuple[ModuleType, ...] = (
     dispatch_overhead,
     admission_scaling,
+    graph_submit,
     hostage,
     rate_accuracy,
     memory_pressure,
