@@ -317,6 +317,7 @@ class _LiveSubscription(Subscription):
                 raise
             on_fatal(fatal)
 
+    @trio.lowlevel.enable_ki_protection
     async def consume(self) -> None:
         try:
             with self._scope, self._receive:
@@ -456,6 +457,7 @@ class MessageBus:
             self._state = _State.STOPPED
             self._stopped.set()
 
+    @trio.lowlevel.enable_ki_protection
     async def _sweep_stale(self) -> None:
         while True:
             await trio.sleep(SWEEP_INTERVAL)

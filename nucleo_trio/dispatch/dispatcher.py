@@ -257,6 +257,7 @@ class JobDispatcher:
         however it ended)."""
         return self._started and not self._stopped
 
+    @trio.lowlevel.enable_ki_protection
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the dispatcher until :meth:`shutdown`. A second start is a no-op with a warning.
 
@@ -316,7 +317,15 @@ class JobDispatcher:
                 assert self.heart is not None
                 await system.start(self._supervised, self.heart.run, "the heart")
                 task_status.started()
-                await self._stop_requested.wait()
+                try:
+                    await self._stop_requested.wait()
+                except BaseException as exc:
+                    # Only when run() is the program's main task (``trio.run(dispatcher.run)``):
+                    # trio delivers Ctrl-C there even though this task is KI-protected.
+                    fatal = _fatal_in(exc)
+                    if fatal is None:
+                        raise
+                    self._escalate(fatal)
                 await self._stop_in_order()
                 if self._tasks:
                     system.start_soon(self._warn_while_stuck)
@@ -324,6 +333,7 @@ class JobDispatcher:
             self._serving = False
             system.cancel_scope.cancel()
 
+    @trio.lowlevel.enable_ki_protection
     async def _supervised(
         self,
         run: Callable[..., Awaitable[None]],
@@ -351,6 +361,7 @@ class JobDispatcher:
             self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.ERROR, error=exc))
             self._escalate(_fatal_in(exc) or exc)
 
+    @trio.lowlevel.enable_ki_protection
     async def _stop_when_cancelled_from_outside(self) -> None:
         """Sleeps beside the shielded serve: a cancel scope around the dispatcher that is
         cancelled wakes it, and it asks for the stop the shield would otherwise keep out."""
@@ -555,6 +566,7 @@ class JobDispatcher:
         verdict.forced = True
         return verdict
 
+    @trio.lowlevel.enable_ki_protection
     async def _warn_while_stuck(self) -> None:
         """While a job's task outlives the stop, name it again every :attr:`interrupt_window`."""
         while self._tasks:
@@ -753,6 +765,7 @@ class JobDispatcher:
         answer = DelayedSubmission()
         self._delayed.add(answer)
 
+        @trio.lowlevel.enable_ki_protection
         async def later() -> None:
             _current.set(None)
             try:
@@ -1289,6 +1302,7 @@ class JobDispatcher:
         self._background += 1
         self._system.start_soon(self._background_task, fn)
 
+    @trio.lowlevel.enable_ki_protection
     async def _background_task(self, fn: Callable[[], Awaitable[None]]) -> None:
         try:
             await fn()
@@ -1560,6 +1574,7 @@ def _budget(job: AbstractJob[Any]) -> float:
     return max(job.timeout or 0.0, 1e-9)
 
 
+@trio.lowlevel.enable_ki_protection
 async def _close_cooperatively(resources: JobResources) -> None:
     """Phase one's close, on a task of its own in the job's nursery."""
     try:
@@ -1614,6 +1629,7 @@ def _stop_requests_to(resources: JobResources, queued: QueuedJob) -> Callable[[]
     return unwatch
 
 
+@trio.lowlevel.enable_ki_protection
 async def _request_stop_when_interrupted(
     resources: JobResources, listening: trio.CancelScope
 ) -> None:
@@ -1678,6 +1694,7 @@ def _upstream_in_chain(exc: BaseException) -> bool:
     return False
 
 
+@trio.lowlevel.enable_ki_protection
 async def _cancel_after_real_seconds(
     seconds: float, finished: threading.Event, scope: trio.CancelScope
 ) -> None:

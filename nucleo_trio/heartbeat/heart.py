@@ -145,6 +145,7 @@ class Heart:
             return
         self._inbox.send_nowait(event)
 
+    @trio.lowlevel.enable_ki_protection
     async def _intake(self) -> None:
         async for event in self._requests:
             try:
@@ -169,6 +170,7 @@ class Heart:
     def _wake(self) -> None:
         self._changed.set()
 
+    @trio.lowlevel.enable_ki_protection
     async def _beat(self) -> None:
         while True:
             self._changed = trio.Event()

@@ -414,6 +414,7 @@ class JobResources:
         if error is not None:
             raise error
 
+    @trio.lowlevel.enable_ki_protection
     async def _watch_commit(self) -> None:
         """The commit window: once a stop was requested and the window has passed, cut the
         call in flight short (abort its handle, which stops a statement in a worker thread,
@@ -768,6 +769,7 @@ class JobResources:
         return f"<JobResources [{names}] {state}>"
 
 
+@trio.lowlevel.enable_ki_protection
 async def _report_stuck_close(provider: DBResourceProvider) -> None:
     await trio.sleep(FORCED_CLOSE_WINDOW)
     log.error(
