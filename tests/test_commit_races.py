@@ -269,6 +269,39 @@ async def test_a_cancel_mid_commit_ends_cancelled_saying_the_commit_succeeded(
     assert orders.gate.in_use == 0
 
 
+class SlowAfterCommit(Fn):
+    """A transactional job whose ``post_execute`` takes a minute, after its commit."""
+
+    async def post_execute(self, context: JobContext) -> None:
+        await trio.sleep(60)
+
+
+@pytest.mark.parametrize("how", ["cancel", "shutdown"])
+async def test_a_job_stopped_after_its_commit_says_what_the_commit_did(
+    how: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A cancel, or a shutdown's interrupt, that lands after the commit answered (here in
+    post_execute) ends the job CANCELLED, and its cause names the database that committed."""
+    orders = RecordingProvider("orders")
+    async with open_dispatcher() as dispatcher:
+        job = SlowAfterCommit(
+            workflow("u", "wf"), pays, requirements=lambda: transactional(orders), timeout=600
+        )
+        handle = dispatcher.submit(job)
+        await trio.sleep(1)
+        assert "orders.commit" in orders.log and not handle.done
+        if how == "cancel":
+            assert dispatcher.cancel(job.job_id, "not needed any more")
+        else:
+            await dispatcher.shutdown(timeout=1)
+        with pytest.raises(errors.JobCancelledError) as caught:
+            await handle.result()
+    cause = caught.value.__cause__
+    assert isinstance(cause, CancelledAfterCommit) and cause.committed == ("orders",)
+    assert "the work is durable" in str(cause)
+    assert "orders.rollback" not in orders.log and orders.gate.in_use == 0
+
+
 async def test_a_cancel_mid_commit_then_a_refused_commit_carries_the_commit_error(
     dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
 ) -> None:

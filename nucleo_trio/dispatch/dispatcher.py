@@ -558,11 +558,7 @@ class JobDispatcher:
         """A job interrupted (by the stop) before it could say how it ended. One whose commit
         was sent says what the commit did, so a committed job is never taken for one that
         was rolled back."""
-        cause: CancellationRequested | None = None
-        if queued.committing is not None:
-            reason = queued.context.cancel_reason or "the job was interrupted"
-            cause = queued.committing.cancelled_after_commit(reason, queued.failure)
-        verdict = self._cancelled(queued, None, cause)
+        verdict = self._cancelled(queued, None, _commit_cause(queued))
         verdict.forced = True
         return verdict
 
@@ -1008,7 +1004,7 @@ class JobDispatcher:
             timeout = queued.job.timeout or 0.0
             return _Verdict(JobState.TIMED_OUT, error=JobTimeoutError(max(timeout, 1e-9)))
         if context.is_cancelled:
-            return self._cancelled(queued, None)
+            return self._cancelled(queued, None, _commit_cause(queued))
         return verdict
 
     def _verdict_for(self, queued: QueuedJob, exc: BaseException) -> _Verdict:
@@ -1701,6 +1697,17 @@ async def _cancel_after_real_seconds(
     """Cancel ``scope`` after ``seconds`` on the wall clock, unless ``finished`` is set first."""
     if not await trio.to_thread.run_sync(finished.wait, seconds, abandon_on_cancel=True):
         scope.cancel()
+
+
+def _commit_cause(queued: QueuedJob) -> CancellationRequested | None:
+    """For a job cancelled once its commit was sent (during its close, its output guards or
+    ``post_execute``): what the commit did, so a committed job is never taken for one that was
+    rolled back."""
+    if queued.committing is None:
+        return None
+    reason = queued.context.cancel_reason or "the job was interrupted"
+    cause: CancellationRequested = queued.committing.cancelled_after_commit(reason, queued.failure)
+    return cause
 
 
 def _set_on_answer(event: trio.Event, committed: bool) -> None:
