@@ -15,8 +15,10 @@ The pages (``PAGES``) follow one convention, which the tests below hold them to:
   of PAGE prints but shows no output"), and so does an output block after a block that prints
   nothing.
 - In an output block, ``...`` stands for any text (perhaps none) within one line, for what
-  differs from run to run: a random job id, a wall-clock time. Keep it rare: prefer the virtual
-  clock (``trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))``) to wildcards.
+  differs from run to run: a random job id, a wall-clock time. A line that is ``...`` alone
+  (indentation aside) stands for any number of lines: the frames of a traceback. Keep both
+  rare: prefer the virtual clock (``trio.run(main, clock=trio.testing.MockClock(
+  autojump_threshold=0))``) and a seed to wildcards.
 - A block that cannot run on its own (a file of a plugin package, a snippet using names the page
   never defines) is marked ```` ```python fragment ```` and is skipped; so is any block whose
   info string is not exactly ``python``.
@@ -188,15 +190,29 @@ def _line_matches(shown: str, printed: str) -> bool:
 
 
 def output_difference(shown: str, printed: str) -> str | None:
-    """None when ``printed`` is what ``shown`` says, else where they first differ."""
+    """None when ``printed`` is what ``shown`` says, else where they first differ. A shown line
+    that is ``...`` alone (indentation aside) stands for any number of printed lines, the
+    fewest that let the next shown line match."""
     expected, actual = _lines(shown), _lines(printed)
-    for number, (want, got) in enumerate(zip(expected, actual, strict=False), 1):
-        if not _line_matches(want, got):
-            return f"line {number} differs:\n  shown:   {want!r}\n  printed: {got!r}"
-    if len(expected) > len(actual):
-        return f"line {len(actual) + 1} is shown but not printed: {expected[len(actual)]!r}"
-    if len(actual) > len(expected):
-        return f"line {len(expected) + 1} is printed but not shown: {actual[len(expected)]!r}"
+    position = 0
+    for index, want in enumerate(expected):
+        if want.strip() == "...":
+            following = expected[index + 1] if index + 1 < len(expected) else None
+            if following is None:
+                return None
+            while position < len(actual) and not _line_matches(following, actual[position]):
+                position += 1
+            continue
+        if position >= len(actual):
+            return f"line {position + 1} is shown but not printed: {want!r}"
+        if not _line_matches(want, actual[position]):
+            return (
+                f"line {position + 1} differs:\n  shown:   {want!r}\n"
+                f"  printed: {actual[position]!r}"
+            )
+        position += 1
+    if position < len(actual):
+        return f"line {position + 1} is printed but not shown: {actual[position]!r}"
     return None
 
 
@@ -347,12 +363,15 @@ def test_the_pages_not_yet_converted_are_pages_that_exist() -> None:
         ("job ... done\n", "job x\ndone\n", False),
         ("total: 64\n", "total: 1000\n", False),
         ("trailing   \n\n", "trailing\n", True),
+        ("Traceback:\n  ...\nValueError: x\n", "Traceback:\n  a\n  b\nValueError: x\n", True),
+        ("Traceback:\n  ...\nValueError: x\n", "Traceback:\n  a\nKeyError: x\n", False),
+        ("first\n...\n", "first\nsecond\nthird\n", True),
     ],
 )
 def test_the_output_check_compares_line_by_line_with_its_wildcard(
     shown: str, printed: str, same: bool
 ) -> None:
-    """Exact lines, ``...`` for any text within one line, nothing else forgiven."""
+    """Exact lines, ``...`` for any text within one line, a ``...`` line for any lines."""
     assert (output_difference(shown, printed) is None) is same
 
 
