@@ -13,7 +13,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+import attrs
 import cattrs
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+)
 from cattrs.v import format_exception
 
 from .errors import ConfigError
@@ -35,25 +42,70 @@ def _strict_bool(value: Any, _: type) -> bool:
 converter.register_structure_hook(bool, _strict_bool)
 
 
-def structure_config(data: Mapping[str, Any], cls: type[T], *, what: str | None = None) -> T:
-    """Build ``cls`` from plain data, or raise :class:`ConfigError` listing every bad field."""
+def structure_config(
+    data: Mapping[str, Any],
+    cls: type[T],
+    *,
+    what: str | None = None,
+    source: str | os.PathLike[str] | None = None,
+) -> T:
+    """Build ``cls`` from plain data, or raise :class:`ConfigError` listing every bad field.
+
+    Each problem names the key and the value as written; ``source``, the file the data came
+    from, heads the message, so a refusal read from a file says which file.
+    """
     label = what or cls.__name__
+    head = f"invalid {label}" if source is None else f"invalid {label} in {source}"
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{label}: expected a mapping of settings, got {type(data).__name__}")
+        raise ConfigError(f"{head}: expected a mapping of settings, got {type(data).__name__}")
     try:
         return converter.structure(dict(data), cls)
     except cattrs.BaseValidationError as exc:
-        problems = "; ".join(cattrs.transform_error(exc, path=label, format_exception=_describe))
-        raise ConfigError(f"invalid {label}: {problems}") from exc
+        raise ConfigError(f"{head}: {'; '.join(_problems(exc, data, label))}") from exc
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"invalid {label}: {exc}") from exc
+        raise ConfigError(f"{head}: {exc}") from exc
 
 
-def _describe(exc: BaseException, type_: type | None) -> str:
-    # A validator's own words beat cattrs' generic "invalid value".
+_ABSENT = object()
+
+
+def _problems(exc: BaseException, data: object, path: str) -> list[str]:
+    # cattrs' transform_error, walking the data alongside the errors so that each problem can
+    # show the value as written, and an unknown key its value too.
+    if not isinstance(exc, ClassValidationError | IterableValidationError):
+        return [f"{_describe(exc, data)} @ {path}"]
+    found: list[str] = []
+    with_notes, without = exc.group_exceptions()
+    for sub, note in with_notes:
+        if isinstance(note, AttributeValidationNote):
+            key: object = note.name
+            where = f"{path}.{note.name}"
+        else:
+            key = note.index
+            where = f"{path}[{note.index!r}]"
+        found.extend(_problems(sub, _item(data, key), where))
+    found.extend(f"{_describe(sub, data)} @ {path}" for sub in without)
+    return found
+
+
+def _item(data: object, key: object) -> object:
+    if isinstance(data, Mapping):
+        return data.get(key, _ABSENT)
+    if isinstance(data, list | tuple) and isinstance(key, int) and -len(data) <= key < len(data):
+        return data[key]
+    return _ABSENT
+
+
+def _describe(exc: BaseException, value: object) -> str:
+    if isinstance(exc, ForbiddenExtraKeysError) and isinstance(value, Mapping):
+        unknown = ", ".join(f"{key} = {value[key]!r}" for key in sorted(exc.extra_fields))
+        known = ", ".join(a.name for a in attrs.fields(exc.cl)) if attrs.has(exc.cl) else ""
+        return f"unknown key(s) {unknown}" + (f" (known: {known})" if known else "")
+    # A validator's own words beat cattrs' generic "invalid value", and name the value already.
     if isinstance(exc, ValueError) and str(exc):
         return str(exc)
-    return format_exception(exc, type_)
+    text = format_exception(exc, None)
+    return text if value is _ABSENT else f"{text}, got {value!r}"
 
 
 def unstructure(value: Any) -> Any:
@@ -61,20 +113,29 @@ def unstructure(value: Any) -> Any:
     return converter.unstructure(value)
 
 
+_FORMATS = {".toml": "TOML", ".json": "JSON"}
+
+
 def read_settings_file(path: str | os.PathLike[str], what: str) -> Mapping[str, Any]:
-    """The table of settings in the TOML file (``.toml``) or JSON file (anything else) at
-    ``path``; a :class:`ConfigError` starting with ``what`` and the file when it cannot be
-    read, does not parse, or holds something other than a table."""
+    """The table of settings in the TOML file (``.toml``) or JSON file (``.json``) at ``path``;
+    a :class:`ConfigError` starting with ``what`` and the file when its suffix names another
+    format, or it cannot be read, does not parse, or holds something other than a table."""
     where = Path(path)
+    kind = _FORMATS.get(where.suffix.lower())
+    if kind is None:
+        # A YAML file read as JSON would be refused as "not valid JSON", which misleads.
+        shown = repr(where.suffix) if where.suffix else "no suffix"
+        raise ConfigError(
+            f"{what} {where}: unsupported format ({shown}); write it as TOML (.toml) or JSON (.json)"
+        )
     try:
         text = where.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{what} {where}: cannot be read ({exc})") from exc
-    toml = where.suffix.lower() == ".toml"
+    toml = kind == "TOML"
     try:
         data = tomllib.loads(text) if toml else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        kind = "TOML" if toml else "JSON"
         raise ConfigError(f"{what} {where}: not valid {kind} (it does not parse: {exc})") from exc
     if not isinstance(data, Mapping):
         raise ConfigError(

@@ -48,6 +48,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 1
+    except Exception as exc:
+        refusal = _refusal(exc)
+        if refusal is None:
+            raise
+        print(f"{PROG} {args.command}: {refusal}", file=sys.stderr)
+        return 1
+
+
+def _refusal(exc: BaseException) -> BaseException | None:
+    """The broken plugin or refused setting behind ``exc``, if that is what ended the command.
+
+    Its message already names what is wrong (a plugin's distribution, entry point and import
+    error; a setting's key and value), so one line says it better than a traceback. An error
+    group holding only one such refusal is that refusal.
+    """
+    from .errors import ConfigError
+    from .plugins import PluginError
+
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, PluginError | ConfigError) else None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -140,8 +161,18 @@ def _job_count(text: str) -> int:
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from ._demo.runner import run_demo
 
+    if args.record is not None and not Path(args.record).parent.is_dir():
+        # Checked before the run: SQLite would only fail once the recorder opens the file.
+        print(
+            f"{PROG} demo: --record {args.record}: the directory {Path(args.record).parent} "
+            "does not exist",
+            file=sys.stderr,
+        )
+        return 1
     color = {"auto": None, "always": True, "never": False}[args.color]
     options = DemoOptions(
         jobs=args.jobs,

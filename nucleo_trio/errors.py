@@ -1271,15 +1271,31 @@ def suppressed(error: BaseException) -> tuple[BaseException, ...]:
     return tuple(error.__dict__.get(_SUPPRESSED, ()))
 
 
-def log_failure(logger: logging.Logger | logging.LoggerAdapter[Any], exc: BaseException) -> None:
-    """Log a job's failure at the level its kind deserves.
+def log_failure(
+    logger: logging.Logger | logging.LoggerAdapter[Any],
+    exc: BaseException,
+    *,
+    job: str | None = None,
+) -> None:
+    """Log a job's failure as one line at WARNING, and its traceback at DEBUG.
 
-    A correctable error is the model's to fix and expected in normal operation: WARNING, no
-    stack trace. An uncorrectable error, or anything from outside the tree: ERROR with the stack
-    trace, since an operator may have to act on it.
+    The line reads ``<job> failed: <ErrorClass>: <message>``, as the runtimes people already
+    know log a failed task: with ``logging.basicConfig()`` a failing job is one line, and
+    turning the logger down to DEBUG adds the traceback as a second record. ``job`` names the
+    job; without it, the job whose task is settling (see :func:`_failing_job`) is named.
     """
-    text = _describe(exc)
-    if isinstance(exc, LLMReadableError) and exc.correctable:
-        logger.warning("%s", text)
-    else:
-        logger.error("%s", text, exc_info=exc)
+    name = job or _failing_job() or "a job"
+    logger.warning("%s failed: %s", name, _describe(exc))
+    logger.debug("%s failed, traceback:", name, exc_info=exc)
+
+
+def _failing_job() -> str | None:
+    # The dispatcher settles a job in the job's own task, where the current job is the one
+    # that failed and already stands in a terminal state. A job refused at submission is
+    # settled in its submitter's task, whose job is still running: that one must not be named.
+    from .jobs.context import current_job
+
+    context = current_job()
+    if context is None or not context.state.is_terminal:
+        return None
+    return context.job.name

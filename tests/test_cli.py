@@ -30,6 +30,8 @@ from nucleo_trio.cli import main
 from nucleo_trio.dispatch import DispatcherConfig, open_dispatcher
 from nucleo_trio.jobs import JobContext, JobRequirements, JobState, Tool, workflow
 
+from .test_plugins import _install_fake_distribution
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # One row of the "Jobs by kind" table: name, needs (may hold spaces), then the numbers.
@@ -364,3 +366,66 @@ def test_health_refuses_a_bad_configuration_naming_what_is_wrong(
         assert err.startswith("nucleo-trio health: ") and expected in err, (name, err)
     assert main(["health", "--config", str(tmp_path / "missing.toml")]) == 1
     assert "cannot be read" in capsys.readouterr().err
+
+
+def test_health_refuses_a_sqlite_database_in_a_missing_directory_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The provider is refused when built, so health exits 1 naming the database and the
+    directory instead of printing a snapshot of a database no job could open."""
+    missing = tmp_path / "gone"
+    config = tmp_path / "dispatcher.toml"
+    config.write_text(
+        f'[databases.notes]\nkind = "sqlite"\nsettings = {{ path = "{missing / "notes.db"}", max_connections = 2 }}\n'
+    )
+    assert main(["health", "--config", str(config)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.splitlines()
+    assert line.startswith("nucleo-trio health: ")
+    assert "'notes'" in line and f"the directory {missing} of" in line
+
+
+def test_health_refuses_a_yaml_configuration_as_an_unsupported_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "dispatcher.yaml"
+    config.write_text("http_connections: 8\n")
+    assert main(["health", "--config", str(config)]) == 1
+    assert capsys.readouterr().err == (
+        f"nucleo-trio health: dispatcher config {config}: unsupported format ('.yaml'); "
+        "write it as TOML (.toml) or JSON (.json)\n"
+    )
+
+
+@pytest.mark.parametrize("command", [["demo", "--jobs", "20"], ["health"]])
+def test_a_plugin_that_fails_to_import_is_one_line_and_status_1(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
+) -> None:
+    """An installed distribution whose entry point cannot be imported: every command says so
+    in one line naming the distribution, the entry point and the import error, no traceback."""
+    _install_fake_distribution(
+        tmp_path, monkeypatch, "nt-broken-plugin", "nt_broken_plugin_module", source=None
+    )
+    assert main(command) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"nucleo-trio {command[0]}: the 'nucleo_trio' entry point "
+        "nt_broken_plugin_module = nt_broken_plugin_module of distribution nt-broken-plugin 0.1 "
+        "failed to import: ModuleNotFoundError: No module named 'nt_broken_plugin_module'"
+    )
+
+
+def test_demo_refuses_a_recording_in_a_missing_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    record = tmp_path / "missing" / "run.db"
+    assert main(["demo", "--record", str(record)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err == (
+        f"nucleo-trio demo: --record {record}: the directory {record.parent} does not exist\n"
+    )

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import trio
 import trio.testing
 
 from nucleo_trio.admission import Admission, DatabaseGate, Demand
+from nucleo_trio.errors import ConfigError
 from nucleo_trio.resources import (
     CountingDBResourceProvider,
     DBHandle,
     DBResourceProvider,
     DBResourceProviders,
 )
+from nucleo_trio.resources.sqlite import SQLiteProvider
 
 
 async def test_the_counting_provider_is_its_gate_and_a_handle_of_nothing() -> None:
@@ -105,3 +109,16 @@ def test_the_default_provider_comes_from_a_bound_only() -> None:
     provider = registry.register_default(7, "registry-default")
     assert provider is not None and provider.admission().capacity == 7
     assert registry.names() == ["registry-default"]
+
+
+def test_a_sqlite_database_in_a_missing_directory_is_refused_when_built(tmp_path: Path) -> None:
+    """SQLite would only fail at a job's first connection; the provider refuses at once,
+    naming the database and the directory. ":memory:" and an existing directory are fine."""
+    missing = tmp_path / "no" / "such"
+    with pytest.raises(ConfigError) as refused:
+        SQLiteProvider("notes", missing / "notes.db", 2)
+    assert str(refused.value) == (
+        f"SQLite database 'notes': the directory {missing} of {missing / 'notes.db'} does not exist"
+    )
+    assert SQLiteProvider("scratch", ":memory:", 1).path == Path(":memory:")
+    assert SQLiteProvider("notes", tmp_path / "notes.db", 1).path == tmp_path / "notes.db"

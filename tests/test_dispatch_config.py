@@ -9,7 +9,13 @@ import trio
 import trio.testing
 
 from nucleo_trio.admission import CountingGate
-from nucleo_trio.dispatch import DispatcherConfig, JobDispatcher, LimiterConfig, open_dispatcher
+from nucleo_trio.dispatch import (
+    DispatcherConfig,
+    JobDispatcher,
+    LimiterConfig,
+    MemoryConfig,
+    open_dispatcher,
+)
 from nucleo_trio.errors import ConfigError
 from nucleo_trio.jobs import JobRequirements, workflow
 from nucleo_trio.plugins import make_plugin_manager
@@ -40,7 +46,9 @@ def test_a_typo_in_a_config_names_the_key() -> None:
 
 def test_a_setting_that_reads_true_or_false_refuses_anything_else() -> None:
     """A string where a bool belongs is refused naming the key, never read as truthy."""
-    with pytest.raises(ConfigError, match=r"expected true or false, got 'no'.*log_events"):
+    with pytest.raises(
+        ConfigError, match=r"log_events must be a bool \(True or False\), got str 'no'"
+    ):
         DispatcherConfig.from_mapping({"log_events": "no"})
     assert DispatcherConfig.from_mapping({"log_events": True}).log_events is True
 
@@ -248,3 +256,73 @@ async def test_a_dispatcher_with_a_nan_shutdown_timeout_never_starts() -> None:
     with pytest.raises(ConfigError, match="shutdown_timeout"):
         async with open_dispatcher(DispatcherConfig(shutdown_timeout=NAN)):
             pass  # pragma: no cover - never reached
+
+
+# -- a file's refusal names the file, the key and the value ---------------------------------------
+
+FILE_REFUSALS: list[tuple[str, str, str]] = [
+    ("log_events = 1\n", "log_events", "got 1"),
+    ('log_events = "yes"\n', "log_events", "'yes'"),
+    ("htp_connections = 8\n", "htp_connections", "htp_connections = 8"),
+    ("http_connections = 2.7\n", "http_connections", "got 2.7"),
+    ('http_connections = "16"\n', "http_connections", "'16'"),
+    ("seed = true\n", "seed", "True"),
+    ("memory = { enabled = 1 }\n", "enabled", "got 1"),
+    ("memory = { enabled = true, limt = 5 }\n", "limt", "limt"),
+    ("memory = 1\n", "memory", "got 1"),
+    ("[heartbeat]\nkind = 3\n", "HeartbeatConfig.kind", "got 3"),
+    ("[limiters.db]\nkind = 3\n", "LimiterConfig.kind", "got 3"),
+    ('[limiters.db]\nkind = "counting"\ncapacity = 4\n', "capacity", "capacity = 4"),
+    ('[databases.notes]\nkind = "sqlite"\nsettings = 5\n', "DatabaseConfig.settings", "got 5"),
+]
+
+
+@pytest.mark.parametrize(("text", "key", "value"), FILE_REFUSALS)
+def test_a_refusal_from_a_file_names_the_file_the_key_and_the_value(
+    tmp_path: Path, text: str, key: str, value: str
+) -> None:
+    path = tmp_path / "dispatcher.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as refused:
+        DispatcherConfig.from_file(path)
+    message = str(refused.value)
+    assert f"invalid dispatcher config in {path}: " in message
+    assert key in message and value in message, message
+
+
+def test_an_unknown_key_names_its_value_and_the_known_keys() -> None:
+    with pytest.raises(ConfigError) as refused:
+        DispatcherConfig.from_mapping({"http_conections": 16})
+    assert str(refused.value).startswith(
+        "invalid dispatcher config: unknown key(s) http_conections = 16 (known: http_connections,"
+    )
+
+
+def test_a_bool_setting_takes_a_bool_from_code_and_files_alike(tmp_path: Path) -> None:
+    """1 and "true" are not True: refused by name from the constructor, plain data and a file."""
+    for value in (1, 0, "true", None):
+        with pytest.raises(ConfigError, match=r"DispatcherConfig\.log_events must be a bool"):
+            DispatcherConfig(log_events=value)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match=r"DispatcherConfig\.log_events must be a bool"):
+            DispatcherConfig.from_mapping({"log_events": value})
+        with pytest.raises(ConfigError, match=r"MemoryConfig\.enabled must be True or False"):
+            MemoryConfig(enabled=value)  # type: ignore[arg-type]
+    json_file = tmp_path / "dispatcher.json"
+    json_file.write_text('{"memory": {"enabled": 0}}')
+    with pytest.raises(ConfigError, match=r"dispatcher.json: MemoryConfig\.enabled .* got 0"):
+        DispatcherConfig.from_file(json_file)
+    assert DispatcherConfig.from_mapping({"memory": False}).memory == MemoryConfig(enabled=False)
+
+
+@pytest.mark.parametrize("name", ["dispatcher.yaml", "dispatcher.yml", "dispatcher.ini", "conf"])
+def test_a_file_in_another_format_is_refused_naming_its_suffix(tmp_path: Path, name: str) -> None:
+    """A YAML file is not reported as "not valid JSON": its format is refused by name."""
+    path = tmp_path / name
+    path.write_text("http_connections: 8\n")
+    suffix = repr(path.suffix) if path.suffix else "no suffix"
+    with pytest.raises(ConfigError) as refused:
+        DispatcherConfig.from_file(path)
+    assert str(refused.value) == (
+        f"dispatcher config {path}: unsupported format ({suffix}); "
+        "write it as TOML (.toml) or JSON (.json)"
+    )

@@ -742,29 +742,68 @@ def _raised(exc: BaseException) -> BaseException:
 
 
 @pytest.mark.parametrize(
-    ("exc", "level", "with_trace"),
+    "exc",
     [
-        (GuardrailError("no PII"), logging.WARNING, False),
-        (Http404Error("gone", service="s"), logging.WARNING, False),
-        (Http503Error("down", service="s"), logging.ERROR, True),
-        (NucleoSystemError("db", "closed"), logging.ERROR, True),
-        (ValueError("outside"), logging.ERROR, True),
+        GuardrailError("no PII"),
+        Http404Error("gone", service="s"),
+        Http503Error("down", service="s"),
+        NucleoSystemError("db", "closed"),
+        ValueError("outside"),
     ],
-    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),
+    ids=lambda v: type(v).__name__,
 )
-def test_failures_are_logged_at_the_level_of_their_kind(
-    caplog: pytest.LogCaptureFixture, exc: BaseException, level: int, with_trace: bool
+def test_a_failure_is_one_line_at_warning_and_its_traceback_at_debug(
+    caplog: pytest.LogCaptureFixture, exc: BaseException
 ) -> None:
-    """ERR-15: correctable at WARNING without a trace; uncorrectable and foreign at ERROR with one."""
+    """ERR-15: whatever its kind, a failure is one WARNING line ``<job> failed: <Class>: <msg>``
+    without a trace; the traceback is a second record, at DEBUG, only when DEBUG is on."""
     logger = logging.getLogger("test_errors.log_failure")
-    with caplog.at_level(logging.DEBUG, logger=logger.name):
-        log_failure(logger, _raised(exc))
+    raised = _raised(exc)
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        log_failure(logger, raised, job="Fetch-7df1")
     [record] = caplog.records
-    assert record.levelno == level
-    assert str(exc) in record.getMessage()
-    assert (record.exc_info is not None) is with_trace
-    if with_trace:
-        assert "Traceback" in caplog.text
+    assert record.levelno == logging.WARNING and record.exc_info is None
+    assert record.getMessage() == f"Fetch-7df1 failed: {type(exc).__name__}: {exc}"
+    assert "Traceback" not in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger=logger.name):
+        log_failure(logger, raised, job="Fetch-7df1")
+    warning, trace = caplog.records
+    assert warning.levelno == logging.WARNING and warning.exc_info is None
+    assert trace.levelno == logging.DEBUG and trace.exc_info is not None
+    assert trace.exc_info[1] is raised
+    assert "Traceback" in caplog.text and "_raised" in caplog.text
+
+
+def test_a_failure_logged_outside_a_job_names_no_job(caplog: pytest.LogCaptureFixture) -> None:
+    logger = logging.getLogger("test_errors.log_failure")
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        log_failure(logger, ValueError("no such page"))
+    assert [r.getMessage() for r in caplog.records] == ["a job failed: ValueError: no such page"]
+
+
+async def test_the_dispatcher_logs_a_failing_job_as_one_line_naming_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With logging's defaults (WARNING), a failing job is one line naming the job; the
+    traceback joins it at DEBUG."""
+    from nucleo_trio import JobContext, Tool, open_dispatcher, workflow
+
+    class Broken(Tool[str]):
+        async def execute(self, context: JobContext) -> str:
+            raise LookupError("no such page")
+
+    for level, records in ((logging.WARNING, 1), (logging.DEBUG, 2)):
+        caplog.clear()
+        with caplog.at_level(level, logger="nucleo_trio.dispatcher"):
+            async with open_dispatcher() as dispatcher:
+                job = Broken(workflow("alice", "pages"))
+                with pytest.raises(LookupError):
+                    await dispatcher.submit(job).result()
+        mine = [r for r in caplog.records if job.name in r.getMessage()]
+        assert len(mine) == records
+        assert mine[0].getMessage() == f"{job.name} failed: LookupError: no such page"
+        assert mine[0].levelno == logging.WARNING and mine[0].exc_info is None
 
 
 # ------------------------------------------------------------------------------------------

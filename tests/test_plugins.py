@@ -247,13 +247,38 @@ def test_entry_points_are_skipped_when_asked() -> None:
 def test_an_entry_point_that_cannot_be_imported_is_a_plugin_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An entry point whose module is missing is refused naming the entry point."""
+    """An entry point whose module is missing is refused naming its distribution, the entry
+    point and the import error, and only that entry point (not every one installed)."""
     _install_fake_distribution(
         tmp_path, monkeypatch, "nt-broken-plugin", "nt_broken_plugin_module", source=None
     )
-    with pytest.raises(PluginError, match="nt_broken_plugin_module") as caught:
+    with pytest.raises(PluginError) as caught:
         make_plugin_manager()
+    assert str(caught.value) == (
+        "the 'nucleo_trio' entry point nt_broken_plugin_module = nt_broken_plugin_module of "
+        "distribution nt-broken-plugin 0.1 failed to import: "
+        "ModuleNotFoundError: No module named 'nt_broken_plugin_module'"
+    )
     assert isinstance(caught.value.__cause__, ModuleNotFoundError)
+
+
+def test_an_entry_point_whose_module_raises_on_import_names_that_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _install_fake_distribution(
+        tmp_path,
+        monkeypatch,
+        "nt-raising-plugin",
+        "nt_raising_plugin_module",
+        source="raise RuntimeError('needs FOO_TOKEN')\n",
+    )
+    with pytest.raises(PluginError) as caught:
+        make_plugin_manager()
+    message = str(caught.value)
+    assert "nt_raising_plugin_module = nt_raising_plugin_module" in message
+    assert "distribution nt-raising-plugin 0.1" in message
+    assert message.endswith("failed to import: RuntimeError: needs FOO_TOKEN")
+    assert "testplugin" not in message
 
 
 def test_an_entry_point_plugin_with_an_unknown_hook_names_its_distribution(

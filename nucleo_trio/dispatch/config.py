@@ -25,12 +25,24 @@ __all__ = [
 ]
 
 
+def _kind(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        owner = type(instance).__name__
+        raise ConfigError(f"{owner}.kind must name a registered kind, got {value!r}")
+
+
+def _settings(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, Mapping):
+        owner = type(instance).__name__
+        raise ConfigError(f"{owner}.settings must be a table of settings, got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class LimiterConfig:
     """One account a deployment declares by kind: ``{"kind": "counting", "settings": {...}}``."""
 
-    kind: str
-    settings: dict[str, Any] = attrs.field(factory=dict)
+    kind: str = attrs.field(validator=_kind)
+    settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings)
 
 
 @attrs.frozen(kw_only=True)
@@ -38,8 +50,8 @@ class GuardrailConfig:
     """One guard a deployment attaches to a tool class by registered name:
     ``{"kind": "payload_size_cap", "settings": {"max_chars": 4000}}``."""
 
-    kind: str
-    settings: dict[str, Any] = attrs.field(factory=dict)
+    kind: str = attrs.field(validator=_kind)
+    settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings)
 
 
 @attrs.frozen(kw_only=True)
@@ -47,8 +59,8 @@ class DatabaseConfig:
     """One datasource a deployment declares by provider kind:
     ``{"kind": "postgres", "settings": {"conninfo": "...", "max_connections": 4}}``."""
 
-    kind: str
-    settings: dict[str, Any] = attrs.field(factory=dict)
+    kind: str = attrs.field(validator=_kind)
+    settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings)
 
 
 def _store_kind(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
@@ -67,7 +79,7 @@ class HeartbeatConfig:
     """
 
     kind: str = attrs.field(default="memory", validator=_store_kind)
-    settings: dict[str, Any] = attrs.field(factory=dict)
+    settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings)
 
 
 def _memory_limit(value: int | str | None) -> int | None:
@@ -212,13 +224,15 @@ class DispatcherConfig:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> DispatcherConfig:
-        """Read a config from a TOML file (``.toml``) or a JSON file (anything else).
+        """Read a config from a TOML file (``.toml``) or a JSON file (``.json``).
 
-        A file that cannot be read or parsed is a :class:`ConfigError` naming the file (and,
-        for a syntax error, where in it); then :meth:`from_mapping` judges the contents.
+        Any other suffix (``.yaml`` included) is refused as an unsupported format. A file that
+        cannot be read or parsed is a :class:`ConfigError` naming the file (and, for a syntax
+        error, where in it); its contents are judged as :meth:`from_mapping` judges them, and
+        every refusal names the file, the key and the value.
         """
         data = read_settings_file(path, "dispatcher config")
-        return cls.from_mapping(data)
+        return structure_config(data, cls, what="dispatcher config", source=path)
 
 
 def _as_written(value: Any, _: type) -> Any:
@@ -226,6 +240,18 @@ def _as_written(value: Any, _: type) -> Any:
     # handing a scalar over as written lets the file and the constructor meet one check.
     return value
 
+
+# A kind written as a number would be read as its string ("3"); judged as written instead.
+for _declared in (LimiterConfig, GuardrailConfig, DatabaseConfig, HeartbeatConfig):
+    converter.register_structure_hook(
+        _declared,
+        make_dict_structure_fn(
+            _declared,
+            converter,
+            kind=override(struct_hook=_as_written),
+            settings=override(struct_hook=_as_written),
+        ),
+    )
 
 converter.register_structure_hook(
     DispatcherConfig,
@@ -236,6 +262,7 @@ converter.register_structure_hook(
         shutdown_timeout=override(struct_hook=_as_written),
         seed=override(struct_hook=_as_written),
         health_every=override(struct_hook=_as_written),
+        log_events=override(struct_hook=_as_written),
         models=override(struct_hook=_as_written),
     ),
 )

@@ -122,22 +122,23 @@ def _register(pm: pluggy.PluginManager, plugin: object) -> None:
 
 
 def _load_entrypoints(pm: pluggy.PluginManager) -> None:
-    try:
-        pm.load_setuptools_entrypoints(PROJECT_NAME)
-    except pluggy.PluginValidationError as exc:
-        raise PluginError(
-            f"entry-point plugin {_label(pm, exc.plugin)} was refused: {exc}"
-        ) from exc
-    except Exception as exc:
-        # An entry point whose module fails to import: the traceback chained below names the
-        # module; the message names every candidate so the reader knows where to look.
-        declared = sorted(
-            f"{ep.name} = {ep.value}" for ep in importlib.metadata.entry_points(group=PROJECT_NAME)
-        )
-        raise PluginError(
-            f"loading the {PROJECT_NAME!r} entry points failed "
-            f"(declared: {', '.join(declared) or 'none'}): {type(exc).__name__}: {exc}"
-        ) from exc
+    # One entry point at a time, so a module that fails to import is named on its own: the
+    # distribution that declares it, the entry point, and the import error.
+    for ep in sorted(
+        importlib.metadata.entry_points(group=PROJECT_NAME), key=lambda ep: (ep.name, ep.value)
+    ):
+        try:
+            pm.load_setuptools_entrypoints(PROJECT_NAME, name=ep.name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(
+                f"entry-point plugin {_label(pm, exc.plugin)} was refused: {exc}"
+            ) from exc
+        except Exception as exc:
+            dist = f"distribution {ep.dist.name} {ep.dist.version}" if ep.dist else "a distribution"
+            raise PluginError(
+                f"the {PROJECT_NAME!r} entry point {ep.name} = {ep.value} of {dist} "
+                f"failed to import: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def _check_pending(pm: pluggy.PluginManager) -> None:

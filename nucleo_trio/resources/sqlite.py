@@ -18,7 +18,7 @@ from typing import Any
 import outcome
 import trio
 
-from ..errors import UncorrectableError
+from ..errors import ConfigError, UncorrectableError
 from .provider import DBHandle
 from .threads import ThreadedHandle, ThreadedProvider
 
@@ -32,7 +32,11 @@ class _SQLiteHandle(ThreadedHandle):
 
 
 class SQLiteProvider(ThreadedProvider[_SQLiteHandle]):
-    """Connections to the SQLite database at ``path``, at most ``max_connections`` at once."""
+    """Connections to the SQLite database at ``path``, at most ``max_connections`` at once.
+
+    The directory the file lives in must exist when the provider is built (``":memory:"``
+    needs none): SQLite would only fail at a job's first connection, long after start.
+    """
 
     _handle_type = _SQLiteHandle
     _label = "SQLite"
@@ -40,6 +44,11 @@ class SQLiteProvider(ThreadedProvider[_SQLiteHandle]):
     def __init__(self, name: str, path: str | Path, max_connections: int) -> None:
         super().__init__(name, max_connections)
         self.path = Path(path)
+        if str(path) != ":memory:" and not self.path.parent.is_dir():
+            raise ConfigError(
+                f"SQLite database {name!r}: the directory {self.path.parent} of {self.path} "
+                "does not exist"
+            )
         self.open_connections = 0
 
     def _connect(self, read_only: bool) -> sqlite3.Connection:
