@@ -581,7 +581,8 @@ async def test_a_handle_that_fails_to_open_leaks_nothing(backend: Backend, tmp_p
     """A connection that cannot be opened raises and takes no slot: the next attempt fails for
     the same reason, not for a full pool, and nothing is counted out."""
     if backend.kind == "sqlite":
-        broken = SQLiteProvider("broken", tmp_path / "missing" / "x.db", 1)
+        # A directory is no database file: every open fails, as the file system says.
+        broken = SQLiteProvider("broken", tmp_path, 1)
         failure: type[BaseException] = sqlite3.OperationalError
     else:
         from nucleo_trio_postgres import PostgresProvider

@@ -219,7 +219,8 @@ async def test_a_commit_that_throws_on_sqlite_leaks_nothing(db_path: Path) -> No
 async def test_a_handle_that_fails_to_open_on_sqlite_leaks_nothing(tmp_path: Path) -> None:
     """JR-10 on SQLite: a database file that cannot be opened fails the job before it runs,
     with the acquisition error; the permit is back and no connection is open."""
-    provider = SQLiteProvider("missing", tmp_path / "no-such-dir" / "x.db", max_connections=1)
+    # A directory is no database file: every open fails, as the file system says.
+    provider = SQLiteProvider("missing", tmp_path, max_connections=1)
     async with open_dispatcher() as dispatcher:
         job = Fn(
             workflow("u", "wf"),

@@ -869,7 +869,7 @@ class JobDispatcher:
         self, context: JobContext, handle: JobHandle[Any], error: BaseException
     ) -> None:
         context.set_state(JobState.FAILED)
-        log_failure(log, error)
+        log_failure(log, error, job=context.job.name)
         if self.bus.has_listeners(context.workflow_id):
             snapshot = context.snapshot()
             self.bus.publish(ev.JobFailedEvent(snapshot=snapshot, error=error, attempts=0))
@@ -1410,7 +1410,7 @@ class JobDispatcher:
         if verdict.state is JobState.COMPLETED:
             context.complete(verdict.result)
         if verdict.error is not None and verdict.state is not JobState.CANCELLED:
-            log_failure(log, verdict.error)
+            log_failure(log, verdict.error, job=job.name)
         if self.bus.has_listeners(job.workflow_id):
             snapshot = context.snapshot()
             self.bus.publish(self._terminal_event(queued, verdict, snapshot))
