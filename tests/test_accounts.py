@@ -255,11 +255,14 @@ def test_fits_counts_mine_and_the_reservation_and_refuses_the_impossible() -> No
     """ACC-02, ACC-14: more permits than the gate has is refused outright; fitting alone but
     not beside the reservation is a plain False."""
     gate = CountingGate("db", 2)
-    assert gate.fits([None, None], [])
+    assert gate.fits([None, None], []) and gate.fits([2], [])
     assert not gate.fits([None], [None, None])  # fits alone, not with the head's two
+    assert not gate.fits([None], [2])
     assert gate.fits([None], [None])
     with pytest.raises(UncorrectableError, match="can never fit a gate of 2") as refused:
         gate.fits([None, None, None], [])
+    with pytest.raises(UncorrectableError, match="3 permits can never fit a gate of 2"):
+        gate.fits([3], [])
     assert isinstance(refused.value, LLMReadableError)
     assert not refused.value.correctable
 
@@ -280,12 +283,13 @@ def test_try_take_checks_and_debits_in_one_step_and_refuses_like_fits() -> None:
 
 
 def test_give_credits_permits_and_neither_give_nor_take_wakes() -> None:
-    """ACC-04, ACC-15: give subtracts len(amounts); neither give nor take runs the wake."""
+    """ACC-04, ACC-15: give subtracts the permits given back (None is one, 2 is two); neither
+    give nor take runs the wake."""
     gate = CountingGate("db", 3)
     wakes: list[int] = []
     gate.on_capacity_change(lambda: wakes.append(1))
     assert gate.try_take([None, None, None], [])
-    gate.give([None, None])
+    gate.give([2])
     assert gate.in_use == 1
     gate.give([None])
     assert gate.in_use == 0

@@ -13,11 +13,11 @@ all (``wall_wait``) and, per account name, how long that account kept the job wa
 exactly once, by ``Admission.release`` or ``Admission.rollback``; a second settlement is a no-op,
 so a close that overlaps a force-close cannot return a permit twice.
 
-An amount is checked where it is declared, not where it is spent: ``None`` (a unit permit), a
-finite non-negative number, or anything else the account resolves with ``account_for`` (a
-routing key). A bool, NaN, an infinity, a negative or a complex number is refused by
-:func:`check_amount` when the demand is built, with an error naming the limiter and the value,
-so no account ever sees one (a negative token count would otherwise credit a bucket, and a NaN
+An amount is checked where it is declared, not where it is spent: ``None`` (one permit on a
+counting gate), a finite non-negative number (permits on a gate, tokens on a bucket), or
+anything else the account resolves with ``account_for`` (a routing key). A bool, NaN, an
+infinity, a negative or a complex number is refused by :func:`check_amount` when the demand is
+built, with an error naming the limiter and the value, so no account ever sees one (a negative token count would otherwise credit a bucket, and a NaN
 is neither more nor less than any level).
 """
 
@@ -114,8 +114,9 @@ def units_of(amounts: tuple[Any, ...] | list[Any]) -> int | float:
 class DemandEntry:
     """One account of a demand: the limiter, the identity it debits, and the amounts on it.
 
-    ``amounts`` is a tuple (read-only); an amount may be ``None`` (a unit permit). Each amount
-    is checked with :func:`check_amount` when the entry is built.
+    ``amounts`` is a tuple (read-only); an amount may be ``None`` (one permit on a gate). Each
+    amount is checked with :func:`check_amount` when the entry is built; the account counts
+    them all together (``[24, None]`` is 25 permits on a gate).
     """
 
     limiter: RateLimiter

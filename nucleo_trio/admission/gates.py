@@ -1,13 +1,16 @@
-"""Counting gates: the shape of every unit-permit account.
+"""Counting gates: the shape of every concurrency cap.
 
-A :class:`CountingGate` is a capacity and an in-use count. Each amount in a demand is one permit
-(the amount itself is usually ``None``), so a job asking ``[None]`` takes one slot and a
-merged ask ``[None, None]`` takes two. A permit comes back only when a job gives it back, which
-is why ``earliest_fit`` is always ``None``: the clock alone never frees a slot.
+A :class:`CountingGate` is a capacity of permits and an in-use count. Each amount in a demand
+is a number of permits: ``None`` is one permit, ``24`` is 24. A job that needs 24 GiB of an
+80 GiB GPU declares ``require_rate_limiter(gpu_memory, 24)``, and three such jobs run at once.
+A merged ask counts every amount, so ``[None, None]`` is two permits and ``[3, None]`` four. A
+permit comes back only when a job gives it back, which is why ``earliest_fit`` is always
+``None``: the clock alone never frees a slot.
 
-An amount's value is not counted (it may be ``None``, a number or a routing record), but a bool,
-NaN, an infinity or a negative is refused by name: when the demand is built, and by every
-question too (:func:`check_permits`).
+A permit count is ``None`` or a positive ``int``. Anything else (a bool, zero, a negative, a
+float, NaN, a string) is refused by every question, naming the gate, the call and the value;
+:meth:`CountingGate.check_declared` refuses it when a job declares it, together with an ask the
+gate can never grant ("gpu-memory: asks for 96 permits but the gate has only 80").
 
 Database gates, model gates, MCP subprocess slots and the HTTP gate are counting gates; a new
 concurrency cap is a subclass with a name::
@@ -19,6 +22,8 @@ concurrency cap is a subclass with a name::
 
 from __future__ import annotations
 
+import decimal
+import numbers
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -29,14 +34,14 @@ from .demand import amount_problem
 from .limiter import AbstractRateLimiter
 from .status import SemaphoreLimiterStatus
 
-__all__ = ["CountingGate", "check_permits"]
+__all__ = ["CountingGate", "check_permits", "permit_count"]
 
 
 def check_permits(name: str, amounts: Sequence[Any], where: str) -> None:
     """Refuse an amount no account can take (a bool, NaN, an infinity, a negative), naming the
-    account ``name``, the call and the value. ``None`` (the usual amount) costs one comparison;
-    anything that is not a number (a routing record) passes, since a permit's value is not
-    counted."""
+    account ``name``, the call and the value. ``None`` costs one comparison; anything that is
+    not a number (a routing record) passes. For accounts whose amounts are not permit counts
+    (an elastic window); a gate counts its amounts with :func:`permit_count`."""
     for amount in amounts:
         if amount is not None:
             problem = amount_problem(amount)
@@ -51,6 +56,43 @@ def _refuse_permit(
     raise error(
         f"{name}: {where}: {amount!r} is not an amount ({type(amount).__name__}: {reason}); "
         "an amount is None, a finite non-negative number, or a routing value"
+    )
+
+
+def permit_count(name: str, amount: object, where: str) -> int:
+    """How many permits ``amount`` is on the gate ``name``: ``None`` is one, a positive ``int``
+    is itself, and a value that is not a number at all (a routing record a subclass resolves in
+    ``account_for``) is one, like ``None``.
+
+    Anything else raises, naming the gate, the call and the value: a bool, NaN, an infinity or
+    a negative as any account refuses them; zero (no ask) as a :class:`ValueError`; a fraction,
+    a float or a numeric string as a :class:`TypeError` (half a permit is none, and ``"16"`` is
+    not sixteen permits).
+    """
+    if amount is None:
+        return 1
+    kind = type(amount)
+    if kind is int:
+        if amount > 0:  # type: ignore[operator]
+            return amount  # type: ignore[return-value]
+    else:
+        problem = amount_problem(amount)
+        if problem is not None:
+            _refuse_permit(name, where, amount, problem)
+        if isinstance(amount, int):  # an int subclass (an IntEnum); bools were refused above
+            if amount > 0:
+                return int(amount)
+        elif not isinstance(amount, numbers.Number | decimal.Decimal | str | bytes):
+            return 1  # a routing record: one permit, as None is
+    if isinstance(amount, int):
+        reason = "zero permits is no ask" if amount == 0 else "it is negative"
+        error: type[Exception] = ValueError
+    else:
+        reason = f"a {kind.__name__} is not a whole number of permits"
+        error = TypeError
+    raise error(
+        f"{name}: {where}: {amount!r} is not a permit count ({reason}); a gate's amount is "
+        "None for one permit or a positive int"
     )
 
 
@@ -74,13 +116,15 @@ def _check_capacity(owner: str, capacity: object, parameter: str = "capacity") -
 
 
 class CountingGate(AbstractRateLimiter):
-    """A concurrency cap of ``capacity`` unit permits (ACC-13..18), category ``semaphore``.
+    """A concurrency cap of ``capacity`` permits (ACC-13..18), category ``semaphore``.
 
-    ``fits`` and ``try_take`` refuse with :class:`~nucleo_trio.errors.UncorrectableError` when a
-    job asks for more permits than the gate will ever have; otherwise the question is
-    ``in_use + len(mine) + len(reserved_ahead) <= capacity``. ``give`` returns permits and never
-    runs the wake: admission wakes itself after settling, so a second wake would only cost a
-    pass. Raising the capacity with :meth:`set_capacity` does wake, since parked jobs may now fit.
+    Every amount is a number of permits (``None`` for one), and the questions count them:
+    ``fits`` and ``try_take`` refuse with :class:`~nucleo_trio.errors.UncorrectableError` when
+    a job asks for more permits than the gate will ever have; otherwise the question is
+    ``in_use + permits(mine) + permits(reserved_ahead) <= capacity``. ``give`` returns permits
+    and never runs the wake: admission wakes itself after settling, so a second wake would only
+    cost a pass. Raising the capacity with :meth:`set_capacity` does wake, since parked jobs
+    may now fit.
     """
 
     _capacity_parameter: ClassVar[str] = "capacity"
@@ -127,13 +171,30 @@ class CountingGate(AbstractRateLimiter):
     def status(self) -> SemaphoreLimiterStatus:
         return SemaphoreLimiterStatus(self._capacity, self.available, self._last_activity)
 
+    # -- declaration -------------------------------------------------------------------------------
+    def check_declared(self, amount: Any, where: str = "require_rate_limiter") -> int:
+        """The permits ``amount`` asks for, checked when a job declares it: refused unless it is
+        a permit count (see :func:`permit_count`), and refused with a :class:`ValueError` when
+        it is more than the gate has ("gpu-memory: asks for 96 permits but the gate has only
+        80"), since such a job could never run."""
+        asked = permit_count(self._name, amount, where)
+        if asked > self._capacity:
+            raise ValueError(
+                f"{self._name}: asks for {asked} permits but the gate has only {self._capacity}"
+            )
+        return asked
+
     # -- the account questions ---------------------------------------------------------------------
-    def _fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
-        for amount in mine:
-            if amount is not None:
-                check_permits(self._name, mine, "fits/try_take")
-                break
-        asked = len(mine)
+    def _permits(self, amounts: Sequence[Any], where: str) -> int:
+        if len(amounts) == 1 and amounts[0] is None:
+            return 1  # the usual ask: one permit
+        name = self._name
+        return sum(permit_count(name, amount, where) for amount in amounts)
+
+    def _ask(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> int | None:
+        """The permits ``mine`` asks for, or ``None`` when they do not fit beside the
+        reservation."""
+        asked = self._permits(mine, "fits/try_take")
         if asked > self._capacity:
             raise UncorrectableError(
                 f"{self._name}: {asked} permits can never fit a gate of {self._capacity}",
@@ -142,24 +203,22 @@ class CountingGate(AbstractRateLimiter):
                     f"{self._capacity}."
                 ),
             )
-        return self._in_use + asked + len(reserved_ahead) <= self._capacity
+        ahead = self._permits(reserved_ahead, "reserved_ahead") if reserved_ahead else 0
+        return asked if self._in_use + asked + ahead <= self._capacity else None
 
     def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
-        return self._fits(mine, reserved_ahead)
+        return self._ask(mine, reserved_ahead) is not None
 
     def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
-        if not self._fits(mine, reserved_ahead):
+        asked = self._ask(mine, reserved_ahead)
+        if asked is None:
             return False
-        self._in_use += len(mine)
+        self._in_use += asked
         self._last_activity = _trio_now()
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
-        for amount in amounts:
-            if amount is not None:
-                check_permits(self._name, amounts, "give")
-                break
-        returned = len(amounts)
+        returned = self._permits(amounts, "give")
         if returned > self._in_use:
             # Over-giving would hand out permits that do not exist; that is a settlement bug
             # upstream, and hiding it here would turn it into an overdraw later.
@@ -170,6 +229,7 @@ class CountingGate(AbstractRateLimiter):
         self._last_activity = _trio_now()
 
     def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
+        self._permits(mine, "earliest_fit")
         return None
 
     # -- configuration ---------------------------------------------------------------------------

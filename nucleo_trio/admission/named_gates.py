@@ -2,7 +2,9 @@
 and subprocess (MCP stdio) slots per endpoint and pool-wide.
 
 Each is a :class:`~nucleo_trio.admission.CountingGate` with a name that says what it counts, so
-it shows up as its own row in status and health. A new concurrency cap is one more subclass.
+it shows up as its own row in status and health. An amount on any of them is a number of permits
+(``None`` for one, as the runtime asks for a connection or a slot); an ask beyond the capacity is
+refused when a job declares it. A new concurrency cap is one more subclass.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..admission.demand import check_amount
+from ..admission.gates import CountingGate
 
 if TYPE_CHECKING:
     from ..admission.limiter import RateLimiter
@@ -23,18 +24,23 @@ def _check_limiter_amount(
     """Refuse, at declaration, an amount the demand would refuse later: a bool, NaN, an
     infinity, a negative (:func:`~nucleo_trio.admission.demand.check_amount`), or a value the
     account itself does not take (its ``account_for`` judges it: a token bucket takes only
-    token counts)."""
+    token counts). On a counting gate the amount is a number of permits, refused unless it is
+    ``None`` or a positive int, and refused when it is more than the gate has, since that job
+    could never run (:meth:`~nucleo_trio.admission.CountingGate.check_declared`)."""
     limiter = requirement.limiter
     if amount is not None:
         check_amount(limiter, amount, where="require_rate_limiter")
     resolve = getattr(limiter, "account_for", None)
     if callable(resolve):
         resolve(amount)
+    if isinstance(limiter, CountingGate):
+        limiter.check_declared(amount)
 
 
 @attrs.frozen
 class LimiterRequirement:
-    """One custom account a job needs, with the amount it debits (``None`` for a unit permit).
+    """One custom account a job needs, with the amount it debits: a number of permits on a
+    counting gate (``None`` for one), tokens on a token bucket.
 
     The amount is checked when the requirement is built, so a bad one fails the job's
     declaration, naming the limiter and the value, before anything is submitted or held.
@@ -86,10 +92,15 @@ class JobRequirements:
     def require_rate_limiter(self, limiter: RateLimiter, amount: Any = None) -> JobRequirements:
         """Add a custom account to the job's demand; it joins admission like a built-in.
 
-        Requiring the same limiter again replaces its amount (JR-04); ``amount`` is what the
-        demand carries for it, ``None`` for a unit permit. A bool, NaN, an infinity, a negative
-        or a value the account does not take (``None`` or a string on a token bucket) raises
-        here, naming the limiter and the value.
+        ``amount`` is what the demand carries for it (JR-04): on a counting gate, a number of
+        permits (``require_rate_limiter(gpu_memory, 24)`` takes 24 of the gate's permits,
+        ``None`` takes one); on a token bucket, tokens. Requiring the same limiter again
+        replaces its amount, so a job that needs 3 permits asks for 3.
+
+        A bool, NaN, an infinity, a negative or a value the account does not take (``None`` or
+        a string on a token bucket; zero or a fraction on a gate) raises here, naming the
+        limiter and the value. So does an ask a gate can never grant: ``ValueError:
+        gpu-memory: asks for 96 permits but the gate has only 80``.
         """
         if limiter is None:
             raise ValueError("require_rate_limiter: the limiter must not be None")
