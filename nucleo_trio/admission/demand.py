@@ -17,8 +17,8 @@ An amount is checked where it is declared, not where it is spent: ``None`` (one 
 counting gate), a finite non-negative number (permits on a gate, tokens on a bucket), or
 anything else the account resolves with ``account_for`` (a routing key). A bool, NaN, an
 infinity, a negative or a complex number is refused by :func:`check_amount` when the demand is
-built, with an error naming the limiter and the value, so no account ever sees one (a negative token count would otherwise credit a bucket, and a NaN
-is neither more nor less than any level).
+built, with an error naming the limiter and the value, so no account ever sees one (a negative
+token count would otherwise credit a bucket, and a NaN is neither more nor less than any level).
 """
 
 from __future__ import annotations
