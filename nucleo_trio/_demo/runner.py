@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TextIO
 
 import attrs
+import pluggy
 import trio
 import trio.testing
 
@@ -32,6 +33,7 @@ from ..bus import MessageBus
 from ..dispatch import DispatcherConfig, open_dispatcher
 from ..jobs import JobState, workflow
 from ..observability import HealthSnapshot, Trajectory, TrajectoryRecorder, trajectory
+from ..plugins.manager import make_plugin_manager
 from .memory import DemoMemory
 from .options import (
     DB_SLOTS,
@@ -103,13 +105,15 @@ def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
     stream = out if out is not None else sys.stdout
     style = Style.for_stream(stream, options.color)
     plans = plan_workload(options.jobs, options.seed)
+    # Plugins first: a broken one is refused in one line before anything is printed.
+    plugins = make_plugin_manager()
     # The header goes out first: on the real clock the reader has something to read meanwhile.
     print(render_header(plans, options, style), file=stream, flush=True)
 
     def show(snapshot: HealthSnapshot, at: float) -> None:
         print(render_health(snapshot, at, options, style), file=stream, flush=True)
 
-    outcome = execute_demo(options, plans, on_health=show)
+    outcome = execute_demo(options, plans, on_health=show, plugins=plugins)
     print(
         render_report(outcome.report, outcome.elapsed, outcome.wall, options, style),
         file=stream,
@@ -138,11 +142,13 @@ def execute_demo(
     plans: Sequence[JobPlan] | None = None,
     *,
     on_health: Callable[[HealthSnapshot, float], None] | None = None,
+    plugins: pluggy.PluginManager | None = None,
 ) -> DemoOutcome:
     """Run the workload (``plans``, or the seeded plan of ``options``) and print nothing.
 
     ``on_health`` is handed the mid-run health snapshot and its time into the run, as soon as
-    it is taken.
+    it is taken. ``plugins`` is the plugin manager the dispatcher uses (loaded afresh if
+    ``None``).
     """
     if plans is None:
         plans = plan_workload(options.jobs, options.seed)
@@ -156,13 +162,13 @@ def execute_demo(
         try:
             if options.real_time:
                 report, states, elapsed, health, root, interrupted = trio.run(
-                    _run, tuple(plans), options, on_health, recorder
+                    _run, tuple(plans), options, on_health, recorder, plugins
                 )
             else:
                 with _seeded_scheduler(options.seed):
                     clock = trio.testing.MockClock(autojump_threshold=0)
                     report, states, elapsed, health, root, interrupted = trio.run(
-                        _run, tuple(plans), options, on_health, recorder, clock=clock
+                        _run, tuple(plans), options, on_health, recorder, plugins, clock=clock
                     )
         finally:
             recorder.close()
@@ -176,6 +182,7 @@ async def _run(
     options: DemoOptions,
     on_health: Callable[[HealthSnapshot, float], None] | None,
     recorder: TrajectoryRecorder,
+    plugins: pluggy.PluginManager | None,
 ) -> tuple[TallyReport, Mapping[JobState, int], float, HealthSnapshot | None, str, bool]:
     accounts = Accounts(
         db=CountingGate("db", DB_SLOTS),
@@ -196,7 +203,9 @@ async def _run(
     started = trio.current_time()
     try:
         # The process's real memory would make two runs print two different "Memory:" lines.
-        async with open_dispatcher(config, bus=bus, memory=DemoMemory()) as dispatcher:
+        async with open_dispatcher(
+            config, bus=bus, memory=DemoMemory(), plugin_manager=plugins
+        ) as dispatcher:
             tally.watch(dispatcher.http_gate, f"{HTTP_CONNECTIONS} connections")
             tally.watch(accounts.search_api, f"{SEARCH_REQUESTS_PER_SECOND} per second")
             started = trio.current_time()
