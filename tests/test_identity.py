@@ -174,6 +174,16 @@ def test_default_priority_and_name() -> None:
     job = Plain(workflow("alice", "wf"), "p")
     assert job.priority == 0
     assert job.name == f"Plain-{job.id}"
+    assert re.fullmatch(r"Plain-p-[0-9a-f]{12}", job.name)
+
+
+def test_a_name_never_says_the_class_twice() -> None:
+    """An id minted from the class name already names the class: the name is the id itself,
+    so a message reads ``Plain-7df1...`` and never ``Plain-Plain-7df1...``."""
+    job = Plain(workflow("alice", "wf"))
+    assert job.name == job.id
+    assert re.fullmatch(r"Plain-[0-9a-f]{12}", job.name)
+    assert "Plain-Plain" not in repr(job) and repr(job) == f"<{job.id}>"
 
 
 def test_the_defaults_a_job_inherits() -> None:

@@ -1,8 +1,9 @@
 """The recorder: every job's snapshot in SQLite, terminal events with their LLM responses, the
 doer's ordinal as iteration_number (OBS-31).
 
-The recorder writes in a worker thread and stores wall-clock instants, so everything here runs
-in virtual time and reads the file after a flush or a close. Its writer's own behaviour (a slow
+The recorder writes in a worker thread and stores wall-clock instants (when) beside the runtime's
+own clock (how long), so everything here runs in virtual time and reads the file after a flush
+or a close. Its writer's own behaviour (a slow
 commit, batching, failures, a clean stop) is held in ``test_store_writers.py``.
 """
 
@@ -19,7 +20,7 @@ import trio
 import trio.testing
 
 from nucleo_trio.bus import MessageBus, events as ev
-from nucleo_trio.dispatch import DispatcherConfig, open_dispatcher
+from nucleo_trio.dispatch import DispatcherConfig, grace_period, open_dispatcher
 from nucleo_trio.errors import RateLimitRetry
 from nucleo_trio.jobs import (
     Doer,
@@ -31,7 +32,12 @@ from nucleo_trio.jobs import (
     Tool,
     workflow,
 )
-from nucleo_trio.observability import RECORDER_SCHEMA, TrajectoryRecorder, trajectory
+from nucleo_trio.observability import (
+    RECORDER_SCHEMA,
+    TrajectoryRecorder,
+    render_trajectory,
+    trajectory,
+)
 
 
 @attrs.frozen
@@ -161,6 +167,71 @@ async def test_the_recorder_keeps_every_job_with_its_ordinal_outcome_and_respons
     failed_ask = next(step for step in recorded if step.state == "FAILED")
     assert failed_ask.llm_responses[1] == {"model": "large", "text": "final"}
     assert failed_ask.metadata["iteration"] == 2
+
+
+async def test_durations_are_measured_on_the_runtime_clock(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    """A run in virtual time lasts its virtual seconds: each Ask its 1 s sleep, and the slow job
+    its 2 s timeout plus the 0.5 s grace it spent not unwinding (phase two cancels it), though
+    the wall clock hardly moved; the wall-clock instants still say when (epoch seconds)."""
+    path = tmp_path / "runs.db"
+    recorder = TrajectoryRecorder(path)
+    root = Research(workflow("alice", "research"))
+    async with open_dispatcher(DispatcherConfig(seed=3)) as dispatcher:
+        recorder.attach(dispatcher)
+        await dispatcher.submit(root).result()
+    recorder.close()
+
+    steps = list(trajectory(path, root.workflow_id))
+    slow = next(step for step in steps if step.state == "TIMED_OUT")
+    assert slow.failure == "Job timed out after 2 seconds"
+    assert slow.duration == pytest.approx(2.0 + grace_period(2.0), abs=1e-9) == 2.5
+    asks = [step for step in steps if step.job_class.endswith(".Ask")]
+    assert [step.duration for step in asks] == [pytest.approx(1.0, abs=1e-9)] * 3
+    assert slow.clock_started is not None and slow.clock_ended is not None
+    assert slow.started_at is not None and slow.started_at > 1e9, "when: wall-clock epoch"
+    assert "TIMED_OUT  2.500 s: Job timed out after 2 seconds" in render_trajectory(
+        trajectory(path, root.workflow_id), ids=False
+    )
+
+
+_OLD_SCHEMA = """
+CREATE TABLE jobs (
+    seq INTEGER PRIMARY KEY, job_id TEXT NOT NULL UNIQUE, parent_job_id TEXT,
+    workflow_id TEXT NOT NULL, user_id TEXT NOT NULL, job_class TEXT NOT NULL,
+    name TEXT NOT NULL, kind TEXT NOT NULL, iteration_number INTEGER,
+    attempts INTEGER NOT NULL DEFAULT 0, state TEXT NOT NULL, created_at REAL, started_at REAL,
+    ended_at REAL, failure TEXT, metadata TEXT NOT NULL DEFAULT '{}'
+);
+CREATE TABLE llm_responses (
+    job_id TEXT NOT NULL, position INTEGER NOT NULL, response TEXT NOT NULL,
+    PRIMARY KEY (job_id, position)
+);
+INSERT INTO jobs (job_id, workflow_id, user_id, job_class, name, kind, attempts, state,
+                  created_at, started_at, ended_at)
+VALUES ('Old-1', 'wf-old', 'eve', 'app.Old', 'Old', 'TOOL', 1, 'COMPLETED', 100.0, 100.5, 103.0);
+"""
+
+
+def test_a_recording_without_the_runtime_clock_is_read_and_extended(tmp_path: Path) -> None:
+    """A file from before the clock columns reads back with wall-clock durations, and a
+    recorder that opens it adds the columns instead of refusing the file."""
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(_OLD_SCHEMA)
+    (old,) = trajectory(path, "wf-old")
+    assert (old.clock_started, old.clock_ended, old.duration) == (None, None, 2.5)
+
+    recorder = TrajectoryRecorder(path)
+    recorder.record(ev.JobScheduled(snapshot=_snapshot()))
+    recorder.close()
+    with sqlite3.connect(path) as db:
+        columns = [row[1] for row in db.execute("PRAGMA table_info(jobs)")]
+    assert columns[-2:] == ["clock_started", "clock_ended"]
+    (old,) = trajectory(path, "wf-old")
+    assert old.duration == 2.5
+    assert len(trajectory(path, "wf-1")) == 1
 
 
 async def test_a_job_refused_at_the_door_is_recorded_with_no_start(

@@ -3,13 +3,15 @@ line that prints it (``nucleo-trio trajectory``), the demo's included.
 
 The fan-out test is the one the rule is about: two branches run in parallel under one doer, and
 the trajectory rebuilds the call order by walking the tree depth-first with each parent's
-children ordered by ``(iteration_number, started_at)``, while a flat sort of the same rows by
-start time or by ordinal gives an order that is wrong. Everything runs in virtual time; the
-recorded instants are wall-clock, so their order is the order things really happened in.
+children ordered by ``iteration_number`` and then in submission order, while a flat sort of the
+same rows by start time or by ordinal gives an order that is wrong. Everything runs in virtual
+time; the recorded instants are wall-clock, so their order is the order things really happened
+in, and durations come from the runtime's own (virtual) clock.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from nucleo_trio.cli import main
 from nucleo_trio.dispatch import open_dispatcher
 from nucleo_trio.jobs import Doer, Identifiable, JobContext, Tool, workflow
 from nucleo_trio.observability import (
+    RECORDER_SCHEMA,
     Trajectory,
     TrajectoryRecorder,
     open_recording,
@@ -112,7 +115,7 @@ async def test_a_fan_out_is_rebuilt_in_call_order_where_a_flat_sort_is_noise(
     autojump_clock: trio.testing.MockClock, tmp_path: Path
 ) -> None:
     """OBS-32: walking the tree depth-first with each parent's children ordered by
-    (iteration_number, started_at) rebuilds the call order of a fan-out with parallel
+    iteration_number, then submission, rebuilds the call order of a fan-out with parallel
     branches; the same rows sorted flat by start time interleave the branches, and sorted flat
     by ordinal mix the levels, because ordinals are per parent."""
     path = tmp_path / "runs.db"
@@ -121,6 +124,7 @@ async def test_a_fan_out_is_rebuilt_in_call_order_where_a_flat_sort_is_noise(
 
     order = names(recorded)
     first, second = [name for name in order if name in ("left", "right")]
+    assert (first, second) == ("left", "right"), "siblings of one step in submission order"
     call_order = [
         "research",
         "plan",
@@ -159,6 +163,41 @@ async def test_a_fan_out_is_rebuilt_in_call_order_where_a_flat_sort_is_noise(
     assert by_ordinal[:4] == ["research", "plan", f"{first}.1", f"{second}.1"] or by_ordinal[
         :4
     ] == ["research", "plan", f"{second}.1", f"{first}.1"]
+
+
+def test_siblings_follow_submission_order_not_start_order(tmp_path: Path) -> None:
+    """Admission starts whichever sibling fits first, so the fortieth job submitted may start
+    before the first: siblings of one ordinal (or of none) are read back in the order the
+    recorder first heard of them, their submission order, whatever their start times."""
+    path = tmp_path / "runs.db"
+    rows = [
+        # seq, job_id, parent, iteration, started_at
+        (1, "root", None, None, 10.0),
+        (2, "first", "root", None, 10.5),
+        (3, "second", "root", None, 10.2),
+        (4, "never-started", "root", None, None),
+        (5, "fortieth", "root", None, 10.1),
+        (6, "step-two", "root", 2, 10.0),
+        (7, "step-one", "root", 1, 10.9),
+    ]
+    with sqlite3.connect(path) as db:
+        db.executescript(RECORDER_SCHEMA)
+        db.executemany(
+            "INSERT INTO jobs (seq, job_id, parent_job_id, workflow_id, user_id, job_class, "
+            "name, kind, iteration_number, state, started_at) "
+            "VALUES (?, ?, ?, 'wf', 'u', 'app.Job', ?, 'TOOL', ?, 'COMPLETED', ?)",
+            [(seq, job, parent, job, ordinal, at) for seq, job, parent, ordinal, at in rows],
+        )
+    recorded = trajectory(path, "wf")
+    assert names(recorded) == [
+        "root",
+        "first",
+        "second",
+        "never-started",
+        "fortieth",
+        "step-one",
+        "step-two",
+    ]
 
 
 async def test_the_rendered_tree_shows_ordinals_outcomes_and_durations(
@@ -277,15 +316,18 @@ def test_the_demo_records_and_prints_its_trajectory(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """OBS-31, OBS-32: the demo records its run and ends with the trajectory: the root, its
-    first children in call order, the rest summed up, no ids and no wall-clock durations in
-    virtual time; --record keeps the file, which the trajectory command reads again."""
+    first children in submission order, the rest summed up, no ids, durations in virtual
+    seconds; --record keeps the file, which the trajectory command reads again."""
     kept = tmp_path / "demo.db"
     assert main(["demo", "--jobs", "20", "--record", str(kept)]) == 0
     out = capsys.readouterr().out
     section = out[out.index("Trajectory  (recorded into") :].splitlines()
     assert section[1] == "  Workflow for demo-user: 21 jobs (" + section[1].split("(", 1)[1]
-    assert section[2] == "  Fanout  COMPLETED"
-    assert section[3].startswith("  |-- ") and " #0" in section[3]
+    assert re.fullmatch(r"  Fanout  COMPLETED  \d+\.\d{3} s", section[2])
+    assert all(line.startswith("  |-- ") for line in section[3:11])
+    numbers = [int(re.findall(r" #(\d{3})  ", line)[0]) for line in section[3:11]]
+    assert numbers == list(range(1, 9)), "the root's children in the order it submitted them"
+    assert all(re.search(r"  \d+\.\d{3} s", line) for line in section[3:11])
     assert section[11].startswith("  `-- ... and 12 more: ")
     hint = section[12]
     assert hint.startswith(f"  All of it: nucleo-trio trajectory {kept} demo-")

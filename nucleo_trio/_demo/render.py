@@ -131,7 +131,7 @@ def render_report(
     """The five sections after the run, each a title and an indented block."""
     sections = [
         _kinds(report, style),
-        _accounts(report.accounts, style),
+        _accounts(report.accounts, style, report.rejections),
         _events(report, style),
         _examples(report, style),
         _elapsed(report, elapsed, wall, options, style),
@@ -174,7 +174,9 @@ def _kind_cells(row: KindRow) -> list[str]:
     ]
 
 
-def _accounts(rows: Sequence[AccountRow], style: Style) -> str:
+def _accounts(
+    rows: Sequence[AccountRow], style: Style, rejections: Sequence[tuple[str, int]] = ()
+) -> str:
     header = (
         "account",
         "size",
@@ -209,7 +211,24 @@ def _accounts(rows: Sequence[AccountRow], style: Style) -> str:
     lines = [title, *_table(header, cells, left=2, names=3)]
     if any(row.replenishment == "TIME" for row in rows):
         lines.append(note)
+    if rejections:
+        lines.extend(style.dim(line) for line in _wrap(_rejected(rejections), indent=2))
     return "\n".join(lines)
+
+
+# What each ``reject_reason`` of a REJECTED limiter event means, as the demo says it.
+_REJECT_REASONS = {
+    "cancelled": "cancelled while parked",
+    "shutdown": "refused at shutdown",
+    "circuit_blocked": "refused by an open circuit",
+    "aborted": "refused on an account fault",
+}
+
+
+def _rejected(rejections: Sequence[tuple[str, int]]) -> str:
+    """The ``rejected`` column (and the bus's REJECTED) in one line: what it is, and why here."""
+    why = ", ".join(f"{n} {_REJECT_REASONS.get(reason, reason)}" for reason, n in rejections)
+    return f"rejected (REJECTED on the bus): a parked job refused, never granted: {why}."
 
 
 def _returns(replenishment: str) -> str:
@@ -272,9 +291,9 @@ def _elapsed(
 # -- the trajectory -------------------------------------------------------------------------------
 def render_trajectory_section(recorded: Trajectory, options: DemoOptions, style: Style) -> str:
     """The workflow as the recorder kept it, read back in call order: the root and its first
-    children, the rest summed up. Durations only on the real clock (a snapshot's instants are
-    wall-clock time, which a virtual run hardly moves), and never a random id, so a virtual run
-    prints the same trajectory every time."""
+    children in the order the root submitted them, the rest summed up. Durations are on the
+    run's own clock (virtual seconds in a virtual run, which repeat for a seed), and never a
+    random id, so a virtual run prints the same trajectory every time."""
     where = (
         f"recorded into {options.record}" if options.record else "recorded into a temporary file"
     )
@@ -284,7 +303,7 @@ def render_trajectory_section(recorded: Trajectory, options: DemoOptions, style:
     body = render_trajectory(
         recorded,
         ids=False,
-        durations=options.real_time,
+        durations=True,
         max_children=TRAJECTORY_CHILDREN,
         width=WIDTH - 2,
     )

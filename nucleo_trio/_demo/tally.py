@@ -78,6 +78,9 @@ class TallyReport:
     limiter_events: tuple[tuple[str, int], ...]
     examples: tuple[Example, ...]
     workflow: str | None
+    rejections: tuple[tuple[str, int], ...] = ()
+    """Why admission refused its parked waiters: ``(reject_reason, REJECTED events)``, the most
+    frequent first (``cancelled``, ``shutdown``, ``circuit_blocked``, ``aborted``)."""
 
     @property
     def event_total(self) -> int:
@@ -124,6 +127,7 @@ class Tally(JobObserver[ev.JobEvent]):
         self._accounts: list[tuple[RateLimiter, str]] = []
         self._events: Counter[str] = Counter()
         self._limiter: Counter[str] = Counter()
+        self._rejections: Counter[str] = Counter()
         self._by_kind: dict[Kind, _KindCounts] = {kind: _KindCounts() for kind in Kind}
         self._by_account: dict[str, _AccountCounts] = {}
         self._parked_waits: dict[str, float] = {}
@@ -189,6 +193,7 @@ class Tally(JobObserver[ev.JobEvent]):
             row.longest_wait = max(row.longest_wait, event.wait)
         elif kind is LimiterEventType.REJECTED:
             row.rejected += 1
+            self._rejections[event.reject_reason or "unknown"] += 1
             row.longest_wait = max(row.longest_wait, event.wait)
             if event.snapshot is not None:
                 # A job refused while parked never gets an admission wait on its context.
@@ -237,6 +242,9 @@ class Tally(JobObserver[ev.JobEvent]):
                 self._examples[outcome] for outcome in _EXAMPLE_ORDER if outcome in self._examples
             ),
             workflow=self._workflow,
+            rejections=tuple(
+                sorted(self._rejections.items(), key=lambda item: (-item[1], item[0]))
+            ),
         )
 
     def _account_rows(self) -> tuple[AccountRow, ...]:
@@ -302,7 +310,7 @@ def _is_budget_refusal(error: BaseException | None) -> bool:
 def _one_line(error: BaseException | None, job_class: str, job_id: str, label: str) -> str:
     if error is None:
         return "unknown error"
-    # The runtime names a job by its class and random id; the demo's label reads (and repeats)
-    # better, so two runs with one seed print the same words.
-    text = str(error).replace(f"{job_class}-{job_id}", label)
+    # The runtime names a job by its random id (led by its class when a prefix was given); the
+    # demo's label reads (and repeats) better, so two runs with one seed print the same words.
+    text = str(error).replace(f"{job_class}-{job_id}", label).replace(job_id, label)
     return f"{type(error).__name__}: {' '.join(text.split())}"

@@ -9,8 +9,10 @@ entry's token bucket tightens), answers without a source (refused, fed back as a
 then answers properly. A :class:`~nucleo_trio.models.CostLedger` on the bus prices every call,
 capped per workflow, and the section ends with its ledger.
 
-It runs in virtual time whatever the demo's clock, in a dispatcher of its own, so the first
-act's numbers stay exactly as they were.
+It runs in virtual time whatever the demo's clock, even with ``--real-time``, in a dispatcher of
+its own, so the first act's numbers stay exactly as they were, and the section says so. On the
+real clock it would show nothing more: its one wait is the provider's push-back (about 13 s),
+which would only hold the terminal still, and a scripted model answers at once anyway.
 """
 
 from __future__ import annotations
@@ -246,6 +248,10 @@ def _story(thinker: Researcher, retries: Sequence[ev.RateLimitRetryEvent]) -> li
     return story
 
 
+_CLOCK_NOTE = "virtual time, even with --real-time: a mock clock skips the provider's push-back"
+"""What the section says of its clock: the thinker always runs on a ``MockClock``."""
+
+
 def render_thinker_section(outcome: ThinkerOutcome, style: Style) -> str:
     """The thinker's story, then the spend ledger."""
     lines = [
@@ -253,6 +259,7 @@ def render_thinker_section(outcome: ThinkerOutcome, style: Style) -> str:
         + style.dim("  (a Thinker, its LLM calls and tool jobs, on a scripted fake model)"),
         f"  objective  {OBJECTIVE}",
         f"  model      SMALL resolves to {outcome.model} (pinned for SMALL, 0.15/0.60 USD per M)",
+        f"  clock      {_CLOCK_NOTE}",
     ]
     for label, text in outcome.story:
         lines.append(f"  {label:<9}  {text}")
@@ -281,6 +288,6 @@ def render_thinker_section(outcome: ThinkerOutcome, style: Style) -> str:
         )
     lines.append(
         f"  Spent {outcome.spent} of {CAP} in {len(outcome.calls)} calls, "
-        f"{outcome.elapsed:.1f} s of virtual time."
+        f"{outcome.elapsed:.1f} s of virtual time on its mock clock."
     )
     return "\n" + "\n".join(lines)

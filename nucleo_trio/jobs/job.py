@@ -297,7 +297,13 @@ class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
 
     @property
     def name(self) -> str:
-        return f"{type(self).__name__}-{self._job_id}"
+        """The job in messages: its id, which already starts with the class name unless a
+        prefix was given (``Lookup-7df1...``); with a prefix of its own, the class name leads
+        (``Lookup-fetch-7df1...``). Never the class name twice."""
+        cls = type(self).__name__
+        if self._job_id.startswith(f"{cls}-"):
+            return self._job_id
+        return f"{cls}-{self._job_id}"
 
     @property
     def display_name(self) -> str | None:

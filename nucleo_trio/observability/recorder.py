@@ -5,18 +5,25 @@ the one nucleo_trio ships. :class:`TrajectoryRecorder` is a bus observer of the 
 family. For every job it keeps one row, created when it first hears of the job and brought up to
 date by each later event: id, parent, workflow, user, class, display name, its ordinal in its
 parent's execution order (the ``iteration`` metadata a doer stamps, as ``iteration_number``),
-attempts, state, the created, started and ended instants, the failure, and the metadata. A
-terminal event also stores the LLM responses the run collected, one row each.
+attempts, state, the created, started and ended instants, the start and end on the runtime's
+own clock, the failure, and the metadata. A terminal event also stores the LLM responses the run
+collected, one row each.
 
 The schema, for reading it by hand::
 
     jobs(seq, job_id, parent_job_id, workflow_id, user_id, job_class, name, kind,
-         iteration_number, attempts, state, created_at, started_at, ended_at, failure, metadata)
+         iteration_number, attempts, state, created_at, started_at, ended_at, failure, metadata,
+         clock_started, clock_ended)
     llm_responses(job_id, position, response)
 
-``seq`` counts jobs in the order the recorder first heard of them; instants are wall-clock
-epoch seconds; ``metadata`` and ``response`` are JSON. Read a workflow back in call order with
-:func:`~nucleo_trio.observability.trajectory`, never with a flat ``ORDER BY``.
+``seq`` counts jobs in the order the recorder first heard of them; ``created_at``,
+``started_at`` and ``ended_at`` say *when*, as wall-clock epoch seconds; ``clock_started`` and
+``clock_ended`` are the runtime's own clock (``trio.current_time()``) when the recorder first
+heard that the job had started and had ended, and they are what a duration is measured on: a run
+in virtual time (a ``MockClock``) hardly moves the wall clock, yet its timeouts and sleeps are
+real on its own clock. ``metadata`` and ``response`` are JSON. Read a workflow back in call order
+with :func:`~nucleo_trio.observability.trajectory`, never with a flat ``ORDER BY``. A file
+written by a recorder that had no clock columns gets them added when a recorder opens it.
 
 The recorder never writes on the trio thread: :meth:`~TrajectoryRecorder.record` builds the row
 and hands it to the recorder's one writer, which does every statement on the file in a worker
@@ -41,6 +48,8 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import trio
 
 from .._serialization import converter
 from .._sqlite_writer import SQLiteWriter, WriterStatistics
@@ -80,7 +89,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     started_at REAL,
     ended_at REAL,
     failure TEXT,
-    metadata TEXT NOT NULL DEFAULT '{}'
+    metadata TEXT NOT NULL DEFAULT '{}',
+    clock_started REAL,
+    clock_ended REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_workflow ON jobs (workflow_id, parent_job_id);
 CREATE TABLE IF NOT EXISTS llm_responses (
@@ -109,13 +120,19 @@ _JOB_COLUMNS = (
     "ended_at",
     "failure",
     "metadata",
+    "clock_started",
+    "clock_ended",
 )
+
+_CLOCK_COLUMNS = _JOB_COLUMNS[-2:]
+_WITHOUT_CLOCK = _JOB_COLUMNS[:-2]
+"""The columns of a recording made before durations were measured on the runtime's clock."""
 
 _UPSERT = """
 INSERT INTO jobs (job_id, parent_job_id, workflow_id, user_id, job_class, name, kind,
                   iteration_number, attempts, state, created_at, started_at, ended_at, failure,
-                  metadata)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                  metadata, clock_started, clock_ended)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (job_id) DO UPDATE SET
     name = excluded.name,
     iteration_number = coalesce(excluded.iteration_number, jobs.iteration_number),
@@ -125,7 +142,9 @@ ON CONFLICT (job_id) DO UPDATE SET
     started_at = coalesce(jobs.started_at, excluded.started_at),
     ended_at = coalesce(excluded.ended_at, jobs.ended_at),
     failure = coalesce(excluded.failure, jobs.failure),
-    metadata = excluded.metadata
+    metadata = excluded.metadata,
+    clock_started = coalesce(jobs.clock_started, excluded.clock_started),
+    clock_ended = coalesce(jobs.clock_ended, excluded.clock_ended)
 """
 
 
@@ -166,7 +185,10 @@ class TrajectoryRecorder(JobObserver[ev.LifecycleEvent]):
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             columns = tuple(row[1] for row in db.execute("PRAGMA table_info(jobs)"))
-            if columns and columns != _JOB_COLUMNS:
+            if columns == _WITHOUT_CLOCK:
+                for column in _CLOCK_COLUMNS:
+                    db.execute(f"ALTER TABLE jobs ADD COLUMN {column} REAL")
+            elif columns and columns != _JOB_COLUMNS:
                 raise ValueError(
                     f"{self.path} has a table 'jobs' with columns {list(columns)}, not the "
                     f"recorder's {list(_JOB_COLUMNS)}; record into a file of its own"
@@ -202,11 +224,13 @@ class TrajectoryRecorder(JobObserver[ev.LifecycleEvent]):
         """Queue the row of the event's job to be brought up to date (a terminal event also
         stores the run's LLM responses); never waits on the file. An event with no snapshot is
         ignored. Outside a subscription every event is sent at once; outside a trio run it is
-        written and committed before this returns."""
+        written and committed before this returns, with no runtime-clock instants (there is no
+        runtime clock to read)."""
         snapshot = event.snapshot
         if snapshot is None:
             return
         ordinal = snapshot.metadata.get(META_ITERATION)
+        now = _runtime_clock()
         row = (
             snapshot.job_id,
             snapshot.parent_job_id,
@@ -223,6 +247,8 @@ class TrajectoryRecorder(JobObserver[ev.LifecycleEvent]):
             snapshot.ended_at,
             _failure(event),
             _json(dict(snapshot.metadata)),
+            now if snapshot.started_at is not None else None,
+            now if snapshot.ended_at is not None else None,
         )
         responses = (
             [_json(response) for response in event.llm_responses]
@@ -288,6 +314,14 @@ def _write_row(
             "INSERT INTO llm_responses (job_id, position, response) VALUES (?, ?, ?)",
             [(job_id, position, text) for position, text in enumerate(responses)],
         )
+
+
+def _runtime_clock() -> float | None:
+    """The running trio's own clock (virtual under a ``MockClock``); ``None`` outside a run."""
+    try:
+        return trio.current_time()
+    except RuntimeError:
+        return None
 
 
 def _attempts(event: ev.JobEvent) -> int:

@@ -3,13 +3,16 @@
 A workflow is a tree, and the order that matters is per parent: a doer that runs A, then B,
 then C stamps them 1, 2 and 3, and the children of one fan-out share an ordinal. So
 :func:`trajectory` walks the tree depth-first and orders each parent's children by
-``(iteration_number, started_at)``. Sorting a whole workflow flat on one column reads as noise
-even when every ordinal is right: ordinals are per parent, so they collide across parents, and
-start times interleave parallel branches.
+``iteration_number``, then in the order they were submitted. Sorting a whole workflow flat on
+one column reads as noise even when every ordinal is right: ordinals are per parent, so they
+collide across parents, and start times interleave parallel branches.
 
 Within one parent, children without an ordinal (a plain orchestrator's, a guard's) come first,
-as SQL's ascending order puts ``NULL`` first; children that never started come after those of
-their ordinal that did; the order the recorder first heard of each job breaks the last ties.
+as SQL's ascending order puts ``NULL`` first; children of one ordinal, or of none, follow in the
+order the recorder first heard of them, which is their submission order (each job's
+``JobScheduled``). Start times do not order siblings: admission starts whichever fits first (a
+short demand passes a long one parked on a full account), so the fortieth job submitted may
+start before the first, and that is not the order the workflow called them in.
 """
 
 from __future__ import annotations
@@ -45,7 +48,10 @@ class TrajectoryStep:
     """One job of a recorded workflow, with its children in call order.
 
     ``iteration_number`` is its ordinal in its parent's execution order (``None`` when the
-    parent stamped none); instants are wall-clock epoch seconds; ``state`` is the
+    parent stamped none); ``created_at``, ``started_at`` and ``ended_at`` are wall-clock epoch
+    seconds (when); ``clock_started`` and ``clock_ended`` are the runtime's own clock
+    (``trio.current_time()``, virtual under a ``MockClock``) at its start and end, ``None`` in a
+    recording made without them; ``state`` is the
     :class:`~nucleo_trio.jobs.JobState` value it was last recorded in; ``failure`` is the error
     or the timeout or cancellation message; ``llm_responses`` are the responses its terminal
     event carried, as JSON data. ``depth`` is 0 for a root.
@@ -70,10 +76,16 @@ class TrajectoryStep:
     depth: int
     seq: int
     children: tuple[TrajectoryStep, ...] = ()
+    clock_started: float | None = None
+    clock_ended: float | None = None
 
     @property
     def duration(self) -> float | None:
-        """Seconds from start to end; ``None`` for a job that never started or has not ended."""
+        """Seconds from start to end on the runtime's own clock, so a run in virtual time shows
+        its virtual seconds; ``None`` for a job that never started or has not ended. A recording
+        made without the runtime's clock falls back to the wall-clock instants."""
+        if self.clock_started is not None and self.clock_ended is not None:
+            return max(0.0, self.clock_ended - self.clock_started)
         if self.started_at is None or self.ended_at is None:
             return None
         return max(0.0, self.ended_at - self.started_at)
@@ -173,10 +185,16 @@ def trajectory(database: str | Path | sqlite3.Connection, workflow_id: str) -> T
     recording holds.
     """
     with _connection(database) as db:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+        clock = (
+            "clock_started, clock_ended"
+            if {"clock_started", "clock_ended"} <= columns
+            else "NULL, NULL"  # a recording from before the runtime's clock was recorded
+        )
         rows = db.execute(
             "SELECT seq, job_id, parent_job_id, workflow_id, user_id, job_class, name, kind, "
             "iteration_number, attempts, state, created_at, started_at, ended_at, failure, "
-            "metadata FROM jobs WHERE workflow_id = ?",
+            f"metadata, {clock} FROM jobs WHERE workflow_id = ?",
             (workflow_id,),
         ).fetchall()
         if not rows:
@@ -223,7 +241,8 @@ def _tree(
 
     def build(row: tuple[Any, ...], depth: int) -> TrajectoryStep:
         (seq, job_id, parent, workflow_id, user_id, job_class, name, kind, ordinal) = row[:9]
-        (attempts, state, created_at, started_at, ended_at, failure, metadata) = row[9:]
+        (attempts, state, created_at, started_at, ended_at, failure, metadata) = row[9:16]
+        clock_started, clock_ended = row[16:18]
         kids = tuple(build(child, depth + 1) for child in _call_order(children.get(job_id, [])))
         return TrajectoryStep(
             job_id=job_id,
@@ -245,24 +264,20 @@ def _tree(
             depth=depth,
             seq=seq,
             children=kids,
+            clock_started=clock_started,
+            clock_ended=clock_ended,
         )
 
     return tuple(build(row, 0) for row in _call_order(children.get(None, [])))
 
 
 def _call_order(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Siblings by ``(iteration_number, started_at)``: no ordinal first, never started last
-    within an ordinal, and first heard of first on a tie."""
+    """Siblings by ``iteration_number`` (no ordinal first), then in submission order: the
+    order the recorder first heard of them."""
 
-    def key(row: tuple[Any, ...]) -> tuple[bool, int, bool, float, int]:
-        ordinal, started_at = row[8], row[12]
-        return (
-            ordinal is not None,
-            ordinal or 0,
-            started_at is None,
-            started_at or 0.0,
-            row[0],
-        )
+    def key(row: tuple[Any, ...]) -> tuple[bool, int, int]:
+        ordinal = row[8]
+        return (ordinal is not None, ordinal or 0, row[0])
 
     return sorted(rows, key=key)
 
@@ -290,7 +305,8 @@ def render_trajectory(
     """The trajectory as an indented tree, one job a line, in call order.
 
     Each line reads ``[ordinal] name  STATE  (n attempts)  duration  failure``. ``ids`` adds
-    each job's id (and the workflow's to the heading); ``durations`` adds start-to-end seconds;
+    each job's id (and the workflow's to the heading); ``durations`` adds start-to-end seconds
+    on the runtime's own clock (:attr:`TrajectoryStep.duration`);
     ``max_children`` shows at most that many children of a parent and sums up the rest in one
     line; ``width`` cuts longer lines with ``...``. ASCII only.
     """

@@ -1,0 +1,91 @@
+"""What the demo's report says, and that it says it once and on the right clock (issue 12,
+item 8): names not doubled, the ``rejected`` column and the bus's REJECTED explained with their
+reasons, the trajectory in submission order with durations on the run's own clock, and the
+thinker's section naming the clock it ran on.
+
+Every run here is in virtual time; nothing sleeps on the real clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+import pytest
+
+from nucleo_trio._demo.render import WIDTH, Style
+from nucleo_trio._demo.thinking import render_thinker_section, run_thinker
+from nucleo_trio.cli import main
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The default demo's report (300 jobs, seed 7), run once for the module."""
+    capture = tmp_path_factory.mktemp("demo") / "out.txt"
+    with capture.open("w", encoding="utf-8") as stream:
+        with contextlib.redirect_stdout(stream):
+            assert main(["demo", "--color", "never"]) == 0
+    return capture.read_text(encoding="utf-8")
+
+
+def section(report: str, title: str) -> list[str]:
+    """The lines of the section whose heading starts with ``title``, up to the blank line."""
+    lines = report.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return lines[start:end]
+
+
+def test_no_name_is_said_twice(report: str) -> None:
+    """A job's id already starts with its class: nothing in the report reads ``X-X-``."""
+    assert not re.search(r"\b([A-Z]\w*)-\1-", report)
+
+
+def test_the_rejected_column_and_the_bus_rejections_are_explained(report: str) -> None:
+    """One line under the admission table says what a rejection is and why each happened; its
+    count is the column's sum and the bus's REJECTED."""
+    admission = section(report, "Admission by account")
+    (line,) = [line for line in admission if line.startswith("  rejected (REJECTED on the bus)")]
+    assert len(line) <= WIDTH
+    assert "a parked job refused, never granted" in line
+    reasons = re.findall(r"(\d+) ([a-z ]+?)(?:,|\.$)", line.split(": ", 1)[1])
+    assert reasons == [("3", "cancelled while parked")]
+    rows = [row.split() for row in admission[2:] if re.search(r" \d+/\d+ +[0-9.]+s$", row)]
+    assert len(rows) == 3, admission
+    # From the right: max wait, peak use, released, rejected.
+    assert sum(int(row[-4]) for row in rows) == 3
+    assert re.search(r"REJECTED 3\b", report)
+    assert report.count("3 cancelled while parked") == 1
+
+
+def test_the_trajectory_follows_submission_order_with_virtual_durations(report: str) -> None:
+    """The root's children in the order it submitted them (#001 first, where start order put
+    a timed-out #039 ahead), each with its duration in virtual seconds: the timed-out jobs
+    lasted their 2 s timeout, not the milliseconds of wall clock the run took."""
+    trajectory = section(report, "Trajectory")
+    children = [line for line in trajectory if line.startswith("  |-- ")]
+    numbers = [int(n) for line in children for n in re.findall(r" #(\d{3})  ", line)]
+    assert numbers == list(range(1, len(children) + 1))
+    assert re.fullmatch(r"  Fanout  COMPLETED  \d+\.\d{3} s", trajectory[2])
+    for line in children:
+        assert re.search(r"  \d+\.\d{3} s", line), line
+        if "TIMED_OUT" in line:
+            assert "TIMED_OUT  2.000 s: Job timed out after 2 seconds" in line
+
+
+def test_the_thinker_says_which_clock_it_ran_on() -> None:
+    """The thinker always runs on a mock clock, also under --real-time (run_thinker takes no
+    clock option): its section says so, not just "virtual time" as if the demo's clock ruled."""
+    text = render_thinker_section(run_thinker(7), Style())
+    (clock,) = [line for line in text.splitlines() if line.startswith("  clock ")]
+    assert "virtual time, even with --real-time" in clock
+    assert re.search(r"in 4 calls, \d+\.\d s of virtual time on its mock clock\.$", text)
+    assert all(len(line) <= WIDTH for line in text.splitlines())
+
+
+def test_one_seed_still_prints_one_report(report: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The new lines (reasons, durations) repeat for a seed like the rest of the report."""
+    assert main(["demo", "--color", "never"]) == 0
+    again = capsys.readouterr().out
+    strip = re.compile(r"\(the run took [0-9.]+ s of real time\)")
+    assert strip.sub("", again) == strip.sub("", report)
