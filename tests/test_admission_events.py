@@ -404,21 +404,29 @@ async def test_every_event_carries_the_waiting_jobs_snapshot(
     assert all(e.snapshot is not None and e.snapshot.job_id == e.job for e in events)
 
 
-async def test_emission_is_best_effort(
+async def test_emission_is_best_effort_and_never_silent(
     autojump_clock: trio.abc.Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """EVT-14: with no emitter nothing is built; an emitter that fails, even because reading
-    the account's name throws, is dropped (logged at debug) and admission never hears of it."""
+    the account's name throws, drops the event and admission never hears of it. The drop is
+    never silent: the first per account is a warning naming the account and the error, the
+    later ones are logged at debug."""
 
-    class Nameless(CountingGate):
+    class Fickle(CountingGate):
+        """Sound when admission meets it; its name breaks afterwards."""
+
+        broken = False
+
         @property
         def limiter_name(self) -> str:
-            raise RuntimeError("no name today")
+            if self.broken:
+                raise RuntimeError("no name today")
+            return "fickle"
 
     def explode(account: LimiterIdentity, *rest: Any) -> None:
         raise RuntimeError(f"bus down for {account.limiter_name}")
 
-    gate = Nameless("nameless", 1)
+    gate, fickle = CountingGate("gate", 1), Fickle("unused", 1)
     silent = Admission()
     grant = await silent.admit(Demand().add(gate), FakeJob("quiet"))
     silent.release(grant)
@@ -431,6 +439,19 @@ async def test_emission_is_best_effort(
             admission.release(holder)
             await settle()
             assert parked.grant is not None and gate.in_use == 1
+            admission.release(parked.grant)
+            odd = await admission.admit(Demand().add(fickle), FakeJob("odd"))
+            fickle.broken = True
+            admission.release(odd)
             admission.stop()
     dropped = [r for r in caplog.records if "Dropped a" in r.getMessage()]
-    assert dropped and all(r.levelno == logging.DEBUG for r in dropped)
+    warned = [r.getMessage() for r in dropped if r.levelno == logging.WARNING]
+    assert warned == [
+        "Dropped a GRANTED_IMMEDIATE limiter event for gate: RuntimeError: bus down for gate "
+        "(later ones for this account are logged at debug)",
+        "Dropped a GRANTED_IMMEDIATE limiter event for fickle: RuntimeError: bus down for "
+        "fickle (later ones for this account are logged at debug)",
+    ]
+    assert len(dropped) == 7 and all(
+        r.levelno == logging.DEBUG for r in dropped if r.levelno != logging.WARNING
+    )

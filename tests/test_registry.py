@@ -8,11 +8,14 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
 
 from nucleo_trio.admission import (
     CountingGate,
+    LimiterIdentity,
     ModelGate,
     ModelLimits,
+    RateLimiter,
     RateLimiterRegistry,
     TokenBucket,
     TokenBucketConfig,
@@ -20,6 +23,7 @@ from nucleo_trio.admission import (
 )
 from nucleo_trio.dispatch import DispatcherConfig, JobDispatcher
 from nucleo_trio.errors import UncorrectableError
+from nucleo_trio.plugins import LimiterRegistry, hookimpl, make_plugin_manager
 
 
 @attrs.frozen
@@ -216,3 +220,50 @@ def test_a_catalog_entry_shape_satisfies_model_limits() -> None:
         return (spec.id, spec.rpm, spec.tpm, spec.max_concurrent)
 
     assert read(Entry("m", tpm=1, rpm=2, max_concurrent=None)) == ("m", 2, 1, None)
+
+
+class Clocked(CountingGate):
+    """An account whose live state needs a running trio: reading it outside one fails."""
+
+    reads = 0
+
+    def __init__(self, name: str = "clocked", capacity: int = 2) -> None:
+        super().__init__(name, capacity)
+
+    @property
+    def in_use(self) -> int:
+        Clocked.reads += 1
+        trio.current_time()  # raises RuntimeError outside a trio run
+        return super().in_use
+
+    @property
+    def capacity(self) -> int:
+        Clocked.reads += 1
+        trio.current_time()
+        return super().capacity
+
+
+def test_building_an_account_outside_trio_reads_no_live_state() -> None:
+    """Issue 12, item 6: the registries build and check an account without reading its live
+    state (``in_use``, ``capacity``, ``status``), so an account that reads the trio clock there
+    can be built at import time, outside any run, on every Python version."""
+    Clocked.reads = 0
+    registry = RateLimiterRegistry()
+    built = registry.instance(Clocked)
+    assert isinstance(built, RateLimiter) and isinstance(built, LimiterIdentity)
+
+    class Kinds:
+        @hookimpl
+        def nucleo_trio_limiter_kinds(self) -> Any:
+            return {"clocked": lambda name, **settings: Clocked(name, **settings)}
+
+    kinds = LimiterRegistry(make_plugin_manager(load_entrypoints=False, plugins=[Kinds()]))
+    made = kinds.create("clocked", "window", capacity=3)
+    assert isinstance(made, Clocked) and Clocked.reads == 0
+    # A class missing a question is still refused, from the class alone.
+    assert not isinstance(object(), RateLimiter)
+
+
+async def test_inside_trio_the_clocked_account_reads_as_usual() -> None:
+    built = RateLimiterRegistry().instance(Clocked)
+    assert (built.capacity, built.in_use) == (2, 0)

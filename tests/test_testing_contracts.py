@@ -41,6 +41,22 @@ class TestFixedSlotsPluginContract(AccountContract):
         return account
 
 
+class RenderSlots(CountingGate):
+    """A plugin's own kind of account: its category is its own name, not a built-in one."""
+
+    @property
+    def limiter_category(self) -> str:
+        return "render_slots"
+
+
+class TestOwnCategoryContract(AccountContract):
+    """A category is any non-blank name a plugin gives: the contract does not ask a new kind
+    of account to pretend to be one of the built-in four."""
+
+    def make_account(self) -> RateLimiter:
+        return RenderSlots("render", 2)
+
+
 class TestTokenBucketContract(AccountContract):
     """A TIME account whose amounts are token counts: it says what one unit is and what fills it."""
 
@@ -92,7 +108,15 @@ class ChattyGate(CountingGate):
         return "busy"
 
 
+class MethodCapacityGate(CountingGate):
+    """Breaks ACC-11: ``capacity`` is a method, so every event built from it would fail."""
+
+    def capacity(self) -> int:  # type: ignore[override]
+        return 2
+
+
 BROKEN: list[tuple[type[CountingGate], str, str]] = [
+    (MethodCapacityGate, "test_the_identity_is_complete", "capacity is a method, not a number"),
     (GreedyGate, "test_a_refused_take_takes_nothing", "a refused take moved in_use"),
     (ForgivingGate, "test_an_ask_beyond_capacity_is_uncorrectable_and_takes_nothing", "instead"),
     (EagerGate, "test_the_capacity_wake_runs_only_when_capacity_may_grow", "ran the wake"),
@@ -106,7 +130,7 @@ BROKEN: list[tuple[type[CountingGate], str, str]] = [
 def test_the_contract_fails_an_account_that_breaks_it(
     gate: type[CountingGate], check: str, message: str
 ) -> None:
-    """ACC-02, ACC-03, ACC-09, ACC-12: each broken gate fails the check for the rule it breaks,
+    """ACC-02, ACC-03, ACC-09, ACC-11, ACC-12: each broken gate fails the check for the rule it breaks,
     while a correct gate of the same size passes the same check."""
 
     class Broken(AccountContract):
@@ -120,6 +144,23 @@ def test_the_contract_fails_an_account_that_breaks_it(
     getattr(Correct(), check)()
     with pytest.raises(AssertionError, match=message):
         getattr(Broken(), check)()
+
+
+@pytest.mark.parametrize("category", ["", "  ", None, 3])
+def test_the_contract_fails_a_blank_or_missing_category(category: Any) -> None:
+    """ACC-11: any name, but a name: a blank or non-str category fails, naming it."""
+
+    class Nameless(CountingGate):
+        @property
+        def limiter_category(self) -> str:
+            return category  # type: ignore[no-any-return]
+
+    class Broken(AccountContract):
+        def make_account(self) -> RateLimiter:
+            return Nameless("broken", 2)
+
+    with pytest.raises(AssertionError, match="limiter_category"):
+        Broken().test_the_identity_is_complete()
 
 
 def test_a_contract_without_make_account_says_what_is_missing() -> None:

@@ -46,8 +46,13 @@ from __future__ import annotations
 
 import abc
 import enum
+import inspect
+import sys
+import typing
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, final, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, _ProtocolMeta, final, runtime_checkable
+
+from ..errors import UncorrectableError
 
 if TYPE_CHECKING:
     from ..errors import UpstreamFailure
@@ -59,6 +64,9 @@ __all__ = [
     "LimiterIdentity",
     "RateLimiter",
     "Replenishment",
+    "account_faults",
+    "check_account",
+    "describe_faults",
 ]
 
 
@@ -79,12 +87,39 @@ class LimiterEventType(enum.Enum):
     RELEASED = "RELEASED"
 
 
+class _StaticProtocolMeta(_ProtocolMeta):
+    """``isinstance`` against an account protocol looks the members up without running them,
+    the rule Python 3.12 adopted, on every version.
+
+    Python 3.11 reads every member with ``hasattr``, which runs properties: an ``in_use`` that
+    reads the trio clock then fails ("must be called from async context") when an account is
+    checked outside a run, as a plugin registry does when it builds one. Only a real check may
+    read live state, and only where it may (admission, inside the run).
+    """
+
+    def __instancecheck__(cls, instance: object) -> bool:
+        if sys.version_info >= (3, 12) or not getattr(cls, "_is_protocol", False):
+            return super().__instancecheck__(instance)
+        for name in typing._get_protocol_attrs(cls):  # type: ignore[attr-defined]
+            member = inspect.getattr_static(instance, name, _ABSENT)
+            if member is _ABSENT:
+                return False
+            if member is None and callable(getattr(cls, name, None)):
+                return False  # a method set to None opts out, as in typing
+        return True
+
+
+_ABSENT = object()
+
+
 @runtime_checkable
-class LimiterIdentity(Protocol):
+class LimiterIdentity(Protocol, metaclass=_StaticProtocolMeta):
     """What an account is, as events, status rows and wait times name it (ACC-11).
 
-    ``limiter_category`` is one of ``"memory"``, ``"token_bucket"``, ``"elastic_window"`` and
-    ``"semaphore"``. ``status_indicator`` is ``None`` while the account is nominal, otherwise a
+    ``limiter_category`` names the kind of account: the built-in ones are ``"memory"``,
+    ``"token_bucket"``, ``"elastic_window"`` and ``"semaphore"``, and a plugin's own kind of
+    account gives its own non-empty name (health lists an unknown category as it is, with no
+    unit). ``capacity`` and ``in_use`` are properties that read as numbers. ``status_indicator`` is ``None`` while the account is nominal, otherwise a
     short word such as ``"blocked"``, ``"probing"``, ``"throttle:2.0x"`` or ``"pace:1500ms"``
     (ACC-12).
     """
@@ -250,3 +285,127 @@ class AbstractRateLimiter(abc.ABC):
         except Exception:  # noqa: BLE001 - a repr must never raise
             name = "?"
         return f"<{type(self).__name__} {name!r}>"
+
+
+# -- the account's shape ---------------------------------------------------------------------------
+# Python's abstract classes only check that a name is defined, not what it is: a ``capacity``
+# written as a method, or a ``status()`` that returns None, passes them and then breaks every
+# event and every health row. Admission checks the shape when it first meets an account.
+
+_QUESTIONS = ("fits", "try_take", "give", "earliest_fit", "on_capacity_change", "account_for")
+
+
+def _read(account: object, name: str) -> tuple[bool, object, str | None]:
+    """``(ok, value, fault)``: the attribute's value, or what went wrong reading it."""
+    try:
+        return True, getattr(account, name), None
+    except Exception as exc:  # noqa: BLE001 - a broken property is a fault to report
+        return False, None, f"reading {name} raised {type(exc).__name__}: {exc}"
+
+
+def _number_fault(name: str, value: object) -> str | None:
+    if callable(value):
+        return f"{name} is a method, not a number (declare it with @property)"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{name} is {value!r} (a {type(value).__name__}), not an int or a float"
+    return None
+
+
+def _name_fault(name: str, value: object) -> str | None:
+    if callable(value):
+        return f"{name} is a method, not a str (declare it with @property)"
+    if not isinstance(value, str) or not value.strip():
+        return f"{name} is {value!r}, not a non-blank str"
+    return None
+
+
+def _identity_faults(identity: object) -> list[str]:
+    faults: list[str] = []
+    for name, judge in (
+        ("limiter_name", _name_fault),
+        ("limiter_category", _name_fault),
+        ("capacity", _number_fault),
+        ("in_use", _number_fault),
+    ):
+        ok, value, fault = _read(identity, name)
+        faults.append((fault if not ok else judge(name, value)) or "")
+    ok, value, fault = _read(identity, "status_indicator")
+    if not ok:
+        faults.append(fault or "")
+    elif value is not None and not isinstance(value, str):
+        faults.append(f"status_indicator is {value!r}, not None or a str")
+    faults.append(_status_fault(identity))
+    return [fault for fault in faults if fault]
+
+
+def _status_fault(identity: object) -> str:
+    status = getattr(identity, "status", None)
+    if not callable(status):
+        return f"status is {status!r}, not a method"
+    try:
+        record = status()
+        summary = record.summary
+    except Exception as exc:  # noqa: BLE001 - as above
+        return f"status() failed: {type(exc).__name__}: {exc}"
+    if not isinstance(summary, str):
+        return (
+            f"status() returned {record!r}, whose summary is {summary!r}; it must return a "
+            "status record with a str summary property (RateLimiterStatus)"
+        )
+    return ""
+
+
+def _limiter_faults(limiter: object) -> list[str]:
+    faults = [
+        f"{name} is not callable"
+        for name in _QUESTIONS
+        if not callable(getattr(limiter, name, None))
+    ]
+    replenishment = getattr(limiter, "replenishment", None)
+    if not callable(replenishment):
+        faults.append(f"replenishment is {replenishment!r}, not a method")
+    else:
+        try:
+            answer = replenishment()
+        except Exception as exc:  # noqa: BLE001 - as above
+            faults.append(f"replenishment() failed: {type(exc).__name__}: {exc}")
+        else:
+            if not isinstance(answer, Replenishment):
+                faults.append(f"replenishment() returned {answer!r}, not a Replenishment")
+    return faults
+
+
+def account_faults(limiter: object, identity: object | None = None) -> list[str]:
+    """Everything wrong with the shape of an account, one phrase each; empty when it is sound.
+
+    ``limiter`` is what admission asks (``fits``, ``try_take``, ``give``, ``earliest_fit``,
+    ``on_capacity_change``, ``account_for`` callables, ``replenishment()`` a
+    :class:`Replenishment`); ``identity`` what events and health read (``limiter_name`` and
+    ``limiter_category`` non-blank strs, ``capacity`` and ``in_use`` ints or floats and not
+    bools or methods, ``status_indicator`` ``None`` or a str, ``status()`` a record with a str
+    ``summary``). ``identity`` defaults to ``limiter``, its own identity. Reading these runs the
+    account's properties, so call it where the account may read its clock (inside a trio run).
+    """
+    faults = _limiter_faults(limiter)
+    faults += _identity_faults(limiter if identity is None else identity)
+    return faults
+
+
+def describe_faults(account: object, faults: Sequence[str]) -> str:
+    """One message naming ``account`` and everything wrong with it."""
+    try:
+        name = getattr(account, "limiter_name", None)
+    except Exception:  # noqa: BLE001 - a name for a message must never raise
+        name = None
+    kind = f"{type(account).__module__}.{type(account).__qualname__}"
+    named = f"account {name!r} ({kind})" if isinstance(name, str) and name else f"account {kind}"
+    return f"{named} does not keep the account contract: {'; '.join(faults)}"
+
+
+def check_account(limiter: object, identity: object | None = None) -> None:
+    """Raise one :class:`~nucleo_trio.errors.UncorrectableError` naming the account and
+    everything wrong with its shape (see :func:`account_faults`); return quietly if nothing is.
+    """
+    faults = account_faults(limiter, identity)
+    if faults:
+        raise UncorrectableError(describe_faults(limiter if identity is None else identity, faults))

@@ -68,6 +68,12 @@ exactly like a raise (ADM-41..43): that waiter alone is refused with an
 :class:`~nucleo_trio.errors.UncorrectableError` naming the account and the value, what the
 attempt took is given back, and the evaluator goes on. (What a ``try_take`` that gave no
 answer did to its own account is unknown, so only the entries taken before it are given back.)
+The account's shape is checked when admission first meets it
+(:func:`~nucleo_trio.admission.limiter.account_faults`: ``capacity`` and ``in_use`` numbers and
+not methods, the questions callable, ``replenishment()`` and ``status()`` of the right type); an
+account that fails is refused to the job that names it, with one error naming the account and
+everything wrong, and is asked again the next time it is met. One that passed is not checked
+again while it lives.
 
 **Forgetting.** An account is tracked only while a parked waiter or an unsettled grant uses it:
 when the last one leaves, its bookkeeping goes, so ``accounts()`` and every map stay as large
@@ -95,7 +101,15 @@ import trio
 
 from ..errors import CancellationRequested, LLMReadableError, UncorrectableError
 from .demand import Demand, DemandEntry, Grant
-from .limiter import LimiterEventType, LimiterIdentity, RateLimiter, Replenishment
+from .limiter import (
+    LimiterEventType,
+    LimiterIdentity,
+    RateLimiter,
+    Replenishment,
+    _identity_faults,
+    _limiter_faults,
+    describe_faults,
+)
 from .memory import UnboundedMemory
 
 if TYPE_CHECKING:
@@ -111,7 +125,8 @@ LimiterEmitter: TypeAlias = Callable[
 """Receives one admission transition: ``(account, snapshot, waiters, type, wait, reject_reason,
 amount)``. ``waiters`` is the count held on that account after the transition, ``wait`` the
 seconds held (0 unless the waiter was held), ``amount`` the units moved. Best effort: whatever it
-raises is logged at debug and dropped (EVT-14)."""
+raises drops that event (EVT-14), never silently: the first failure per account is logged as a
+warning naming the account and the error, later ones at debug."""
 
 _NOTHING: tuple[Any, ...] = ()
 _NO_WIRING: tuple[None, list[Any]] = (None, [])
@@ -236,6 +251,39 @@ class _Wake:
 
 class _Unset:
     __slots__ = ()
+
+
+class _Seen:
+    """A set of objects by identity that keeps none alive: an entry goes when its object dies,
+    so a later object that reuses the id is not mistaken for it. An object that takes no weak
+    reference is remembered by its class instead."""
+
+    __slots__ = ("_refs",)
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref[Any]] = {}
+
+    def __contains__(self, obj: object) -> bool:
+        ref = self._refs.get(id(obj))
+        if ref is not None and ref() is obj:
+            return True
+        ref = self._refs.get(id(type(obj)))
+        return ref is not None and ref() is type(obj)
+
+    def add(self, obj: object) -> None:
+        try:
+            self._hold(obj)
+        except TypeError:
+            self._hold(type(obj))
+
+    def _hold(self, obj: object) -> None:
+        refs, key = self._refs, id(obj)
+
+        def gone(ref: weakref.ref[Any]) -> None:
+            if refs.get(key) is ref:
+                del refs[key]
+
+        refs[key] = weakref.ref(obj, gone)
 
 
 _UNSET = _Unset()
@@ -450,6 +498,9 @@ class Admission:
         # goes when its limiter drops the wake or dies, so this is as large as what holds one).
         self._hooks: dict[int, weakref.ref[_Wake]] = {}
         self._held_counts: dict[int, int] = {}
+        # Accounts whose shape passed (_check_shape), and those whose event failed to build.
+        self._sound = _Seen()
+        self._unreported = _Seen()
 
         self._head_blockers: set[_Account] = set()
         self._head_memory_short = False
@@ -706,6 +757,7 @@ class Admission:
         ident = (id(limiter), id(entry.key))
         account = self._accounts.get(ident)
         if account is None:
+            self._check_shape(limiter, entry.key)
             account = _Account(limiter, entry.key)
             wired = self._wired.get(ident[0])
             if wired is None:
@@ -723,6 +775,22 @@ class Admission:
             self._accounts[ident] = account
         account.users += 1
         return account
+
+    def _check_shape(self, limiter: RateLimiter, key: LimiterIdentity) -> None:
+        """Refuse an account whose shape breaks the contract (a ``capacity`` written as a
+        method, a ``status()`` of the wrong type), naming it and everything wrong, before it
+        can break events and health. An account that passed is not checked again while it lives:
+        accounts are forgotten when idle and met again at the next use."""
+        sound = self._sound
+        faults: list[str] = []
+        if limiter not in sound:
+            faults += _limiter_faults(limiter)
+        if key not in sound:
+            faults += _identity_faults(key)
+        if faults:
+            raise UncorrectableError(describe_faults(key, faults))
+        sound.add(limiter)
+        sound.add(key)
 
     def _unuse(self, w: _Waiter) -> None:
         """``w`` left without a grant: its accounts lose a user (once per waiter)."""
@@ -1423,5 +1491,20 @@ class Admission:
             snapshot = owner.snapshot if isinstance(owner, _Waiter) else owner
             units = amount.units if isinstance(amount, DemandEntry) else amount
             emit(account, snapshot, waiters, type, wait, reject_reason, units)
-        except Exception:  # noqa: BLE001 - emission is best effort (EVT-14)
-            log.debug("Dropped a %s limiter event", type.name, exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - emission is best effort (EVT-14)
+            # Dropped, never silently: the first failure per account is a warning that names
+            # the account and the error, the later ones are logged at debug.
+            if account in self._unreported:
+                log.debug("Dropped a %s limiter event", type.name, exc_info=True)
+                return
+            self._unreported.add(account)
+            log.warning(
+                "Dropped a %s limiter event for %s: %s: %s (later ones for this account are "
+                "logged at debug)",
+                type.name,
+                _name_of(account),
+                exc.__class__.__name__,
+                # attrs' validators raise with (message, attribute, ...): the message is enough.
+                exc.args[0] if len(exc.args) > 1 and isinstance(exc.args[0], str) else exc,
+                exc_info=log.isEnabledFor(logging.DEBUG),
+            )

@@ -98,7 +98,10 @@ class RateLimiterRegistry:
         the class and saying "no no-arg constructor", caused by the :class:`TypeError` of the
         binding. Any other failure to build it says "could not be built: <message>", caused by
         that failure (FAC-02). What the class builds must be a
-        :class:`~nucleo_trio.admission.RateLimiter`.
+        :class:`~nucleo_trio.admission.RateLimiter`, which is checked on the class alone: the
+        registry never reads an account's live state (``capacity``, ``in_use``, ``status()``),
+        which may need a running trio clock, so an account can be built outside a run.
+        Admission checks the rest of its shape when it first meets it.
         """
         if not isinstance(cls, type):
             raise TypeError(f"instance() takes a limiter class, got {cls!r}")

@@ -975,7 +975,8 @@ class LimiterEvent(OperationalEvent):
 
     Fields, in order: ``snapshot`` (the waiting job's, ``None`` when no job owns the
     transition), ``timestamp``, ``limiter_name``, ``limiter_category`` (``memory``,
-    ``token_bucket``, ``elastic_window`` or ``semaphore``), ``capacity``, ``in_use`` and
+    ``token_bucket``, ``elastic_window`` or ``semaphore`` for the built-in accounts, any name
+    a plugin's own kind gives), ``capacity``, ``in_use`` and
     ``waiters`` (both after the transition), ``type``, ``wait`` (seconds held; non-zero only on
     ``GRANTED_FROM_HOLD`` and on a ``REJECTED`` after ``HELD``), ``reject_reason`` (``cancelled``,
     ``shutdown``, ``circuit_blocked`` or ``aborted`` on a refusal), ``status_indicator``

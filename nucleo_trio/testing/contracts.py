@@ -44,11 +44,10 @@ from ..admission import (
     RateLimiterStatus,
     Replenishment,
 )
+from ..admission.limiter import account_faults, describe_faults
 from ..errors import UncorrectableError
 
 __all__ = ["AccountContract"]
-
-_CATEGORIES = frozenset({"memory", "token_bucket", "elastic_window", "semaphore"})
 
 # The account questions admission calls synchronously; none of them may be a coroutine.
 _SYNCHRONOUS = (
@@ -145,14 +144,24 @@ class AccountContract:
     # -- the checks --------------------------------------------------------------------------------
     @_in_trio
     def test_the_identity_is_complete(self) -> None:
-        """ACC-11: a non-blank name, one of the four categories, a capacity, an in-use count,
-        an indicator and a status; every amount resolves to the identity it debits."""
+        """ACC-11: a non-blank name, a category, a capacity, an in-use count, an indicator and
+        a status; every amount resolves to the identity it debits.
+
+        The category is any non-blank name: ``memory``, ``token_bucket``, ``elastic_window``
+        and ``semaphore`` are the built-in accounts', and a new kind of account gives its own
+        (health lists it as it is). The shape is the one admission checks when it first meets
+        the account (:func:`~nucleo_trio.admission.limiter.account_faults`).
+        """
         account = self._fresh()
+        faults = account_faults(account)
+        assert not faults, describe_faults(account, faults)
         assert isinstance(account, LimiterIdentity), f"{account!r} is no LimiterIdentity"
         name = account.limiter_name
         assert isinstance(name, str) and name.strip(), f"limiter_name {name!r} is blank"
         category = account.limiter_category
-        assert category in _CATEGORIES, f"limiter_category {category!r} not in {_CATEGORIES}"
+        assert isinstance(category, str) and category.strip(), (
+            f"limiter_category {category!r} is not a non-blank name"
+        )
         for number in ("capacity", "in_use"):
             value = getattr(account, number)
             assert isinstance(value, int | float) and not isinstance(value, bool), (
