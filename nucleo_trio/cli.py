@@ -188,8 +188,8 @@ def _run_demo(args: argparse.Namespace) -> int:
 # -- trajectory -----------------------------------------------------------------------------------
 _TRAJECTORY_DESCRIPTION = """\
 Print a recorded workflow as a tree, in the order its jobs were called: each parent's children
-by (iteration_number, started_at), depth first, with each job's outcome, attempts, duration and
-failure. DB is a file a TrajectoryRecorder wrote (nucleo_trio.observability); without WORKFLOW
+by iteration_number, then in submission order, depth first, with each job's outcome, attempts,
+duration (on the runtime's own clock, virtual time included) and failure. DB is a file a TrajectoryRecorder wrote (nucleo_trio.observability); without WORKFLOW
 the command lists the workflows the file holds, the most recent first.
 Exit status: 0 when printed, 1 when the file or the workflow is not there."""
 
