@@ -54,15 +54,19 @@ PAGES = [
     *sorted(ROOT.glob("docs/guide/*.md")),
 ]
 # Pages not yet converted to the convention above, each with what is left to do. Such a page is
-# only held to running and printing something, and a page on this list that raises is reported
-# as an expected failure naming it (docs/plugins.md was never run before it was listed). Convert
+# only held to running without raising, and one that raises is reported as an expected failure
+# naming it (docs/plugins.md was never run before it was listed). Convert
 # a page, then take it off; the list is to end empty.
 NOT_YET_CONVERTED = {
-    "docs/guide/admission.md": "an output block after each block that prints",
-    "docs/guide/dispatcher.md": "an output block after each block that prints",
-    "docs/guide/testing.md": "an output block after each block that prints",
-    "docs/guide/trajectories.md": "an output block after each block that prints",
-    "docs/plugins.md": "mark the block using the undefined my_limiters as a fragment",
+    "docs/guide/admission.md": "an output block after each block that prints (blocks 2-9, 11-14,"
+    " 16-22 as of this writing), once its examples print what the guide says",
+    "docs/guide/dispatcher.md": "an output block after each of its 7 blocks (all deterministic)",
+    "docs/guide/testing.md": "an output block after blocks 2, 4 and 5",
+    "docs/guide/trajectories.md": "output blocks after blocks 1, 3, 4 and 5; block 4's ORDER BY"
+    " needs a tie-breaker (left.2 and right.2 start at the same instant), block 5's temporary"
+    " path and ids need ...",
+    "docs/plugins.md": "mark block 4 (registry built from the undefined my_limiters) as"
+    " ```python fragment; its other blocks print nothing, so it then needs no output block",
 }
 TIMEOUT = 60.0
 MAX_EXAMPLE_LINES = 99
@@ -334,7 +338,6 @@ def test_the_code_blocks_of_a_page_run_in_order_and_print_what_the_page_shows(
         f"{name} failed in {result['error']}\n--- it printed\n{''.join(outputs)}"
     )
     if name in NOT_YET_CONVERTED:
-        assert "".join(outputs), f"{name} printed nothing: its examples show nothing"
         return
     for block, printed in zip(page_blocks(page), outputs, strict=True):
         where = f"block {block.number} of {name} (line {block.line})"
