@@ -40,7 +40,7 @@ def _non_negative(instance: object, attribute: attrs.Attribute[int], value: int)
 
 @attrs.frozen
 class SemaphoreLimiterStatus:
-    """A unit-permit gate at one moment (STS-04): how many permits exist, how many are free.
+    """A counting gate at one moment (STS-04): how many permits exist, how many are free.
 
     ``active`` is ``capacity - available``: the permits held right now. ``last_activity`` is the
     instant of the gate's last take or give (its construction until then), or ``None`` for a
