@@ -25,8 +25,6 @@ The pages (``PAGES``) follow one convention, which the tests below hold them to:
 - A trailing comment in a block must not claim output: what a block prints is in its output
   block.
 
-Pages in ``NOT_YET_CONVERTED`` are exempt from the output check, and the list is to end empty.
-
 The subprocesses are started together, once per module, and each test waits for its own: the
 programs that wait on the real clock then overlap instead of adding up.
 """
@@ -57,17 +55,6 @@ PAGES = [
 # only held to running without raising, and one that raises is reported as an expected failure
 # naming it (docs/plugins.md was never run before it was listed). Convert
 # a page, then take it off; the list is to end empty.
-NOT_YET_CONVERTED = {
-    "docs/guide/admission.md": "an output block after each block that prints (blocks 2-9, 11-14,"
-    " 16-22 as of this writing), once its examples print what the guide says",
-    "docs/guide/dispatcher.md": "an output block after each of its 7 blocks (all deterministic)",
-    "docs/guide/testing.md": "an output block after blocks 2, 4 and 5",
-    "docs/guide/trajectories.md": "output blocks after blocks 1, 3, 4 and 5; block 4's ORDER BY"
-    " needs a tie-breaker (left.2 and right.2 start at the same instant), block 5's temporary"
-    " path and ids need ...",
-    "docs/plugins.md": "mark block 4 (registry built from the undefined my_limiters) as"
-    " ```python fragment; its other blocks print nothing, so it then needs no output block",
-}
 TIMEOUT = 60.0
 MAX_EXAMPLE_LINES = 99
 
@@ -332,13 +319,9 @@ def test_the_code_blocks_of_a_page_run_in_order_and_print_what_the_page_shows(
     name = str(page.relative_to(ROOT))
     result = pages_run[name]
     outputs: list[str] = result["outputs"]
-    if name in NOT_YET_CONVERTED and result["error"] is not None:
-        pytest.xfail(f"{name} is not yet converted ({NOT_YET_CONVERTED[name]}): {result['error']}")
     assert result["error"] is None, (
         f"{name} failed in {result['error']}\n--- it printed\n{''.join(outputs)}"
     )
-    if name in NOT_YET_CONVERTED:
-        return
     for block, printed in zip(page_blocks(page), outputs, strict=True):
         where = f"block {block.number} of {name} (line {block.line})"
         if block.shown is None:
@@ -347,12 +330,6 @@ def test_the_code_blocks_of_a_page_run_in_order_and_print_what_the_page_shows(
         assert printed, f"{where} shows output but prints nothing"
         difference = output_difference(block.shown, printed)
         assert difference is None, f"{where}: {difference}\n--- it printed\n{printed}"
-
-
-def test_the_pages_not_yet_converted_are_pages_that_exist() -> None:
-    """The list of exemptions names real pages with code, so emptying it is all that is left."""
-    known = {str(page.relative_to(ROOT)) for page in PAGES_WITH_CODE}
-    assert set(NOT_YET_CONVERTED) <= known, set(NOT_YET_CONVERTED) - known
 
 
 @pytest.mark.parametrize(
