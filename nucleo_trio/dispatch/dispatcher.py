@@ -15,8 +15,6 @@ budget.
 from __future__ import annotations
 
 import logging
-import math
-import os
 import random
 import threading
 import time
@@ -90,6 +88,15 @@ from ..resources import (
     GrantReleaseError,
     JobResources,
     ResourceCloseError,
+)
+from ._boundary import (
+    _boundary_error,
+    _cancel_after_real_seconds,
+    _checked_seconds,
+    _fatal_in,
+    _only_cancellation,
+    _StartedRelay,
+    _where_stuck,
 )
 from .config import DispatcherConfig
 from .lanes import PRIORITY_LANE_MAX_TIMEOUT, Lane, QueuedJob, grace_period
@@ -973,12 +980,7 @@ class JobDispatcher:
         if queued.context.timed_out and not queued.interrupted:
             # Phase two cancelled the job at the grace's end: the timeout is the verdict, and
             # what the attempt had already failed with (a commit's error) is not lost.
-            failure = queued.failure
-            if isinstance(failure, LLMReadableError) and not isinstance(
-                failure, CancellationRequested
-            ):
-                return _Verdict(JobState.TIMED_OUT, error=failure)  # TMO-05
-            return _Verdict(JobState.TIMED_OUT, error=JobTimeoutError(_budget(queued.job), failure))
+            return _timed_out(queued.job, queued.failure)
         return self._forced(queued)  # shutdown interrupted the job
 
     # -- one execution --------------------------------------------------------------------------
@@ -1001,8 +1003,7 @@ class JobDispatcher:
         """A cancel or a timeout that landed while the job ran outranks what it returned."""
         context = queued.context
         if context.timed_out:
-            timeout = queued.job.timeout or 0.0
-            return _Verdict(JobState.TIMED_OUT, error=JobTimeoutError(max(timeout, 1e-9)))
+            return _timed_out(queued.job, None)
         if context.is_cancelled:
             return self._cancelled(queued, None, _commit_cause(queued))
         return verdict
@@ -1010,10 +1011,7 @@ class JobDispatcher:
     def _verdict_for(self, queued: QueuedJob, exc: BaseException) -> _Verdict:
         context = queued.context
         if context.timed_out:
-            timeout = max(queued.job.timeout or 0.0, 1e-9)
-            if isinstance(exc, LLMReadableError) and not isinstance(exc, CancellationRequested):
-                return _Verdict(JobState.TIMED_OUT, error=exc)
-            return _Verdict(JobState.TIMED_OUT, error=JobTimeoutError(timeout, exc))
+            return _timed_out(queued.job, exc)
         if context.is_cancelled or isinstance(exc, CancellationRequested):
             cause = exc if isinstance(exc, CancellationRequested) else None
             return self._cancelled(queued, None, cause)
@@ -1566,6 +1564,15 @@ def _signalled(requirements: JobRequirements) -> list[RateLimiter]:
     return [*binding_accounts(requirements), *(n.limiter for n in requirements.limiters)]
 
 
+def _timed_out(job: AbstractJob[Any], casualty: BaseException | None) -> _Verdict:
+    """The one TIMED_OUT verdict: a casualty already readable by a model passes through
+    unchanged (TMO-05); anything else, or nothing, becomes a JobTimeoutError over the job's
+    budget with the casualty as its cause (TMO-01)."""
+    if isinstance(casualty, LLMReadableError) and not isinstance(casualty, CancellationRequested):
+        return _Verdict(JobState.TIMED_OUT, error=casualty)
+    return _Verdict(JobState.TIMED_OUT, error=JobTimeoutError(_budget(job), casualty))
+
+
 def _budget(job: AbstractJob[Any]) -> float:
     return max(job.timeout or 0.0, 1e-9)
 
@@ -1690,15 +1697,6 @@ def _upstream_in_chain(exc: BaseException) -> bool:
     return False
 
 
-@trio.lowlevel.enable_ki_protection
-async def _cancel_after_real_seconds(
-    seconds: float, finished: threading.Event, scope: trio.CancelScope
-) -> None:
-    """Cancel ``scope`` after ``seconds`` on the wall clock, unless ``finished`` is set first."""
-    if not await trio.to_thread.run_sync(finished.wait, seconds, abandon_on_cancel=True):
-        scope.cancel()
-
-
 def _commit_cause(queued: QueuedJob) -> CancellationRequested | None:
     """For a job cancelled once its commit was sent (during its close, its output guards or
     ``post_execute``): what the commit did, so a committed job is never taken for one that was
@@ -1712,101 +1710,6 @@ def _commit_cause(queued: QueuedJob) -> CancellationRequested | None:
 
 def _set_on_answer(event: trio.Event, committed: bool) -> None:
     event.set()
-
-
-class _StartedRelay:
-    """A task status that tells :meth:`JobDispatcher._supervised` its task has started."""
-
-    def __init__(self, started: Callable[[None], None]) -> None:
-        self.started = started
-
-
-def _only_cancellation(exc: BaseException) -> bool:
-    if isinstance(exc, trio.Cancelled):
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        return all(isinstance(leaf, trio.Cancelled) for leaf in _leaves(exc))
-    return False
-
-
-def _fatal_in(exc: BaseException) -> BaseException | None:
-    """The ``KeyboardInterrupt`` or ``SystemExit`` in ``exc``, bare or inside a group."""
-    if isinstance(exc, KeyboardInterrupt | SystemExit):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for leaf in _leaves(exc):
-            if isinstance(leaf, KeyboardInterrupt | SystemExit):
-                return leaf
-    return None
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    out: list[BaseException] = []
-    stack: list[BaseException] = [group]
-    while stack:
-        exc = stack.pop()
-        if isinstance(exc, BaseExceptionGroup):
-            stack.extend(reversed(exc.exceptions))
-        elif not any(exc is seen for seen in out):
-            out.append(exc)
-    return out
-
-
-def _boundary_error(
-    group: BaseExceptionGroup[BaseException], prefer: BaseException | None = None
-) -> BaseException:
-    """What leaves the dispatcher's boundary for a group its nurseries raised.
-
-    A ``KeyboardInterrupt`` or ``SystemExit`` wins and leaves bare. Cancellations are the echo of
-    whatever stopped the nurseries and are dropped beside a real failure; one real failure
-    leaves as itself; only two or more real failures at once leave as a group. A group of
-    nothing but cancellations leaves as one ``Cancelled`` (``prefer``'s, when it is one), which
-    the cancel scope that caused it catches.
-    """
-    leaves = _leaves(group)
-    fatal = _fatal_in(group)
-    if fatal is not None:
-        return fatal
-    real = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
-    if len(real) == 1:
-        return real[0]
-    if real:
-        return BaseExceptionGroup("the dispatcher and the code around it both failed", real)
-    if isinstance(prefer, trio.Cancelled):
-        return prefer
-    return leaves[0] if leaves else group
-
-
-def _checked_seconds(what: str, value: object, *, allow_negative: bool = False) -> float:
-    """A number of seconds from a caller: a real number, not NaN (nor a bool, nor a string)."""
-    if type(value) is bool or not isinstance(value, int | float) or math.isnan(value):
-        raise ValueError(f"{what} must be a number of seconds, got {value!r}")
-    if value < 0 and not allow_negative:
-        raise ValueError(f"{what} must not be negative, got {value!r}")
-    return float(value)
-
-
-def _where_stuck(task: trio.lowlevel.Task) -> str:
-    """Where a job's task (or the deepest of its child tasks) is waiting, for the stop's
-    warning: the innermost frame outside trio, and whether trio holds it in a worker thread."""
-    places: list[str] = []
-    stack = [task]
-    while stack:
-        current = stack.pop()
-        children = [t for n in current.child_nurseries for t in n.child_tasks]
-        if children:
-            stack.extend(children)
-            continue
-        frames = [frame for frame, _ in current.iter_await_frames()]
-        own = [f for f in frames if f"{os.sep}trio{os.sep}" not in f.f_code.co_filename]
-        if not own:
-            continue
-        frame = own[-1]
-        where = f"at {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
-        if any(f.f_code.co_filename.endswith(f"trio{os.sep}_threads.py") for f in frames):
-            where += " (waiting on a worker thread)"
-        places.append(where)
-    return "; ".join(places) if places else "(no frame found)"
 
 
 @asynccontextmanager
