@@ -1,4 +1,5 @@
-"""Waiting on work the autojump clock cannot see.
+"""The runtime's clock: reading it where there may be none, whole milliseconds, and waiting on
+work the autojump clock cannot see.
 
 trio's :class:`~trio.testing.MockClock` with an autojump threshold jumps to the next timer as
 soon as every task is blocked, and a task waiting on a worker thread counts as blocked: a test
@@ -17,7 +18,22 @@ import math
 import trio
 import trio.testing
 
-__all__ = ["wait_holding_the_clock"]
+__all__ = ["trio_now_or_none", "wait_holding_the_clock", "whole_ms"]
+
+
+def trio_now_or_none() -> float | None:
+    """The trio clock, or ``None`` outside a trio run (something built at configuration
+    time, or read after ``trio.run`` returned)."""
+    try:
+        return trio.current_time()
+    except RuntimeError:
+        return None
+
+
+def whole_ms(seconds: float) -> int:
+    """``seconds`` as whole milliseconds, truncated (never negative): through integer
+    nanoseconds, so 0.0015 s is 1 ms and float noise never turns 3 ms into 2."""
+    return max(0, round(seconds * 1_000_000_000)) // 1_000_000
 
 
 async def wait_holding_the_clock(event: trio.Event) -> None:

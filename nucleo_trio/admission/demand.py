@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .limiter import LimiterIdentity, RateLimiter
+from .._amounts import units_of
+from .._clock import whole_ms
+from .limiter import LimiterIdentity, RateLimiter, name_of
 
 if TYPE_CHECKING:
     from ..jobs.snapshot import JobSnapshot
@@ -86,28 +88,6 @@ def check_amount(limiter: object, amount: object, *, where: str) -> None:
             f"{where}: the amount on {_limiter_name(limiter)} must be None or a finite, "
             f"non-negative number, got {amount!r} ({type(amount).__name__}: {reason})"
         )
-
-
-def units_of(amounts: tuple[Any, ...] | list[Any]) -> int | float:
-    """How many units a list of amounts moves, as limiter events report it (EVT-13).
-
-    Numbers add up; anything else (a unit permit's ``None``, a routing key) counts as 1; a
-    ``bool`` counts as 1, not as a number. ``[300, 300]`` is 600, three ``None`` are 3, and an
-    empty list is 0. A whole float comes back as an ``int``.
-    """
-    total: int | float = 0
-    for amount in amounts:
-        if isinstance(amount, bool):
-            total += 1
-        elif isinstance(amount, int):
-            total += amount
-        elif isinstance(amount, numbers.Real | decimal.Decimal):
-            total += float(amount)
-        else:
-            total += 1
-    if isinstance(total, float) and total.is_integer():
-        return int(total)
-    return total
 
 
 @attrs.frozen
@@ -216,15 +196,8 @@ class Demand:
         return len(self._entries)
 
     def __repr__(self) -> str:
-        parts = ", ".join(f"{_name_of(e.key)}: {list(e.amounts)!r}" for e in self._entries)
+        parts = ", ".join(f"{name_of(e.key)}: {list(e.amounts)!r}" for e in self._entries)
         return f"Demand([{parts}])"
-
-
-def _name_of(identity: LimiterIdentity) -> str:
-    try:
-        return identity.limiter_name
-    except Exception:  # noqa: BLE001 - a name read for a repr or a wait map must never raise
-        return type(identity).__name__
 
 
 def _limiter_name(limiter: object) -> str:
@@ -279,7 +252,7 @@ class Grant:
     @property
     def wall_wait_ms(self) -> int:
         # Whole nanoseconds first, so 1.001 s reads 1001 ms and not 1000.999...
-        return round(self.wall_wait * 1_000_000_000) // 1_000_000
+        return whole_ms(self.wall_wait)
 
     @property
     def is_settled(self) -> bool:

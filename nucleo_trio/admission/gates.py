@@ -27,8 +27,7 @@ import numbers
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-import trio
-
+from .._clock import trio_now_or_none
 from ..errors import UncorrectableError
 from .demand import amount_problem
 from .limiter import AbstractRateLimiter
@@ -96,14 +95,6 @@ def permit_count(name: str, amount: object, where: str) -> int:
     )
 
 
-def _trio_now() -> float | None:
-    """The trio clock, or ``None`` outside a trio run (a gate built at configuration time)."""
-    try:
-        return trio.current_time()
-    except RuntimeError:
-        return None
-
-
 def _check_capacity(owner: str, capacity: object, parameter: str = "capacity") -> int:
     where = owner if parameter == "capacity" else f"{owner}: {parameter}"
     if isinstance(capacity, bool) or not isinstance(capacity, int):
@@ -139,7 +130,7 @@ class CountingGate(AbstractRateLimiter):
         self._name = name
         self._capacity = _check_capacity(f"{owner} {name!r}", capacity, self._capacity_parameter)
         self._in_use = 0
-        self._last_activity = _trio_now()
+        self._last_activity = trio_now_or_none()
 
     # -- identity ---------------------------------------------------------------------------------
     @property
@@ -214,7 +205,7 @@ class CountingGate(AbstractRateLimiter):
         if asked is None:
             return False
         self._in_use += asked
-        self._last_activity = _trio_now()
+        self._last_activity = trio_now_or_none()
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
@@ -226,7 +217,7 @@ class CountingGate(AbstractRateLimiter):
                 f"{self._name}: give of {returned} permits exceeds the {self._in_use} in use"
             )
         self._in_use -= returned
-        self._last_activity = _trio_now()
+        self._last_activity = trio_now_or_none()
 
     def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
         self._permits(mine, "earliest_fit")

@@ -409,3 +409,12 @@ def check_account(limiter: object, identity: object | None = None) -> None:
     faults = account_faults(limiter, identity)
     if faults:
         raise UncorrectableError(describe_faults(limiter if identity is None else identity, faults))
+
+
+def name_of(identity: LimiterIdentity) -> str:
+    """An account's name for a message, a repr or a wait map; never raises (a broken
+    ``limiter_name`` gives the class name instead)."""
+    try:
+        return identity.limiter_name
+    except Exception:  # noqa: BLE001 - a name read for a message must never raise
+        return type(identity).__name__

@@ -99,6 +99,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import trio
 
+from .._clock import whole_ms
 from ..errors import CancellationRequested, LLMReadableError, UncorrectableError
 from .demand import Demand, DemandEntry, Grant
 from .limiter import (
@@ -109,6 +110,7 @@ from .limiter import (
     _identity_faults,
     _limiter_faults,
     describe_faults,
+    name_of,
 )
 from .memory import UnboundedMemory
 
@@ -384,18 +386,7 @@ def _signature(demand: tuple[Any, ...], seq: int) -> Hashable:
     return demand
 
 
-def _name_of(identity: LimiterIdentity) -> str:
-    try:
-        return identity.limiter_name
-    except Exception:  # noqa: BLE001 - a name for a message or a wait map must never raise
-        return type(identity).__name__
-
-
 _NO_WAITS: Mapping[str, int] = MappingProxyType({})
-
-
-def _ms(seconds: float) -> int:
-    return max(0, round(seconds * 1_000_000_000)) // 1_000_000
 
 
 _INF = math.inf
@@ -764,7 +755,7 @@ class Admission:
                 try:
                     self._install_wake(limiter)
                 except Exception as exc:  # noqa: BLE001 - the account's fault: refuse this admit
-                    name = _name_of(entry.key)
+                    name = name_of(entry.key)
                     raise UncorrectableError(
                         f"{name} failed during admission: on_capacity_change raised {exc!r}",
                         cause=exc,
@@ -1235,8 +1226,8 @@ class Admission:
     def _grant(self, w: _Waiter, now: float) -> None:
         waits: dict[str, int] = {}
         for key, since in w.held.values():
-            name = _name_of(key)
-            waits[name] = waits.get(name, 0) + _ms(now - since)
+            name = name_of(key)
+            waits[name] = waits.get(name, 0) + whole_ms(now - since)
         # An empty grant never reports anything, so it needs no snapshot (DG-10).
         snapshot = w.snapshot if w.entries and self._emit_fn is not None else None
         # The waiter's claim on its accounts passes to the grant, until it settles.
@@ -1297,7 +1288,7 @@ class Admission:
         if isinstance(exc, LLMReadableError):
             reason, failure = "circuit_blocked", exc
         else:
-            name = _name_of(account.key)
+            name = name_of(account.key)
             log.error("%s failed during admission", name, exc_info=exc)
             reason = "aborted"
             failure = UncorrectableError(f"{name} failed during admission: {exc}", cause=exc)
@@ -1502,7 +1493,7 @@ class Admission:
                 "Dropped a %s limiter event for %s: %s: %s (later ones for this account are "
                 "logged at debug)",
                 type.name,
-                _name_of(account),
+                name_of(account),
                 exc.__class__.__name__,
                 # attrs' validators raise with (message, attribute, ...): the message is enough.
                 exc.args[0] if len(exc.args) > 1 and isinstance(exc.args[0], str) else exc,

@@ -35,9 +35,7 @@ be built without a snapshot; system and heartbeat events refuse to carry one (OB
 :class:`LimiterEvent` carries one when the transition has an owning job.
 """
 
-import decimal
 import enum
-import numbers
 import time
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -45,6 +43,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, final
 
 import attrs
 
+from nucleo_trio._amounts import units_of
 from nucleo_trio.admission.limiter import LimiterEventType
 from nucleo_trio.jobs.snapshot import JobSnapshot
 from nucleo_trio.jobs.state import JobState
@@ -1012,24 +1011,9 @@ class LimiterEvent(OperationalEvent):
         return f"{name} RELEASED ({self.in_use}/{self.capacity})"
 
 
-def amount_of(amounts: Iterable[object]) -> int | float:
-    """Add up the amounts of a demand the way limiter events report them (EVT-13).
-
-    Numbers add up; anything else (a routing key, a unit permit's ``None``) counts as 1. So
-    ``[300, 300]`` gives 600, three ``None`` give 3 and an empty list gives 0. ``bool`` is not
-    counted as a number.
-    """
-    total: int | float = 0
-    for amount in amounts:
-        if isinstance(amount, bool):
-            total += 1
-        elif isinstance(amount, int):
-            total += amount
-        elif isinstance(amount, numbers.Real | decimal.Decimal):
-            total += float(amount)
-        else:
-            total += 1
-    return total
+amount_of = units_of
+"""Add up the amounts of a demand the way limiter events report them (EVT-13): the one rule of
+:func:`nucleo_trio.admission.units_of`."""
 
 
 # --------------------------------------------------------------------------------------------

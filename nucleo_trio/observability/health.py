@@ -40,6 +40,7 @@ from typing import Final
 import attrs
 import trio
 
+from .._clock import trio_now_or_none
 from ..admission.limiter import LimiterEventType, LimiterIdentity
 from ..bus.events import JobEvent, JobStartedEvent, LifecycleEvent, LimiterEvent, TerminalEvent
 from ..bus.observers import JobObserver
@@ -274,7 +275,7 @@ def capture_health(
     trio clock's now (``None`` outside a trio run).
     """
     if at is None:
-        at = _trio_now()
+        at = trio_now_or_none()
     rows: list[LimiterRow] = []
     seen: set[int] = set()
     for account in accounts:
@@ -299,13 +300,6 @@ def capture_health(
         cpu=cpu,
         at=at,
     )
-
-
-def _trio_now() -> float | None:
-    try:
-        return trio.current_time()
-    except RuntimeError:
-        return None
 
 
 def read_cpu_load() -> CpuLoad | None:

@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import trio
+
+from ..._clock import trio_now_or_none
 
 __all__ = [
     "RATE_LIMITED_RETRY_AFTER",
@@ -69,15 +70,6 @@ def parse_int_or_null(value: str | None) -> int | None:
     if not text or text.lower() == _NOT_A_NUMBER or not _INTEGER.fullmatch(text):
         return None
     return int(text)
-
-
-def _now() -> float | None:
-    # Readings are stamped on the trio clock, like every instant in the runtime; one built
-    # outside a trio run has no such clock and says so with None.
-    try:
-        return trio.current_time()
-    except RuntimeError:
-        return None
 
 
 def _optional_count(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -136,7 +128,7 @@ class RateLimitInfo:
         converter=_kind,
         validator=attrs.validators.instance_of(RateLimitType),
     )
-    captured_at: float | None = attrs.field(factory=_now)
+    captured_at: float | None = attrs.field(factory=trio_now_or_none)
 
     @property
     def tokens_per_minute(self) -> int:
