@@ -27,6 +27,23 @@ take. It reads memory through a :class:`~nucleo_trio.admission.memory_reader.Mem
 * **The re-check.** Freeing memory signals nothing, so while anything is paced or latched,
   ``earliest_fit`` is never more than 2 s away: the one timed re-check in admission.
 
+**Promises.** The reading sees only what jobs have already allocated, so a burst admitted while
+memory is low would overshoot by all of them. A job may promise the memory it expects to use
+(``JobRequirements.require_memory``); the promise is a :class:`MemoryClaim`, an amount on this
+same limiter that resolves to a second identity, :attr:`MemoryPressureGate.reservations`
+(``memory-reserved``, RELEASE). It is taken whole with the rest of the demand and given back at
+release. The bytes promised and not yet seen in the reading are reserved against the headroom
+under the latch: a claim fits while ``max(used, base + reserved) + claim`` stays below 95 % of
+the limit, where ``base`` is the reading when the reservations last went from none to some
+(lowered by any lower reading), so bytes a job has allocated are not counted twice. A job that
+promises nothing is given the estimate learnt for its class, if there is one: the growth from the
+reading at its demand's assembly to the highest reading before its release (readings are taken
+at every look, at release and whenever the scheduler is about to wait, while jobs are in flight),
+shared among the jobs in flight when it started and those assembled since, folded into an
+exponentially weighted maximum per class (:meth:`MemoryPressureGate.estimate`).
+A job with neither meets the gate exactly as the seed describes; so does every question asked
+with no amounts (memory's line, the latch, the drain and the penalty never see a claim).
+
 Orchestrators (empty demands) never meet the gate; a line held on another account is that
 account's to release whatever memory reads; both are admission's doing (see
 :mod:`nucleo_trio.admission.monitor`). Times are :func:`trio.current_time` seconds; delays are
@@ -35,16 +52,23 @@ whole milliseconds, as the status reports them.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
+import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import attrs
 import trio
 
-from .limiter import AbstractRateLimiter
+from ..errors import UncorrectableError
+from .limiter import AbstractRateLimiter, LimiterIdentity
 from .memory_reader import MemoryReader, MemoryReading, ProcessMemoryReader
 from .status import MemoryPressureStatus, MemoryZone
+
+if TYPE_CHECKING:
+    from ..jobs.context import JobContext
 
 __all__ = [
     "CRITICAL_RATIO",
@@ -56,7 +80,10 @@ __all__ = [
     "PENALTY_BASE",
     "RECHECK_SECONDS",
     "RECOVERY_RATIO",
+    "MemoryClaim",
     "MemoryPressureGate",
+    "MemoryReservations",
+    "MemoryReservationsStatus",
     "throttle_delay_ms",
 ]
 
@@ -102,6 +129,144 @@ def _nobody() -> int:
     return 0
 
 
+_MIB = 2**20
+ESTIMATE_FLOOR_BYTES = _MIB
+"""A learnt estimate under one MiB is noise: the job meets the gate as if it promised nothing."""
+ESTIMATE_DECAY = 0.25
+"""How far one smaller observation pulls a class's estimate down (a larger one replaces it)."""
+
+
+def _claim_bytes(claim: MemoryClaim, attribute: attrs.Attribute[int], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"MemoryClaim.nbytes must be a positive int of bytes, got {value!r}")
+
+
+@attrs.frozen
+class MemoryClaim:
+    """The memory one attempt promises: ``nbytes`` for a job of class ``job_class``, either
+    ``declared`` by the job or the class's learnt estimate. Claims compare by value, so jobs of
+    one class promising the same bytes have one demand signature (they wait as one group)."""
+
+    job_class: str
+    nbytes: int = attrs.field(validator=_claim_bytes)
+    declared: bool = True
+
+
+@attrs.frozen
+class MemoryReservationsStatus:
+    """The reservations at one look: bytes promised by running jobs (``reserved_bytes``), the
+    part the reading does not show yet (``unseen_bytes``), against ``max_bytes``."""
+
+    reserved_bytes: int
+    unseen_bytes: int
+    max_bytes: int
+    jobs: int
+
+    @property
+    def summary(self) -> str:
+        return (
+            f"{self.reserved_bytes / _MIB:.0f} MiB promised by {self.jobs} running jobs, "
+            f"{self.unseen_bytes / _MIB:.0f} MiB not yet in the reading, "
+            f"limit {self.max_bytes / _MIB:.0f} MiB"
+        )
+
+
+class MemoryReservations:
+    """The identity a :class:`MemoryClaim` debits on its gate (``memory-reserved``): what the
+    jobs running now have promised. Events and health name it; the gate keeps the figures."""
+
+    def __init__(self, gate: MemoryPressureGate) -> None:
+        self._gate = gate
+
+    @property
+    def limiter_name(self) -> str:
+        return "memory-reserved"
+
+    @property
+    def limiter_category(self) -> str:
+        return "memory"
+
+    @property
+    def capacity(self) -> int:
+        return self._gate._last_reading().limit_bytes
+
+    @property
+    def in_use(self) -> int:
+        return self._gate._reserved
+
+    @property
+    def status_indicator(self) -> str | None:
+        return None
+
+    def status(self) -> MemoryReservationsStatus:
+        """A fresh reading, which moves none of the gate's own state (floor, latch)."""
+        gate = self._gate
+        reading = gate.reader.read()
+        return MemoryReservationsStatus(
+            gate._reserved, gate._unseen(reading), reading.limit_bytes, gate._claims
+        )
+
+    def __repr__(self) -> str:
+        return f"<MemoryReservations {self._gate._reserved} bytes>"
+
+
+class _Peaks:
+    """Readings taken while jobs are in flight, kept as a falling staircase: the highest
+    reading since any earlier sample is the first step at or after it (one bisect), and a new
+    reading costs what it knocks off the end."""
+
+    __slots__ = ("_count", "_seqs", "_values")
+    LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._seqs: list[int] = []
+        self._values: list[int] = []
+
+    def add(self, used: int) -> int:
+        """Record a reading; answers its sequence number."""
+        self._count += 1
+        seqs, values = self._seqs, self._values
+        while values and values[-1] <= used:
+            values.pop()
+            seqs.pop()
+        seqs.append(self._count)
+        values.append(used)
+        if len(seqs) > self.LIMIT:  # the oldest steps go: a very old start then reads low
+            del seqs[: self.LIMIT // 2], values[: self.LIMIT // 2]
+        return self._count
+
+    def since(self, seq: int) -> int:
+        """The highest reading from sample ``seq`` on (0 when none is kept)."""
+        index = bisect.bisect_left(self._seqs, seq)
+        return self._values[index] if index < len(self._values) else 0
+
+    def clear(self) -> None:
+        self._seqs.clear()
+        self._values.clear()
+
+
+class _Sampler(trio.abc.Instrument):
+    """Samples memory for the gate each time the scheduler is about to wait."""
+
+    def __init__(self, gate: MemoryPressureGate) -> None:
+        self._gate = weakref.ref(gate)
+
+    def before_io_wait(self, timeout: float) -> None:
+        gate = self._gate()
+        if gate is not None:
+            gate._sample()
+
+
+def _bytes_of(claims: Sequence[Any]) -> int:
+    return sum(c.nbytes for c in claims if isinstance(c, MemoryClaim))
+
+
+def _class_of(context: JobContext) -> str:
+    cls = type(context.job)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 class MemoryPressureGate(AbstractRateLimiter):
     """The memory account (see the module docstring): name and category ``memory``, RELEASE.
 
@@ -143,6 +308,20 @@ class MemoryPressureGate(AbstractRateLimiter):
         self._would_commit: float | None = None  # the penalty a release now would commit
         self._last_release: float | None = None
         self._completed = False
+        # Promises (see the module docstring): bytes reserved by running claims, their number,
+        # and the reading they are measured from.
+        self.reservations = MemoryReservations(self)
+        self._reserved = 0
+        self._claims = 0
+        self._base = 0
+        # Learning: per class, the estimate; per attempt in flight, (class, used, assemblies).
+        self._estimates: dict[str, float] = {}
+        self._starts: weakref.WeakKeyDictionary[JobContext, tuple[str, int, int, int]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._assemblies = 0
+        self._peaks = _Peaks()
+        self._sampling: object = None  # the trio run whose scheduler samples for us
 
     @staticmethod
     def _check_reader(reader: object) -> None:
@@ -201,9 +380,24 @@ class MemoryPressureGate(AbstractRateLimiter):
         self._held = supplier
 
     # -- the account ------------------------------------------------------------------------------
+    def account_for(self, amount: Any) -> LimiterIdentity:
+        """``None`` is memory's line (the gate itself); a :class:`MemoryClaim` debits
+        :attr:`reservations`; anything else is refused, naming the value."""
+        if amount is None:
+            return self
+        if isinstance(amount, MemoryClaim):
+            return self.reservations
+        raise ValueError(
+            f"memory: an amount on the memory gate is a MemoryClaim (declare it with "
+            f"JobRequirements.require_memory), got {type(amount).__name__} {amount!r}"
+        )
+
     def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
         """Not latched, and releasable: no release yet, nobody held on memory, a completion
-        since the last release, or the penalised delay for the reading now has passed (MEM-11)."""
+        since the last release, or the penalised delay for the reading now has passed (MEM-11).
+        With claims (``mine`` not empty) the question is the reservation's instead."""
+        if mine:
+            return self._claim_fits(mine, reserved_ahead)
         if self._stopping:
             return True
         reading = self._look()
@@ -211,7 +405,15 @@ class MemoryPressureGate(AbstractRateLimiter):
 
     def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
         """The same check, and a release: stamp it, use up the completion, commit the penalty
-        and shift the floor history (MEM-13)."""
+        and shift the floor history (MEM-13). With claims, the reservation is taken instead."""
+        if mine:
+            if not self._claim_fits(mine, reserved_ahead):
+                return False
+            if self._reserved == 0:
+                self._base = self._last_reading().used_bytes
+            self._reserved += _bytes_of(mine)
+            self._claims += 1
+            return True
         if self._stopping:
             return True
         reading = self._look()
@@ -227,15 +429,25 @@ class MemoryPressureGate(AbstractRateLimiter):
 
     def give(self, amounts: Sequence[Any]) -> None:
         """A completion: a moment to look, not a token to spend (MEM-14). It lets one job go at
-        the next look that finds the latch clear, however many completions came before it."""
+        the next look that finds the latch clear, however many completions came before it.
+        With claims, the reservation comes back (the completion follows as ``give([])``)."""
+        if amounts:
+            self._reserved = max(0, self._reserved - _bytes_of(amounts))
+            self._claims = max(0, self._claims - 1)
+            self._capacity_changed()
+            return
         self._completed = True
+        self._learn_from_release()
         self._capacity_changed()
 
     def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
         """When to look again: in 2 s while latched (without reading memory); ``None`` when
         nothing paces (no release yet, or nobody held); otherwise the end of the delay for the
         reading now, but never more than 2 s away, and a delay that already ended as its past
-        instant (MEM-07, MEM-18, MEM-19)."""
+        instant (MEM-07, MEM-18, MEM-19). A claim that does not fit is looked at again within
+        2 s (freeing memory signals nothing) or at the next release."""
+        if mine:
+            return None if self._stopping else self._clock() + RECHECK_SECONDS
         if self._stopping:
             return None
         now = self._clock()
@@ -294,6 +506,119 @@ class MemoryPressureGate(AbstractRateLimiter):
         """The penalty a release now would commit, from the floor as of the last look (MEM-22)."""
         return self._penalty()
 
+    # -- promises -------------------------------------------------------------------------------
+    def estimate(self, job_class: str) -> int | None:
+        """The bytes a job of ``job_class`` is expected to use, as learnt, or ``None``."""
+        learnt = self._estimates.get(job_class)
+        return None if learnt is None else math.ceil(learnt)
+
+    def claim_for(self, context: JobContext | None, declared: int | None) -> MemoryClaim | None:
+        """The claim of one attempt about to meet admission (called as its demand is assembled,
+        only for a demand that holds anything): ``declared`` bytes, else the estimate of its
+        class, else ``None`` (the seed's gate alone). The attempt is also noted for learning:
+        its growth is measured from here to its release."""
+        job_class = "" if context is None else _class_of(context)
+        if context is not None:
+            self._sample_while_running()
+            try:
+                used = self.reader.read().used_bytes
+            except Exception:  # noqa: BLE001 - learning is best effort; admission asks again
+                used = None
+            if used is not None:
+                seq = self._peaks.add(used)
+                self._starts.pop(context, None)  # a re-run starts over
+                # Counted from the jobs already in flight, so the burst's growth is shared.
+                first = self._assemblies - len(self._starts)
+                self._starts[context] = (job_class, used, first, seq)
+            self._assemblies += 1
+        if declared is not None:
+            return MemoryClaim(job_class, declared, True)
+        learnt = self._estimates.get(job_class)
+        if learnt is None or learnt < ESTIMATE_FLOOR_BYTES:
+            return None
+        # Whole MiB, so a class's jobs keep one signature while the estimate wobbles; never so
+        # much that the class could not run at all (a declaration may be refused, a guess not).
+        limit = self._last_reading().limit_bytes
+        nbytes = math.ceil(learnt / _MIB) * _MIB
+        if limit > 0:
+            nbytes = max(1, min(nbytes, math.floor(CRITICAL_RATIO * limit / 2)))
+        return MemoryClaim(job_class, nbytes, False)
+
+    def observe(self, job_class: str, grown_bytes: int) -> None:
+        """Fold one job's growth into its class's estimate: a larger one replaces it, a smaller
+        one pulls it down by :data:`ESTIMATE_DECAY` of the difference."""
+        grown = float(max(0, grown_bytes))
+        learnt = self._estimates.get(job_class)
+        if learnt is None or grown >= learnt:
+            self._estimates[job_class] = grown
+        else:
+            self._estimates[job_class] = learnt - (learnt - grown) * ESTIMATE_DECAY
+
+    def _learn_from_release(self) -> None:
+        if not self._starts:
+            return
+        from ..jobs.context import current_job
+
+        context = current_job()
+        start = self._starts.pop(context, None) if context is not None else None
+        if start is None:
+            return
+        job_class, used, assemblies, seq = start
+        try:
+            self._peaks.add(self.reader.read().used_bytes)
+        except Exception:  # noqa: BLE001 - learning is best effort
+            return
+        peak = self._peaks.since(seq)
+        if not self._starts:
+            self._peaks.clear()
+        # The growth to the highest reading in the job's time, shared with the jobs in flight
+        # when it started and those assembled since (a burst's growth is all of theirs).
+        self.observe(job_class, (peak - used) // max(1, self._assemblies - assemblies))
+
+    def _sample(self) -> None:
+        """One reading for the jobs in flight (the scheduler's idle moments and every look)."""
+        if self._starts:
+            try:
+                self._peaks.add(self.reader.read().used_bytes)
+            except Exception:  # noqa: BLE001 - learning is best effort
+                return
+
+    def _sample_while_running(self) -> None:
+        """Jobs free what they allocated before they release, so a reading at release alone
+        misses their peak: sample whenever the scheduler is about to sleep (one read, about a
+        microsecond, and nothing at all while no job is in flight)."""
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            return
+        if self._sampling is not token:
+            trio.lowlevel.add_instrument(_Sampler(self))
+            self._sampling = token
+
+    def _unseen(self, reading: MemoryReading) -> int:
+        """Promised bytes the reading does not show yet."""
+        if self._reserved == 0:
+            return 0
+        self._base = min(self._base, reading.used_bytes)
+        return max(0, self._base + self._reserved - reading.used_bytes)
+
+    def _claim_fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        if self._stopping:
+            return True
+        reading = self._last_reading()
+        ceiling = CRITICAL_RATIO * reading.limit_bytes
+        need = _bytes_of(mine)
+        if reading.limit_bytes > 0 and need > ceiling:
+            claim = next(c for c in mine if isinstance(c, MemoryClaim))
+            raise UncorrectableError(
+                f"memory: {claim.job_class or 'the job'} promises {need} bytes, more than the "
+                f"{math.floor(ceiling)} bytes under the memory latch; it could never run"
+            )
+        if reading.limit_bytes <= 0:
+            return True  # a reader that cannot tell its limit never holds anyone (MEM-02)
+        projected = reading.used_bytes + self._unseen(reading)
+        return projected + need + _bytes_of(reserved_ahead) <= ceiling
+
     # -- internals --------------------------------------------------------------------------------
     def _look(self) -> MemoryReading:
         """Read memory once: move the floor on a fall, set or clear the latch, log either."""
@@ -307,6 +632,8 @@ class MemoryPressureGate(AbstractRateLimiter):
             self._would_commit = None
         self._previous = ratio
         self._reading = reading
+        if self._starts:
+            self._peaks.add(reading.used_bytes)
         if self._latched:
             if ratio < RECOVERY_RATIO:
                 self._latched = False

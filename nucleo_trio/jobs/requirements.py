@@ -75,6 +75,21 @@ class JobRequirements:
     rate_limiters: list[LimiterRequirement] = attrs.field(factory=list)
     databases: list[DBResourceProvider | str] = attrs.field(factory=list)
     model_bindings: list[ModelBinding] = attrs.field(factory=list)
+    memory_bytes: int | None = None
+    """The memory the job promises to use (:meth:`require_memory`), or ``None``."""
+
+    def require_memory(self, size: int | str) -> JobRequirements:
+        """Promise the memory the job expects to use: a positive number of bytes or a size
+        such as ``"50MiB"`` (binary units count in 1024s, decimal ones in 1000s). The memory
+        gate reserves it against the headroom under its latch for as long as the job holds its
+        resources, so a burst admitted while memory is low cannot overshoot by all of it.
+        Anything else is refused, naming the value: ``0``, ``-1``, ``True``, ``"lots"``.
+        Declaring again replaces the promise.
+        """
+        from ..admission.memory_reader import parse_memory_limit
+
+        self.memory_bytes = parse_memory_limit(size, what="require_memory")
+        return self
 
     def require_model(self, binding: ModelBinding) -> JobRequirements:
         """Add a model the job calls in this attempt (:class:`~nucleo_trio.models.ModelBinding`):
@@ -157,4 +172,9 @@ class JobRequirements:
     @property
     def has_resources(self) -> bool:
         """True when admission must grant something before the job runs (JR-05)."""
-        return bool(self.rate_limiters) or bool(self.databases) or self.needs_http
+        return (
+            bool(self.rate_limiters)
+            or bool(self.databases)
+            or self.needs_http
+            or self.memory_bytes is not None
+        )

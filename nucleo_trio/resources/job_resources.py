@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..admission import Admission, Demand, Grant
+from ..admission.memory_gate import MemoryPressureGate
 from ..errors import CancellationRequested, UncorrectableError, add_suppressed
+from ..jobs.context import current_job
 from .provider import DBHandle, DBResourceProvider
 
 if TYPE_CHECKING:
@@ -165,7 +167,23 @@ def demand_of(
         demand.add(need.limiter, need.amount)
     for provider in providers:
         demand.add(provider.admission(), None)
+    if requirements.memory_bytes is not None or not demand.is_empty:
+        _add_memory_claim(demand, requirements.memory_bytes)
     return demand
+
+
+def _add_memory_claim(demand: Demand, declared: int | None) -> None:
+    """The attempt's memory promise on its dispatcher's memory gate: the declared bytes, else
+    the estimate learnt for its class (none yet: nothing is added and the gate paces the job as
+    the seed describes). Outside a job, or with no memory pressure gate, nothing is added."""
+    context = current_job()
+    admission = getattr(getattr(context, "dispatcher", None), "admission", None)
+    gate = getattr(admission, "memory", None)
+    if not isinstance(gate, MemoryPressureGate):
+        return
+    claim = gate.claim_for(context, declared)
+    if claim is not None:
+        demand.add(gate, claim)
 
 
 def _label(provider: DBResourceProvider) -> str:
