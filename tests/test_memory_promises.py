@@ -251,3 +251,24 @@ def test_an_estimate_is_an_exponentially_weighted_maximum() -> None:
     gate.observe("Job", -5)  # a job that freed memory grew by nothing
     assert gate.estimate("Job") == 150 * MIB
     assert gate.estimate("Other") is None
+
+
+async def test_growth_of_jobs_that_promise_nothing_keeps_no_promise(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Ten running jobs, five of which promised 100 MiB; 300 MiB of growth since the first
+    promise is read as 150 MiB of promises kept (the promising half), not 300."""
+    memory = Memory()
+    gate = MemoryPressureGate(memory)
+    admission = Admission(gate)
+    work = CountingGate("work", 100)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(admission.run)
+        for i in range(10):
+            demand = Demand().add(work)
+            if i % 2:
+                demand.add(gate, claim(100 * MIB))
+            await admission.admit(demand)
+        memory.grow(300 * MIB)
+        assert gate.reservations.status().unseen_bytes == 500 * MIB - 150 * MIB
+        admission.stop()

@@ -33,9 +33,11 @@ memory is low would overshoot by all of them. A job may promise the memory it ex
 same limiter that resolves to a second identity, :attr:`MemoryPressureGate.reservations`
 (``memory-reserved``, RELEASE). It is taken whole with the rest of the demand and given back at
 release. The bytes promised and not yet seen in the reading are reserved against the headroom
-under the latch: a claim fits while ``max(used, base + reserved) + claim`` stays below 95 % of
-the limit, where ``base`` is the reading when the reservations last went from none to some
-(lowered by any lower reading), so bytes a job has allocated are not counted twice. A job that
+under the latch: a claim fits while ``used + unseen + claim`` stays below 95 % of the limit.
+``unseen`` is what is reserved less the promises kept: the growth since ``base`` (the reading
+when the reservations last went from none to some, lowered by any lower reading), in the share
+of running jobs that promised, so bytes a job has allocated are not counted twice and the growth
+of jobs that promised nothing keeps no promise. A job that
 promises nothing is given the estimate learnt for its class, if there is one: the growth from the
 reading at its demand's assembly to the highest reading before its release (readings are taken
 at every look, at release and whenever the scheduler is about to wait, while jobs are in flight),
@@ -313,6 +315,7 @@ class MemoryPressureGate(AbstractRateLimiter):
         self.reservations = MemoryReservations(self)
         self._reserved = 0
         self._claims = 0
+        self._running = 0  # resourceful jobs granted and not yet given back, claims or none
         self._base = 0
         # Learning: per class, the estimate; per attempt in flight, (class, used, assemblies).
         self._estimates: dict[str, float] = {}
@@ -415,6 +418,7 @@ class MemoryPressureGate(AbstractRateLimiter):
             self._claims += 1
             return True
         if self._stopping:
+            self._running += 1
             return True
         reading = self._look()
         if self._latched or not self._releasable(reading.ratio):
@@ -425,6 +429,7 @@ class MemoryPressureGate(AbstractRateLimiter):
         self._would_commit = None
         self._last_release = self._clock()
         self._completed = False
+        self._running += 1
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
@@ -437,6 +442,7 @@ class MemoryPressureGate(AbstractRateLimiter):
             self._capacity_changed()
             return
         self._completed = True
+        self._running = max(0, self._running - 1)
         self._learn_from_release()
         self._capacity_changed()
 
@@ -596,11 +602,16 @@ class MemoryPressureGate(AbstractRateLimiter):
             self._sampling = token
 
     def _unseen(self, reading: MemoryReading) -> int:
-        """Promised bytes the reading does not show yet."""
-        if self._reserved == 0:
+        """Promised bytes the reading does not show yet: the growth since ``base`` is read as
+        promises kept only in the share of the running jobs that promised (the others grow too,
+        and their growth keeps no promise)."""
+        reserved = self._reserved
+        if reserved == 0:
             return 0
-        self._base = min(self._base, reading.used_bytes)
-        return max(0, self._base + self._reserved - reading.used_bytes)
+        self._base = base = min(self._base, reading.used_bytes)
+        claims = self._claims
+        kept = (reading.used_bytes - base) * claims // max(claims, self._running, 1)
+        return max(0, reserved - kept)
 
     def _claim_fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
         if self._stopping:
