@@ -131,9 +131,15 @@ def _nobody() -> int:
     return 0
 
 
+def _no_job() -> None:
+    return None
+
+
 _MIB = 2**20
 ESTIMATE_FLOOR_BYTES = _MIB
 """A learnt estimate under one MiB is noise: the job meets the gate as if it promised nothing."""
+SAMPLE_SECONDS = 0.005
+"""While jobs are in flight, the scheduler's idle moments are sampled at most this often."""
 ESTIMATE_DECAY = 0.25
 """How far one smaller observation pulls a class's estimate down (a larger one replaces it)."""
 
@@ -264,11 +270,6 @@ def _bytes_of(claims: Sequence[Any]) -> int:
     return sum(c.nbytes for c in claims if isinstance(c, MemoryClaim))
 
 
-def _class_of(context: JobContext) -> str:
-    cls = type(context.job)
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 class MemoryPressureGate(AbstractRateLimiter):
     """The memory account (see the module docstring): name and category ``memory``, RELEASE.
 
@@ -319,9 +320,12 @@ class MemoryPressureGate(AbstractRateLimiter):
         self._base = 0
         # Learning: per class, the estimate; per attempt in flight, (class, used, assemblies).
         self._estimates: dict[str, float] = {}
-        self._starts: weakref.WeakKeyDictionary[JobContext, tuple[str, int, int, int]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Per attempt in flight: [class, reading at its start, jobs before it, sample number].
+        self._starts: weakref.WeakKeyDictionary[JobContext, list[Any]] = weakref.WeakKeyDictionary()
+        self._pending: list[list[Any]] = []  # starts waiting for the next look's reading
+        self._job_now: Callable[[], JobContext | None] = _no_job
+        self._class_names: dict[type, str] = {}
+        self._sampled_at = -math.inf
         self._assemblies = 0
         self._peaks = _Peaks()
         self._sampling: object = None  # the trio run whose scheduler samples for us
@@ -523,19 +527,19 @@ class MemoryPressureGate(AbstractRateLimiter):
         only for a demand that holds anything): ``declared`` bytes, else the estimate of its
         class, else ``None`` (the seed's gate alone). The attempt is also noted for learning:
         its growth is measured from here to its release."""
-        job_class = "" if context is None else _class_of(context)
+        job_class = "" if context is None else self._class_of(context)
         if context is not None:
+            if self._job_now is _no_job:
+                from ..jobs.context import current_job  # jobs import admission: not at load
+
+                self._job_now = current_job
             self._sample_while_running()
-            try:
-                used = self.reader.read().used_bytes
-            except Exception:  # noqa: BLE001 - learning is best effort; admission asks again
-                used = None
-            if used is not None:
-                seq = self._peaks.add(used)
-                self._starts.pop(context, None)  # a re-run starts over
-                # Counted from the jobs already in flight, so the burst's growth is shared.
-                first = self._assemblies - len(self._starts)
-                self._starts[context] = (job_class, used, first, seq)
+            starts = self._starts
+            starts.pop(context, None)  # a re-run starts over
+            # Counted from the jobs already in flight, so a burst's growth is shared among it.
+            record: list[Any] = [job_class, None, self._assemblies - len(starts), 0]
+            starts[context] = record
+            self._pending.append(record)  # its first reading is the next look's (just after)
             self._assemblies += 1
         if declared is not None:
             return MemoryClaim(job_class, declared, True)
@@ -550,6 +554,13 @@ class MemoryPressureGate(AbstractRateLimiter):
             nbytes = max(1, min(nbytes, math.floor(CRITICAL_RATIO * limit / 2)))
         return MemoryClaim(job_class, nbytes, False)
 
+    def _class_of(self, context: JobContext) -> str:
+        cls = type(context.job)
+        name = self._class_names.get(cls)
+        if name is None:
+            name = self._class_names[cls] = f"{cls.__module__}.{cls.__qualname__}"
+        return name
+
     def observe(self, job_class: str, grown_bytes: int) -> None:
         """Fold one job's growth into its class's estimate: a larger one replaces it, a smaller
         one pulls it down by :data:`ESTIMATE_DECAY` of the difference."""
@@ -561,15 +572,16 @@ class MemoryPressureGate(AbstractRateLimiter):
             self._estimates[job_class] = learnt - (learnt - grown) * ESTIMATE_DECAY
 
     def _learn_from_release(self) -> None:
-        if not self._starts:
+        starts = self._starts
+        if not starts:
             return
-        from ..jobs.context import current_job
-
-        context = current_job()
-        start = self._starts.pop(context, None) if context is not None else None
+        context = self._job_now()
+        start = starts.pop(context, None) if context is not None else None
         if start is None:
             return
         job_class, used, assemblies, seq = start
+        if used is None:
+            return  # never looked at (a stopping gate asks nothing)
         try:
             self._peaks.add(self.reader.read().used_bytes)
         except Exception:  # noqa: BLE001 - learning is best effort
@@ -582,8 +594,12 @@ class MemoryPressureGate(AbstractRateLimiter):
         self.observe(job_class, (peak - used) // max(1, self._assemblies - assemblies))
 
     def _sample(self) -> None:
-        """One reading for the jobs in flight (the scheduler's idle moments and every look)."""
+        """One reading for the jobs in flight, at most one per :data:`SAMPLE_SECONDS`."""
         if self._starts:
+            now = self._clock()
+            if now - self._sampled_at < SAMPLE_SECONDS:
+                return
+            self._sampled_at = now
             try:
                 self._peaks.add(self.reader.read().used_bytes)
             except Exception:  # noqa: BLE001 - learning is best effort
@@ -644,7 +660,11 @@ class MemoryPressureGate(AbstractRateLimiter):
         self._previous = ratio
         self._reading = reading
         if self._starts:
-            self._peaks.add(reading.used_bytes)
+            seq = self._peaks.add(reading.used_bytes)
+            if self._pending:
+                for record in self._pending:
+                    record[1], record[3] = reading.used_bytes, seq
+                self._pending.clear()
         if self._latched:
             if ratio < RECOVERY_RATIO:
                 self._latched = False
