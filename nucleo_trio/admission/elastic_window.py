@@ -28,6 +28,23 @@ the intent and keeps the code honest should a method ever gain a checkpoint.
 
 Amounts are unit permits: each amount is one request and its value is not counted, but a bool,
 NaN, an infinity or a negative is refused (:func:`~nucleo_trio.admission.gates.check_permits`).
+
+**The bound as the upstream sees it.** A grant is decided in one task (admission's, or the
+caller's own on the fast path) and the caller starts when trio next runs it, which under load can
+be a good while later. Were a stamp the instant of the decision, a burst decided at ``t`` but
+resumed late and the next burst, decided at ``t + window`` the moment the first one's stamps
+leave and resumed promptly, would both reach the upstream inside one window: twice the bound.
+So a stamp is the instant its caller *starts*, bounded from above. trio resumes a task woken in
+one scheduler batch in the next batch, so a caller granted in batch ``k`` has started by the end
+of batch ``k + 1``. Inside a trio run, a stamp is therefore *unconfirmed* when it is taken: it
+holds its slot from the decision on, and a small system task (one per window while stamps are
+unconfirmed, parked otherwise) moves it to the clock reading it takes three batches later, past
+the end of the caller's batch. The stamp only ever moves later, so an unconfirmed stamp never
+leaves the window, and grants as the callers see them never exceed ``max_requests`` in any window.
+On trio's virtual clock the clock cannot move while that task is runnable, so the stamp keeps
+the exact instant of the decision and every deadline stays exact; on the real clock the slot is
+held for the caller's wake-up delay besides the window, which is what the upstream counts.
+Outside a trio run (an injected clock driven by hand) a stamp is the decision instant.
 """
 
 from __future__ import annotations
@@ -260,6 +277,10 @@ class ElasticWindow(AbstractRateLimiter):
         self._clock = clock
         self._probe_timeout = probe_timeout
         self._stamps: deque[float] = deque()
+        # The newest stamps not yet confirmed as started, oldest first: [count, batches seen].
+        self._unconfirmed: deque[list[int]] = deque()
+        self._pending = 0  # how many of the newest stamps are unconfirmed
+        self._confirmer: trio.lowlevel.Task | None = None
         self.throttle = 0.0
         self._successes = 0
         self._failures_at_max = 0
@@ -370,8 +391,61 @@ class ElasticWindow(AbstractRateLimiter):
         """
         cutoff = self._clock() - self.effective_window
         stamps = self._stamps
-        while stamps and stamps[0] <= cutoff:
+        confirmed = len(stamps) - self._pending  # an unconfirmed caller has not started yet
+        while confirmed and stamps[0] <= cutoff:
             stamps.popleft()
+            confirmed -= 1
+
+    def _stamp(self, now: float, asked: int) -> None:
+        """Stamp ``asked`` grants decided at ``now``; inside a run, as unconfirmed starts."""
+        self._stamps.extend([now] * asked)
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:
+            return  # no scheduler: the decision is the start
+        self._pending += asked
+        groups = self._unconfirmed
+        if groups and groups[-1][1] == 0:
+            groups[-1][0] += asked
+        else:
+            groups.append([asked, 0])
+        if self._confirmer is None:
+            self._confirmer = trio.lowlevel.spawn_system_task(
+                self._confirm, name=f"{self._name} start confirmer"
+            )
+
+    async def _confirm(self) -> None:
+        """Move unconfirmed stamps to the instant their callers have surely started.
+
+        One step per scheduler batch while stamps are unconfirmed. A group is confirmed on the
+        third step after it was stamped: stamped in batch ``k`` (before or after this task's
+        step there), its callers run in batch ``k + 1`` at the latest, and the third step falls
+        in batch ``k + 2`` or later. Each step raises every unconfirmed stamp to the clock, so
+        the deque stays in order and a stamp only ever moves later.
+        """
+        try:
+            while self._pending:
+                await trio.lowlevel.checkpoint()
+                self._advance(3)
+        finally:
+            self._advance(0)  # the run is ending: what remains counts from now
+            self._confirmer = None
+
+    def _advance(self, due: int) -> None:
+        """One confirmer step: raise the unconfirmed stamps to now, confirm the due groups."""
+        pending = self._pending
+        if not pending:
+            return
+        now = self._clock()
+        stamps = self._stamps
+        for index in range(len(stamps) - pending, len(stamps)):
+            if stamps[index] < now:
+                stamps[index] = now
+        groups = self._unconfirmed
+        for group in groups:
+            group[1] += 1
+        while groups and groups[0][1] >= due:
+            self._pending -= groups.popleft()[0]
 
     def _refuse_alone(self, mine: Sequence[Any]) -> int:
         check_permits(self._name, mine, "fits/try_take")
@@ -450,7 +524,7 @@ class ElasticWindow(AbstractRateLimiter):
                 return False  # lost the claim to another asker
             self._circuit = attrs.evolve(circuit, state=CircuitState.PROBING, probe_since=now)
             log.info("%s: cooldown over; claimed the single probe", self._name)
-        self._stamps.extend([now] * asked)
+        self._stamp(now, asked)
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
@@ -462,6 +536,12 @@ class ElasticWindow(AbstractRateLimiter):
         check_permits(self._name, amounts, "give")
         for _ in range(min(len(amounts), len(self._stamps))):
             self._stamps.pop()
+            if self._pending:  # the newest stamps are the unconfirmed ones
+                self._pending -= 1
+                groups = self._unconfirmed
+                groups[-1][0] -= 1
+                if not groups[-1][0]:
+                    groups.pop()
         circuit = self._circuit
         if circuit.state is CircuitState.PROBING:
             self._circuit = attrs.evolve(circuit, state=CircuitState.BLOCKED, probe_since=0.0)

@@ -10,6 +10,14 @@ one, an overload three) stretches the refill window by half a minute, up to ten 
 third success relaxes it by 0.2, faster (0.5 a success) once five minutes pass without
 push-back. Only a relaxation wakes admission, since only a relaxation can let anyone in sooner.
 
+A bucket sized per minute starts full and refills to full, so it would let a whole minute's
+requests through in the first second; a provider that enforces its per-minute quota over shorter
+periods answers that with 429s. The optional ``burst`` bound caps how many requests the bucket
+holds at once: it starts with ``min(rpm, burst)`` and never refills above that, so any span of
+``T`` seconds holds at most ``burst + rpm * T / 60`` grants, while the sustained rate stays
+``rpm``. ``burst=None`` (the default) leaves the cap at ``rpm``. Tokens keep their per-minute
+cap either way.
+
 Amounts are token counts: finite, non-negative numbers. Anything else (``None``, a bool, NaN,
 an infinity, a negative) is refused by name when the demand is built (``account_for``) and
 again by every question, so a negative amount can never credit the bucket and a NaN can never
@@ -54,12 +62,38 @@ def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> 
         )
 
 
+def _burst(instance: object, attribute: attrs.Attribute[float | None], value: object) -> None:
+    if value is None:
+        return
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 1
+    ):
+        raise ValueError(
+            "TokenBucketConfig.burst must be None or a finite number of requests >= 1, "
+            f"got {value!r}"
+        )
+
+
 @attrs.frozen
 class TokenBucketConfig:
-    """The per-minute caps: ``rpm`` requests and ``tpm`` tokens."""
+    """The per-minute caps: ``rpm`` requests and ``tpm`` tokens.
+
+    ``burst``, when set, is the most requests the bucket holds at once (it starts with that many
+    and refills no higher), so any ``T`` seconds hold at most ``burst + rpm * T / 60`` grants;
+    ``None`` means ``rpm``, a whole minute's requests at once.
+    """
 
     rpm: int = attrs.field(validator=_positive)
     tpm: int = attrs.field(validator=_positive)
+    burst: float | None = attrs.field(default=None, validator=_burst, kw_only=True)
+
+    @property
+    def request_cap(self) -> float:
+        """The most requests held at once: ``rpm``, or ``burst`` when that is lower."""
+        return float(self.rpm if self.burst is None else min(self.rpm, self.burst))
 
 
 @attrs.frozen
@@ -105,7 +139,7 @@ class TokenBucket(AbstractRateLimiter):
         self.config = config
         self._clock = clock
         self._tokens = float(config.tpm)
-        self._requests = float(config.rpm)
+        self._requests = config.request_cap
         # Stamped at the first read, so a bucket can be built outside a trio run (a module-level
         # quota); it starts full either way.
         self._stamp: float | None = None
@@ -161,7 +195,7 @@ class TokenBucket(AbstractRateLimiter):
             return
         share = elapsed / self._window
         self._tokens = min(float(self.config.tpm), self._tokens + share * self.config.tpm)
-        self._requests = min(float(self.config.rpm), self._requests + share * self.config.rpm)
+        self._requests = min(self.config.request_cap, self._requests + share * self.config.rpm)
         self._stamp = now
 
     # -- the account ------------------------------------------------------------------------------
@@ -209,6 +243,11 @@ class TokenBucket(AbstractRateLimiter):
                 f"{self.model_name}: {requests} requests exceeds the budget of "
                 f"{self.config.rpm} requests per minute"
             )
+        if requests > self.config.request_cap:
+            raise UncorrectableError(
+                f"{self.model_name}: {requests} requests at once exceeds the burst bound of "
+                f"{self.config.burst:g} requests"
+            )
         return tokens, requests
 
     def _fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> int | float | None:
@@ -237,14 +276,14 @@ class TokenBucket(AbstractRateLimiter):
         tokens = self._token_sum(amounts, "give")
         self._refresh()
         self._tokens = min(float(self.config.tpm), self._tokens + tokens)
-        self._requests = min(float(self.config.rpm), self._requests + len(amounts))
+        self._requests = min(self.config.request_cap, self._requests + len(amounts))
         self._capacity_changed()
 
     def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
         tokens: float = self._token_sum(mine, "earliest_fit")
         tokens += self._token_sum(reserved_ahead, "the reservation ahead")
         requests = len(mine) + len(reserved_ahead)
-        if tokens > self.config.tpm or requests > self.config.rpm:
+        if tokens > self.config.tpm or requests > self.config.request_cap:
             return None  # only a larger cap can help: an event
         self._refresh()
         now: float = self._clock()
@@ -312,7 +351,7 @@ class TokenBucket(AbstractRateLimiter):
         self._refresh()
         self.config = config
         self._tokens = min(self._tokens, float(config.tpm))
-        self._requests = min(self._requests, float(config.rpm))
+        self._requests = min(self._requests, config.request_cap)
         log.info(
             "Updated rate limits for %s (RPM: %d -> %d, TPM: %d -> %d)",
             self.model_name,
@@ -321,5 +360,5 @@ class TokenBucket(AbstractRateLimiter):
             old.tpm,
             config.tpm,
         )
-        if config.rpm > old.rpm or config.tpm > old.tpm:
+        if config.rpm > old.rpm or config.tpm > old.tpm or config.request_cap > old.request_cap:
             self._capacity_changed()
