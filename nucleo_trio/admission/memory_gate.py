@@ -517,8 +517,11 @@ class MemoryPressureGate(AbstractRateLimiter):
         return self._penalty()
 
     # -- promises -------------------------------------------------------------------------------
-    def estimate(self, job_class: str) -> int | None:
-        """The bytes a job of ``job_class`` is expected to use, as learnt, or ``None``."""
+    def estimate(self, job_class: type | str) -> int | None:
+        """The bytes a job of ``job_class`` (the class, or its ``module.qualname``) is expected
+        to use, as learnt, or ``None`` before any job of it has released."""
+        if isinstance(job_class, type):
+            job_class = f"{job_class.__module__}.{job_class.__qualname__}"
         learnt = self._estimates.get(job_class)
         return None if learnt is None else math.ceil(learnt)
 
