@@ -26,6 +26,7 @@ import bisect
 import importlib
 import selectors
 from collections.abc import Awaitable, Callable
+from functools import partial
 from types import ModuleType
 from typing import Any
 
@@ -124,8 +125,13 @@ WINDOW = Quota(
 # ------------------------------------------------------------------------------------------------
 
 
-def _drive(make: Callable[[], RateLimiter], amount: int | None) -> list[float]:
-    """Grant instants of WORKERS tasks that each ask again the moment they are granted."""
+def _drive(
+    make: Callable[[], RateLimiter],
+    amount: int | None,
+    duration: float = DURATION,
+    workers: int = WORKERS,
+) -> list[float]:
+    """Grant instants of ``workers`` tasks that each ask again the moment they are granted."""
 
     async def main() -> list[float]:
         account = make()
@@ -140,10 +146,10 @@ def _drive(make: Callable[[], RateLimiter], amount: int | None) -> list[float]:
                     granted.append(trio.current_time())
                     admission.release(grant)  # TIME accounts keep the debit: only time refunds
 
-            with trio.move_on_after(DURATION):
-                async with trio.open_nursery() as workers:
-                    for _ in range(WORKERS):
-                        workers.start_soon(worker)
+            with trio.move_on_after(duration):
+                async with trio.open_nursery() as tasks:
+                    for _ in range(workers):
+                        tasks.start_soon(worker)
             admission.stop()
         return granted
 
@@ -372,6 +378,35 @@ def _peers(quota: Quota, limit: int, period: float, amount: int) -> list[Row]:
     return rows
 
 
+BURST_RPM = 3000
+BURST = 50
+
+
+def _burst_rows() -> list[Row]:
+    """A 3,000 rpm bucket for 5 virtual seconds, 200 workers: the most grants in any 1 s without
+    a burst bound (for context: a minute's requests at once) and with ``burst=50``, whose bound
+    is ``burst + rpm / 60`` = 100 in any second."""
+    rows: list[Row] = []
+    bound = BURST + BURST_RPM // 60
+    for burst in (None, BURST):
+        config = TokenBucketConfig(BURST_RPM, BURST_RPM * 1000, burst=burst)
+        grants = _drive(partial(TokenBucket, "quota", config), 1, duration=5.0, workers=200)
+        worst = _most_in_any(grants, 1.0)
+        progress(f"  token bucket {BURST_RPM} rpm, burst={burst}: at most {worst} in any 1 s")
+        label = "no burst bound" if burst is None else f"burst={burst} (bound {bound})"
+        rows.append(
+            Row(
+                NAME,
+                f"token bucket {BURST_RPM:,} rpm, {label}: most grants in any 1 s",
+                worst,
+                "requests",
+                "" if burst is None else f"<= {bound}",
+                "" if burst is None else verdict(worst <= bound),
+            )
+        )
+    return rows
+
+
 def run(quick: bool) -> list[Row]:
     rows: list[Row] = []
     rows += _rate_realclock.rows(
@@ -383,6 +418,7 @@ def run(quick: bool) -> list[Row]:
     )
     rows += _rows("token bucket", BUCKET, bucket_grants, ours=True)
     rows += _peers(BUCKET, BUCKET_TPM, 60.0, TOKENS_PER_REQUEST)
+    rows += _burst_rows()
     rows += _rows("elastic window", WINDOW, _drive(TenSecondWindow, None), ours=True)
     rows += _peers(WINDOW, TenSecondWindow.max_requests, TenSecondWindow.base_window, 1)
     return rows
