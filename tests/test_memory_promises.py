@@ -272,3 +272,39 @@ async def test_growth_of_jobs_that_promise_nothing_keeps_no_promise(
         memory.grow(300 * MIB)
         assert gate.reservations.status().unseen_bytes == 500 * MIB - 150 * MIB
         admission.stop()
+
+
+def test_a_claim_moves_none_of_the_seeds_state() -> None:
+    """With three held on memory's line, the seed's take paces the next release; a claim is
+    the reservation's question only: it stamps no release, uses up no completion and commits
+    no penalty, so memory's drain goes on exactly as before."""
+    gate = MemoryPressureGate(Memory(), clock=lambda: 100.0)
+    gate.observe_held(lambda: 3)
+    assert gate.try_take([], [])
+    assert not gate.fits([], [])  # the next release waits for the delay
+    before = gate.status()
+    assert gate.try_take([claim(MIB)], []) and gate.try_take([claim(MIB)], [])
+    gate.give([claim(MIB)])
+    assert not gate.fits([], [])  # a promise given back is no completion
+    assert gate.status() == before
+    gate.give([])
+    assert gate.fits([], [])
+
+
+async def test_a_job_that_promises_only_memory_meets_the_gate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    memory = Memory()
+    gate = MemoryPressureGate(memory)
+    seen: list[int] = []
+
+    class OnlyMemory(Allocates):
+        def requirements(self) -> JobRequirements:
+            return JobRequirements().require_memory("200MiB")
+
+        async def execute(self, context: JobContext) -> None:
+            seen.append(gate.reservations.in_use)
+
+    async with open_dispatcher(DispatcherConfig(), memory=gate) as d:
+        await d.submit(OnlyMemory(workflow("alice", "one"), memory, 0)).result()
+    assert seen == [200 * MIB] and gate.reservations.in_use == 0
