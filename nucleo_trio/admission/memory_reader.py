@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import attrs
 import psutil  # type: ignore[import-untyped, unused-ignore]
 
+from .._plugin_errors import PluginError
+
 if TYPE_CHECKING:
     import pluggy
 
@@ -324,8 +326,6 @@ def memory_reader_from(plugins: pluggy.PluginManager, limit_bytes: int | None) -
     that is not ``None``), or a :class:`ProcessMemoryReader` when none answers (the built-ins
     blocked). An answer that is not a :class:`MemoryReader` is refused with a
     :class:`~nucleo_trio.plugins.PluginError` naming what came back."""
-    from ..plugins.manager import PluginError  # the plugins import admission: no cycle at load
-
     reader = plugins.hook.nucleo_trio_memory_reader(limit_bytes=limit_bytes)
     if reader is None:
         return ProcessMemoryReader(limit_bytes)

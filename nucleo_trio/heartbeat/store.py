@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .._plugin_errors import PluginError
 from ..errors import ConfigError, NucleoSystemError
 from .records import Heartbeat, is_genuine
 
@@ -217,8 +218,6 @@ def heartbeat_store_from(plugins: pluggy.PluginManager, config: HeartbeatConfig)
     the kind; an answer that is not a :class:`HeartbeatStore` is a
     :class:`~nucleo_trio.plugins.PluginError`.
     """
-    from ..plugins.manager import PluginError  # the plugins import this package: no cycle at load
-
     try:
         store = plugins.hook.nucleo_trio_heartbeat_store(
             kind=config.kind, settings=dict(config.settings)

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .._plugin_errors import PluginError, plugin_label
 from .._serialization import read_settings_file
 from ..errors import ConfigError, ModelNotFoundError
 from .grades import (
@@ -379,13 +380,11 @@ def load_catalog(
 def catalog_fragments(plugins: pluggy.PluginManager) -> list[tuple[Mapping[str, Any], str]]:
     """Every fragment the plugins contribute, each with its plugin's label, in registration
     order (the built-ins first)."""
-    from ..plugins.manager import PluginError, _label
-
     fragments: list[tuple[Mapping[str, Any], str]] = []
     for impl in plugins.hook.nucleo_trio_model_catalog.get_hookimpls():
         if impl.hookwrapper or impl.wrapper:
             continue
-        label = f"plugin {_label(plugins, impl.plugin)}"
+        label = f"plugin {plugin_label(plugins, impl.plugin)}"
         try:
             answer = impl.function()
         except Exception as exc:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
-import inspect
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import pluggy
 
+from nucleo_trio._plugin_errors import PluginError, plugin_label as _label
 from nucleo_trio.admission import RateLimiter
 from nucleo_trio.guardrails import Guardrail
 from nucleo_trio.jobs import Identifiable
@@ -48,15 +48,6 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
-
-
-class PluginError(RuntimeError):
-    """A plugin is broken: it implements an unknown hook, answers a hook with the wrong shape,
-    claims a name another plugin already provides, or builds something that breaks a contract.
-
-    The message names the plugin (and its distribution, for an entry-point plugin) and the hook
-    or kind at fault; pluggy's own error, when there is one, is chained as ``__cause__``.
-    """
 
 
 class UnknownLimiterKindError(PluginError, LookupError):
@@ -174,19 +165,6 @@ def _unspecified_impls(pm: pluggy.PluginManager) -> Iterator[tuple[str, pluggy.H
 def _is_hook(attribute: str) -> bool:
     # pluggy's HookRelay keeps its own bookkeeping in underscore attributes beside the hooks.
     return not attribute.startswith("_")
-
-
-def _label(pm: pluggy.PluginManager, plugin: object) -> str:
-    """A human name for a plugin: its registered name and, for entry points, its distribution."""
-    for dist_plugin, dist in pm.list_plugin_distinfo():
-        if dist_plugin is plugin:
-            return f"{pm.get_name(plugin)!r} (distribution {dist.project_name} {dist.version})"
-    if isinstance(plugin, types.ModuleType):
-        return repr(plugin.__name__)
-    if inspect.isclass(plugin) or inspect.isfunction(plugin):
-        return repr(f"{plugin.__module__}.{plugin.__qualname__}")
-    cls = type(plugin)
-    return repr(f"{cls.__module__}.{cls.__qualname__} instance")
 
 
 def _collect_named(
