@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from .._clock import whole_ms
 from ..errors import UncorrectableError
 from .limiter import AbstractRateLimiter, LimiterIdentity
 from .memory_reader import MemoryReader, MemoryReading, ProcessMemoryReader
@@ -710,7 +711,7 @@ class MemoryPressureGate(AbstractRateLimiter):
         if last is None or self._completed or self._held() <= 0:
             return 0
         ahead = last + self._delay_ms(ratio) / 1000 - now
-        return max(0, round(ahead * 1_000_000_000)) // 1_000_000
+        return whole_ms(ahead)
 
     def _summary(self, reading: MemoryReading) -> str:
         return self._status_of(reading, self._status_now()).summary

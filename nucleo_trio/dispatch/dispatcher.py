@@ -63,7 +63,7 @@ from ..guardrails import (
     is_guard_under_enforcement,
 )
 from ..heartbeat import Heart, Heartbeat, HeartbeatStore, ScheduleHeartbeat, heartbeat_store_from
-from ..jobs.context import JobContext, _current, current_job
+from ..jobs.context import OBS_CALLER_CLASS, JobContext, _current, current_job
 from ..jobs.handle import JobHandle
 from ..jobs.job import AbstractJob, ScopeAuthority, check_job_settings
 from ..jobs.requirements import JobRequirements
@@ -115,8 +115,6 @@ log = logging.getLogger("nucleo_trio.dispatcher")
 
 R = TypeVar("R")
 
-OBS_CALLER_CLASS = "obs.caller_class"
-"""Metadata key: the fully qualified class of the job that submitted this one (SUB-12)."""
 
 MAX_CORRECTION_RETRIES = 4
 """The dispatcher's backstop behind a job's own correction budget (EXEC-16)."""

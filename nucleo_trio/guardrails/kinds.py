@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 import attrs
 
 from .._serialization import unstructure
+from ..jobs.context import OBS_CALLER_CLASS
 from ..jobs.job import AbstractJob
 from ..jobs.requirements import JobRequirements
 from ..jobs.state import JobType
@@ -349,8 +350,6 @@ class AdmissionGuardrail(Guardrail, kind=True):
         gated = self._gated
         if gated is None:
             return None
-        from ..dispatch.dispatcher import OBS_CALLER_CLASS
-
         caller = gated.metadata.get(OBS_CALLER_CLASS)
         return AdmissionContext(
             principal=gated.user_id,

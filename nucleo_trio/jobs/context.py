@@ -24,12 +24,16 @@ if TYPE_CHECKING:
     from .job import AbstractJob
 
 __all__ = [
+    "OBS_CALLER_CLASS",
     "META_ADMISSION_WAIT_MS",
     "META_WAIT_TIMES",
     "CancellationToken",
     "JobContext",
     "current_job",
 ]
+
+OBS_CALLER_CLASS = "obs.caller_class"
+"""Metadata key: the fully qualified class of the job that submitted this one (SUB-12)."""
 
 log = logging.getLogger("nucleo_trio.context")
 
