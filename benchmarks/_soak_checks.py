@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,9 +102,9 @@ def _example(record: JobRecord, extra: str = "") -> str:
     return f"{record.describe()}{where} | {state} | {describe_exc(error)}{tail}"
 
 
-def group_in_chain(error: BaseException | None) -> BaseExceptionGroup[Any] | None:
-    """The first exception group reachable from ``error`` through ``__cause__``,
-    ``__context__`` and the suppressed riders, or ``None``."""
+def _chain(error: BaseException | None) -> Iterator[BaseException]:
+    """Every exception reachable from ``error`` through ``__cause__``, ``__context__``, the
+    suppressed riders and a group's members, each once."""
     seen: set[int] = set()
     stack: list[BaseException | None] = [error]
     while stack:
@@ -112,10 +112,15 @@ def group_in_chain(error: BaseException | None) -> BaseExceptionGroup[Any] | Non
         if link is None or id(link) in seen:
             continue
         seen.add(id(link))
-        if isinstance(link, BaseExceptionGroup):
-            return link
+        yield link
         stack.extend((link.__cause__, link.__context__, *suppressed(link)))
-    return None
+        if isinstance(link, BaseExceptionGroup):
+            stack.extend(link.exceptions)
+
+
+def group_in_chain(error: BaseException | None) -> BaseExceptionGroup[Any] | None:
+    """The first exception group reachable from ``error`` (see :func:`_chain`), or ``None``."""
+    return next((link for link in _chain(error) if isinstance(link, BaseExceptionGroup)), None)
 
 
 def fate_unknown(error: BaseException | None, database: str) -> bool:
@@ -134,19 +139,10 @@ def reported_committed(error: BaseException | None, database: str) -> bool:
 
 
 def _chain_names(error: BaseException | None, field: str, database: str) -> bool:
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [error]
-    while stack:
-        link = stack.pop()
-        if link is None or id(link) in seen:
-            continue
-        seen.add(id(link))
+    for link in _chain(error):
         named = getattr(link, field, None)
         if isinstance(named, tuple) and database in named:
             return True
-        stack.extend((link.__cause__, link.__context__, *suppressed(link)))
-        if isinstance(link, BaseExceptionGroup):
-            stack.extend(link.exceptions)
     return False
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 
 from nucleo_trio.admission import DatabaseGate, RateLimiter
@@ -84,3 +86,20 @@ class RecordingProvider:
         handle.aborted = True
         self.aborted_at = trio.current_time()
         self._aborted.set()
+
+
+class SlowClose(RecordingProvider):
+    """A provider whose close, abort or not, returns only once the test sets ``closable``:
+    a statement that does not notice the abort, with the close queued behind it."""
+
+    def __init__(self, name: str, log: list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(name, log, **kwargs)
+        self.closable = trio.Event()
+
+    async def close(self, handle: DBHandle) -> None:
+        if handle.closed:
+            return
+        self.log.append(f"{self._name}.close")
+        await self.closable.wait()
+        handle.closed = True
+        self.open_handles -= 1

@@ -13,10 +13,9 @@ from nucleo_trio.admission import CountingGate
 from nucleo_trio.bus import events as ev
 from nucleo_trio.dispatch import JobDispatcher
 from nucleo_trio.jobs import JobContext, JobRequirements, JobState, workflow
-from nucleo_trio.resources import DBHandle
 
 from .conftest import Recorder, settle
-from .db_doubles import RecordingProvider
+from .db_doubles import SlowClose
 from .jobs_for_tests import Fn
 
 
@@ -144,23 +143,6 @@ async def test_remaining_time_counts_down_the_attempts_deadline(
     ).result() == pytest.approx(7)
 
 
-class _SlowClose(RecordingProvider):
-    """A close that returns only once the test sets ``closable``, abort or not: a statement
-    that does not notice the abort, with the close queued behind it."""
-
-    def __init__(self, name: str, max_concurrent: int) -> None:
-        super().__init__(name, max_concurrent=max_concurrent)
-        self.closable = trio.Event()
-
-    async def close(self, handle: DBHandle) -> None:
-        if handle.closed:
-            return
-        self.log.append(f"{self._name}.close")
-        await self.closable.wait()
-        handle.closed = True
-        self.open_handles -= 1
-
-
 async def test_phase_two_gives_the_database_permit_back_only_after_the_close(
     dispatcher: JobDispatcher, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -168,7 +150,7 @@ async def test_phase_two_gives_the_database_permit_back_only_after_the_close(
     whose close hangs: phase two aborts at the end of the grace, but the permit stays held (and
     the job waiting for the database stays parked) until the aborted connection has closed;
     then the waiting job runs."""
-    db = _SlowClose("db", max_concurrent=1)
+    db = SlowClose("db", max_concurrent=1)
     started: list[float] = []
 
     async def overruns(ctx: JobContext) -> None:

@@ -26,7 +26,7 @@ from nucleo_trio.resources import (
 
 from .admission_doubles import Meter
 from .conftest import settle
-from .db_doubles import ProviderFault, RecordingProvider
+from .db_doubles import ProviderFault, RecordingProvider, SlowClose
 from .jobs_for_tests import Fn, naps
 
 HTTP = HttpConnectionGate(10)
@@ -540,23 +540,6 @@ async def test_a_database_declared_by_name_resolves_against_the_dispatcher(
 
 
 # -- a forced close gives the permits back only once the connections closed (issue 11, item 7) ---
-
-
-class SlowClose(RecordingProvider):
-    """A provider whose close, abort or not, returns only once the test sets ``closable``:
-    a statement that does not notice the abort, with the close queued behind it."""
-
-    def __init__(self, name: str, log: list[str] | None = None) -> None:
-        super().__init__(name, log)
-        self.closable = trio.Event()
-
-    async def close(self, handle: DBHandle) -> None:
-        if handle.closed:
-            return
-        self.log.append(f"{self._name}.close")
-        await self.closable.wait()
-        handle.closed = True
-        self.open_handles -= 1
 
 
 async def test_a_forced_close_aborts_at_once_and_gives_the_permits_back_after_the_close(
