@@ -267,6 +267,11 @@ class _Sampler(trio.abc.Instrument):
             gate._sample()
 
 
+def _qualified(cls: type) -> str:
+    """A job class as estimates are keyed: ``module.qualname``."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _bytes_of(claims: Sequence[Any]) -> int:
     return sum(c.nbytes for c in claims if isinstance(c, MemoryClaim))
 
@@ -522,7 +527,7 @@ class MemoryPressureGate(AbstractRateLimiter):
         """The bytes a job of ``job_class`` (the class, or its ``module.qualname``) is expected
         to use, as learnt, or ``None`` before any job of it has released."""
         if isinstance(job_class, type):
-            job_class = f"{job_class.__module__}.{job_class.__qualname__}"
+            job_class = _qualified(job_class)
         learnt = self._estimates.get(job_class)
         return None if learnt is None else math.ceil(learnt)
 
@@ -562,7 +567,7 @@ class MemoryPressureGate(AbstractRateLimiter):
         cls = type(context.job)
         name = self._class_names.get(cls)
         if name is None:
-            name = self._class_names[cls] = f"{cls.__module__}.{cls.__qualname__}"
+            name = self._class_names[cls] = _qualified(cls)
         return name
 
     def observe(self, job_class: str, grown_bytes: int) -> None:
