@@ -40,7 +40,6 @@ from typing import Any, Generic, TypeVar
 import attrs
 import outcome
 import trio
-import trio.testing
 
 from ._clock import wait_holding_the_clock
 from .errors import NucleoSystemError

@@ -49,8 +49,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import trio
-
+from .._clock import trio_now_or_none
 from .._serialization import converter
 from .._sqlite_writer import SQLiteWriter, WriterStatistics
 from ..bus import events as ev
@@ -230,7 +229,7 @@ class TrajectoryRecorder(JobObserver[ev.LifecycleEvent]):
         if snapshot is None:
             return
         ordinal = snapshot.metadata.get(META_ITERATION)
-        now = _runtime_clock()
+        now = trio_now_or_none()  # the runtime's own clock, virtual under a MockClock
         row = (
             snapshot.job_id,
             snapshot.parent_job_id,
@@ -314,14 +313,6 @@ def _write_row(
             "INSERT INTO llm_responses (job_id, position, response) VALUES (?, ?, ?)",
             [(job_id, position, text) for position, text in enumerate(responses)],
         )
-
-
-def _runtime_clock() -> float | None:
-    """The running trio's own clock (virtual under a ``MockClock``); ``None`` outside a run."""
-    try:
-        return trio.current_time()
-    except RuntimeError:
-        return None
 
 
 def _attempts(event: ev.JobEvent) -> int:
