@@ -324,7 +324,7 @@ class MemoryPressureGate(AbstractRateLimiter):
         self._claims = 0
         self._running = 0  # resourceful jobs granted and not yet given back, claims or none
         self._base = 0
-        # Learning: per class, the estimate; per attempt in flight, (class, used, assemblies).
+        # Learning: per class, the estimate in bytes.
         self._estimates: dict[str, float] = {}
         # Per attempt in flight: [class, reading at its start, jobs before it, sample number].
         self._starts: weakref.WeakKeyDictionary[JobContext, list[Any]] = weakref.WeakKeyDictionary()
