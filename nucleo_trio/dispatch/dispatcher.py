@@ -237,7 +237,6 @@ class JobDispatcher:
         self._waited_on: dict[str, int] = {}
         """How many live jobs name each job id as a dependency: only such an id can close a
         cycle when it is submitted."""
-        self._job_tasks: dict[str, trio.lowlevel.Task] = {}
         self._delayed: set[DelayedSubmission] = set()
         # The stop: requested by shutdown(), an exception or cancellation around the dispatcher,
         # or a fatal exception inside it; carried out by the run task (_stop_in_order).
@@ -572,13 +571,11 @@ class JobDispatcher:
         """While a job's task outlives the stop, name it again every :attr:`interrupt_window`."""
         while self._tasks:
             await trio.sleep(self.interrupt_window)
-            for job_id in list(self._job_tasks):
-                queued = self._running.get(job_id)
-                if queued is not None:
-                    log.warning(self._stuck_report(queued))
+            for queued in list(self._running.values()):
+                log.warning(self._stuck_report(queued))
 
     def _stuck_report(self, queued: QueuedJob) -> str:
-        task = self._job_tasks.get(queued.job.job_id)
+        task = queued.task
         where = _where_stuck(task) if task is not None else "(its task has ended)"
         waited = trio.current_time() - self._interrupted_at
         return (
@@ -934,13 +931,12 @@ class JobDispatcher:
         job_id = queued.job.job_id
         _current.set(context)
         self._running[job_id] = queued
-        self._job_tasks[job_id] = trio.lowlevel.current_task()
+        queued.task = trio.lowlevel.current_task()
         context.try_transition(JobState.SCHEDULED)
         try:
             self._finish(queued, await self._run_in_own_nursery(queued))
         finally:
             self._running.pop(job_id, None)
-            self._job_tasks.pop(job_id, None)
             if not queued.handle.done:  # a defect in the dispatcher itself: still settle
                 log.error("%s ended without a verdict; settling it as failed", queued.job.name)
                 self._finish(

@@ -47,6 +47,8 @@ class QueuedJob:
     nursery: trio.Nursery | None = None
     interrupted: bool = False
     cancel_message: str | None = None
+    task: trio.lowlevel.Task | None = None
+    """The job's task while it runs, for the stop's report of where a job is stuck."""
     failure: BaseException | None = None
     """The last attempt's own failure, kept for a verdict that phase two or an interrupt
     decides after the attempt's task was cancelled (so a commit's error is not lost)."""
