@@ -76,9 +76,9 @@ def _boundary_error(
     the cancel scope that caused it catches.
     """
     leaves = _leaves(group)
-    fatal = _fatal_in(group)
-    if fatal is not None:
-        return fatal
+    for leaf in leaves:
+        if isinstance(leaf, KeyboardInterrupt | SystemExit):
+            return leaf
     real = [leaf for leaf in leaves if not isinstance(leaf, trio.Cancelled)]
     if len(real) == 1:
         return real[0]
