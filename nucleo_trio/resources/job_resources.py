@@ -574,8 +574,9 @@ class JobResources:
         Raises :class:`ResourceCloseError` if any close failed (the grant is back regardless),
         else :class:`GrantReleaseError` if an account raised as the grant went back (ADM-45).
         A second call, or one while another close is under way, waits for the first and
-        returns; one while the handles are being opened waits for them first. If the closing task is cancelled, the handles still open are force-closed:
-        aborted now, closed in the background, and the grant settles after them.
+        returns; one while the handles are being opened waits for them first. If the closing
+        task is cancelled, the handles still open are force-closed: aborted now, closed in the
+        background, and the grant settles after them.
         """
         if self._materializing is not None and not self._materializing.is_set():
             try:
