@@ -642,16 +642,16 @@ class MemoryPressureGate(AbstractRateLimiter):
         if self._stopping:
             return True
         reading = self._last_reading()
+        if reading.limit_bytes <= 0:
+            return True  # a reader that cannot tell its limit never holds anyone (MEM-02)
         ceiling = CRITICAL_RATIO * reading.limit_bytes
         need = _bytes_of(mine)
-        if reading.limit_bytes > 0 and need > ceiling:
+        if need > ceiling:
             claim = next(c for c in mine if isinstance(c, MemoryClaim))
             raise UncorrectableError(
                 f"memory: {claim.job_class or 'the job'} promises {need} bytes, more than the "
                 f"{math.floor(ceiling)} bytes under the memory latch; it could never run"
             )
-        if reading.limit_bytes <= 0:
-            return True  # a reader that cannot tell its limit never holds anyone (MEM-02)
         projected = reading.used_bytes + self._unseen(reading)
         return projected + need + _bytes_of(reserved_ahead) <= ceiling
 
