@@ -157,11 +157,6 @@ class DelayedSubmission:
             raise self._error or NucleoSystemError("dispatcher", "the submission never happened")
         return self._handle
 
-    def _refuse(self, error: BaseException) -> None:
-        if not self._done.is_set():
-            self._error = error
-            self._done.set()
-
     @property
     def done(self) -> bool:
         return self._done.is_set()
@@ -237,7 +232,6 @@ class JobDispatcher:
         self._waited_on: dict[str, int] = {}
         """How many live jobs name each job id as a dependency: only such an id can close a
         cycle when it is submitted."""
-        self._delayed: set[DelayedSubmission] = set()
         # The stop: requested by shutdown(), an exception or cancellation around the dispatcher,
         # or a fatal exception inside it; carried out by the run task (_stop_in_order).
         self._serving = True
@@ -408,9 +402,6 @@ class JobDispatcher:
         self._serving = False
         self._stop_requested.set()
         self._closed.set()
-        for answer in list(self._delayed):
-            answer._refuse(self._stopped_error("before the delay passed"))
-        self._delayed.clear()
 
     def _stopped_error(self, when: str = "") -> NucleoSystemError:
         why = "" if self._fatal is None else f" (it stopped on {self._fatal!r})"
@@ -761,7 +752,6 @@ class JobDispatcher:
         if delay is not None:
             delay = _checked_seconds("submit_with_delay(delay)", delay, allow_negative=True)
         answer = DelayedSubmission()
-        self._delayed.add(answer)
 
         @trio.lowlevel.enable_ki_protection
         async def later() -> None:
@@ -773,7 +763,6 @@ class JobDispatcher:
             except Exception as exc:
                 answer._error = exc
             finally:
-                self._delayed.discard(answer)
                 if answer._handle is None and answer._error is None:
                     answer._error = self._stopped_error("before the delay passed")
                 answer._done.set()
