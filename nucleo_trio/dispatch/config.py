@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -25,10 +25,18 @@ __all__ = [
 ]
 
 
-def _kind(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
-    if not isinstance(value, str) or not value.strip():
-        owner = type(instance).__name__
-        raise ConfigError(f"{owner}.kind must name a registered kind, got {value!r}")
+def _names_a_kind(what: str) -> Callable[[object, attrs.Attribute[str], object], None]:
+    """A ``kind`` validator: a non-blank string, else a ConfigError saying it must name ``what``."""
+
+    def check(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+        if not isinstance(value, str) or not value.strip():
+            owner = type(instance).__name__
+            raise ConfigError(f"{owner}.kind must name {what}, got {value!r}")
+
+    return check
+
+
+_kind = _names_a_kind("a registered kind")
 
 
 def _settings(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -63,11 +71,6 @@ class DatabaseConfig:
     settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings)
 
 
-def _store_kind(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"HeartbeatConfig.kind must name a heartbeat store kind, got {value!r}")
-
-
 @attrs.frozen(kw_only=True)
 class HeartbeatConfig:
     """The store that keeps the heartbeat schedule, by plugin kind:
@@ -78,7 +81,7 @@ class HeartbeatConfig:
     other kinds through the ``nucleo_trio_heartbeat_store`` hook.
     """
 
-    kind: str = attrs.field(default="memory", validator=_store_kind)
+    kind: str = attrs.field(default="memory", validator=_names_a_kind("a heartbeat store kind"))
     settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings)
 
 
