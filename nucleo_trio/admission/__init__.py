@@ -1,12 +1,12 @@
 """Admission: whole-demand grants over accounts that never block.
 
 ``limiter`` holds the account contract (:class:`RateLimiter`, :class:`LimiterIdentity`,
-:class:`AbstractRateLimiter`, :class:`Replenishment`); ``gates`` the
-:class:`CountingGate` (a number of permits, a job asking for several); ``demand`` the :class:`Demand` a job asks for and the :class:`Grant` it
-gets; ``monitor`` the :class:`Admission` line and its evaluator; ``memory`` the memory account's
-seam and its no-op, :class:`UnboundedMemory`; ``memory_gate`` the :class:`MemoryPressureGate`,
-which reads memory through a :class:`MemoryReader` from ``memory_reader``; ``status`` the
-frozen status records.
+:class:`AbstractRateLimiter`, :class:`Replenishment`); ``gates`` the :class:`CountingGate` (a
+number of permits, a job asking for several); ``demand`` the :class:`Demand` a job asks for and
+the :class:`Grant` it gets; ``monitor`` the :class:`Admission` line and its evaluator;
+``memory`` the memory account's seam and its no-op, :class:`UnboundedMemory`; ``memory_gate``
+the :class:`MemoryPressureGate`, which reads memory through a :class:`MemoryReader` from
+``memory_reader``; ``status`` the frozen status records.
 """
 
 from .demand import (

@@ -119,9 +119,9 @@ class LimiterIdentity(Protocol, metaclass=_StaticProtocolMeta):
     ``limiter_category`` names the kind of account: the built-in ones are ``"memory"``,
     ``"token_bucket"``, ``"elastic_window"`` and ``"semaphore"``, and a plugin's own kind of
     account gives its own non-empty name (health lists an unknown category as it is, with no
-    unit). ``capacity`` and ``in_use`` are properties that read as numbers. ``status_indicator`` is ``None`` while the account is nominal, otherwise a
-    short word such as ``"blocked"``, ``"probing"``, ``"throttle:2.0x"`` or ``"pace:1500ms"``
-    (ACC-12).
+    unit). ``capacity`` and ``in_use`` are properties that read as numbers.
+    ``status_indicator`` is ``None`` while the account is nominal, otherwise a short word such
+    as ``"blocked"``, ``"probing"``, ``"throttle:2.0x"`` or ``"pace:1500ms"`` (ACC-12).
     """
 
     @property
