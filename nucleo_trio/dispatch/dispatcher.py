@@ -1686,9 +1686,7 @@ def _commit_cause(queued: QueuedJob) -> CancellationRequested | None:
     rolled back."""
     if queued.committing is None:
         return None
-    reason = queued.context.cancel_reason or "the job was interrupted"
-    cause: CancellationRequested = queued.committing.cancelled_after_commit(reason, queued.failure)
-    return cause
+    return _stopped_after_commit(queued.context, queued.committing, queued.failure)
 
 
 def _set_on_answer(event: trio.Event, committed: bool) -> None:
