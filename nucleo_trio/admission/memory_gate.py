@@ -208,7 +208,8 @@ class MemoryReservations:
         return None
 
     def status(self) -> MemoryReservationsStatus:
-        """A fresh reading, which moves none of the gate's own state (floor, latch)."""
+        """A fresh reading, which moves neither the floor nor the latch (like any lower
+        reading, it may lower the reservations' ``base``)."""
         gate = self._gate
         reading = gate.reader.read()
         return MemoryReservationsStatus(
