@@ -9,6 +9,7 @@ import attrs
 
 from ..admission.demand import check_amount
 from ..admission.gates import CountingGate
+from ..admission.memory_reader import parse_memory_limit
 
 if TYPE_CHECKING:
     from ..admission.limiter import RateLimiter
@@ -86,8 +87,6 @@ class JobRequirements:
         Anything else is refused, naming the value: ``0``, ``-1``, ``True``, ``"lots"``.
         Declaring again replaces the promise.
         """
-        from ..admission.memory_reader import parse_memory_limit
-
         self.memory_bytes = parse_memory_limit(size, what="require_memory")
         return self
 
