@@ -477,8 +477,7 @@ class JobDispatcher:
     async def _stop_in_order(self) -> None:
         """The stop sequence, run by the dispatcher's own task (see :meth:`shutdown`)."""
         self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STOPPING))
-        if self.heart is not None:
-            self.heart.stop()  # nothing fires into a dispatcher that is shutting down
+        # The heart is already stopped: _request_stop stopped it when the stop was asked for.
         if self._stop_fast:
             self._cancel_everything()
         self.admission.stop()
