@@ -1302,8 +1302,7 @@ class JobDispatcher:
                 )
                 while self._background:
                     self._background_done = trio.Event()
-                    if self._background:
-                        await self._background_done.wait()
+                    await self._background_done.wait()
                 finished.set()
                 nursery.cancel_scope.cancel()
         if window.cancelled_caught:
