@@ -393,6 +393,8 @@ class JobDispatcher:
             self._grace_scope.cancel()
 
     def _fast_requested(self) -> bool:
+        """``_stop_fast`` read afresh after an await (a direct read there would be narrowed
+        by mypy to the value checked before the await, and flagged unreachable)."""
         return self._stop_fast
 
     def _mark_stopped(self) -> None:
