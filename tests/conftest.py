@@ -70,3 +70,26 @@ def postgres_conninfo() -> Iterator[str]:
         pytest.skip(NO_SERVER_REASON)
     with running_server(binaries) as conninfo:
         yield conninfo
+
+
+@pytest.fixture(scope="session")
+def redis_binary() -> str:
+    """The ``redis-server`` binary (tests/redis_server.py); skips only when none is installed."""
+    from .redis_server import NO_SERVER_REASON, find_binary
+
+    binary = find_binary()
+    if binary is None:
+        pytest.skip(NO_SERVER_REASON)
+    return binary
+
+
+@pytest.fixture(scope="session")
+def redis_server(redis_binary: str) -> Iterator[Any]:
+    """One Redis server for the session, on a free loopback port, without persistence.
+
+    Tests that share it use keys under their own prefix; a test that restarts or kills a
+    server starts its own with :func:`tests.redis_server.running_redis`."""
+    from .redis_server import running_redis
+
+    with running_redis(redis_binary) as server:
+        yield server
