@@ -54,6 +54,7 @@ from .jobs import (
     Tool as Tool,
     current_job as current_job,
     display_name as display_name,
+    function_tool as function_tool,
     tool_description as tool_description,
     workflow as workflow,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "current_job",
     "display_name",
     "errors",
+    "function_tool",
     "open_dispatcher",
     "tool_description",
     "workflow",
