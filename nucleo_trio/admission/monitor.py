@@ -117,7 +117,14 @@ from .memory import UnboundedMemory
 if TYPE_CHECKING:
     from ..jobs.snapshot import JobSnapshot
 
-__all__ = ["Admission", "AdmissionClosedError", "AdmissionWaiter", "LimiterEmitter", "Ticket"]
+__all__ = [
+    "Admission",
+    "AdmissionClosedError",
+    "AdmissionWaiter",
+    "LimiterEmitter",
+    "ParkedWaiter",
+    "Ticket",
+]
 
 log = logging.getLogger("nucleo_trio.admission")
 
@@ -372,6 +379,9 @@ class _Waiter:
             self.wakeup.set()
 
 
+ParkedWaiter: TypeAlias = tuple["AdmissionWaiter | None", float, tuple[str, ...]]
+"""One parked waiter as :meth:`Admission.parked` lists it: ``(waiter, arrival, held_on)``."""
+
 Ticket: TypeAlias = _Waiter
 """A parked demand's place in the line, as :meth:`Admission.enter` answers it (opaque)."""
 
@@ -543,6 +553,18 @@ class Admission:
     def held_on(self, account: LimiterIdentity) -> int:
         """How many parked waiters are held on ``account`` right now."""
         return self._held_counts.get(id(account), 0)
+
+    def parked(self) -> tuple[ParkedWaiter, ...]:
+        """Every parked waiter, oldest first, for a live view (nothing on the grant path).
+
+        Each is ``(waiter, arrival, held_on)``: what :meth:`enter` was given (the job's
+        context, or ``None``), the instant it arrived, and the names of the accounts it is
+        held on, in the order it was first held on each.
+        """
+        return tuple(
+            (w.context, w.arrival, tuple(name_of(key) for key, _ in w.held.values()))
+            for w in self._line.values()
+        )
 
     # -- the evaluator ----------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
