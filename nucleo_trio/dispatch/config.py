@@ -133,6 +133,9 @@ converter.register_structure_hook(MemoryConfig, _structure_memory)
 
 
 _INF = math.inf
+_MAX_SOCKET_PATH = 107
+"""The longest path a Unix socket may be bound to on Linux (``sun_path`` holds 108 bytes,
+the last one a NUL)."""
 
 
 def _refused(attribute: attrs.Attribute[Any], expected: str, value: object) -> ConfigError:
@@ -167,6 +170,11 @@ class DispatcherConfig:
     ``models`` names the model catalog file (TOML or JSON) the dispatcher's
     :class:`~nucleo_trio.models.ModelRuntime` loads on first use; without it the
     ``NUCLEO_TRIO_MODELS`` variable, then the plugins' fragments (MOD-05).
+    ``control_socket`` names a Unix socket the dispatcher opens at start for ``nucleo-trio top``
+    (:mod:`nucleo_trio.observability.control`): read-only, owner-only (mode 0600), in a
+    directory that must belong to the user and be writable by nobody else. It is off (``None``)
+    by default; on, it subscribes to the bus for the recent failures, which costs each job a
+    little as ``health_every`` does.
     :meth:`from_mapping` builds one from plain data (a parsed TOML or JSON file), refusing
     unknown keys by name.
     """
@@ -186,6 +194,7 @@ class DispatcherConfig:
         factory=HeartbeatConfig, validator=attrs.validators.instance_of(HeartbeatConfig)
     )
     models: str | None = attrs.field(default=None)
+    control_socket: str | None = attrs.field(default=None)
 
     @http_connections.validator
     def _check_http(self, attribute: attrs.Attribute[int], value: object) -> None:
@@ -219,6 +228,18 @@ class DispatcherConfig:
     def _check_models(self, attribute: attrs.Attribute[str | None], value: object) -> None:
         if value is not None and not isinstance(value, str):
             raise _refused(attribute, "a file name or None", value)
+
+    @control_socket.validator
+    def _check_control_socket(self, attribute: attrs.Attribute[str | None], value: object) -> None:
+        if value is None:
+            return
+        if not isinstance(value, str) or not value.strip():
+            raise _refused(attribute, "the path of a Unix socket (a non-blank str) or None", value)
+        if len(os.fsencode(value)) > _MAX_SOCKET_PATH:
+            raise ConfigError(
+                f"DispatcherConfig.control_socket is {len(os.fsencode(value))} bytes long, "
+                f"over the {_MAX_SOCKET_PATH} a Unix socket's path may have: {value!r}"
+            )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> DispatcherConfig:
@@ -267,5 +288,6 @@ converter.register_structure_hook(
         health_every=override(struct_hook=_as_written),
         log_events=override(struct_hook=_as_written),
         models=override(struct_hook=_as_written),
+        control_socket=override(struct_hook=_as_written),
     ),
 )
