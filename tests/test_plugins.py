@@ -824,3 +824,68 @@ def test_the_heartbeat_store_hook_is_a_provider_answered_last_by_the_builtin(
     broken = make_plugin_manager(load_entrypoints=False, plugins=[Broken()])
     with pytest.raises(PluginError, match="is not a HeartbeatStore"):
         heartbeat_store_from(broken, HeartbeatConfig())
+
+
+# --- nucleo_trio_observers ------------------------------------------------------------------------
+
+
+async def test_nucleo_trio_observers_subscribe_each_answer_to_the_dispatchers_bus() -> None:
+    """nucleo_trio_observers fans out: every plugin's observers are subscribed to the bus of the
+    dispatcher the hook is called with, before the dispatcher starts, and hear its events; a
+    plugin answering None adds nothing; a hook that raises or answers something that is not an
+    observer refuses the start naming the plugin."""
+    from nucleo_trio.bus import JobEvent, JobObserver, JobStartedEvent
+    from nucleo_trio.dispatch import JobDispatcher, open_dispatcher
+    from nucleo_trio.jobs import workflow
+    from nucleo_trio.plugins import observers_from
+
+    from .jobs_for_tests import Echo
+
+    heard: list[tuple[str, str]] = []
+
+    class Starts(JobObserver[JobEvent]):
+        @property
+        def predicate(self) -> Callable[[JobEvent], bool]:
+            return lambda event: isinstance(event, JobStartedEvent)
+
+        async def on_event(self, event: JobEvent) -> None:
+            heard.append(("starts", type(event).__name__))
+
+    seen: list[object] = []
+
+    class ObserverPlugin:
+        @hookimpl
+        def nucleo_trio_observers(self, dispatcher: JobDispatcher) -> Any:
+            seen.append(dispatcher)
+            return [Starts(), lambda event: heard.append(("all", type(event).__name__))]
+
+    class Silent:
+        @hookimpl
+        def nucleo_trio_observers(self) -> None:
+            return None
+
+    pm = make_plugin_manager(load_entrypoints=False, plugins=[ObserverPlugin(), Silent()])
+    async with open_dispatcher(plugin_manager=pm) as dispatcher:
+        assert seen == [dispatcher]
+        assert await dispatcher.submit(Echo(workflow("u", "wf"), 3)).result() == 3
+    assert ("starts", "JobStartedEvent") in heard
+    assert ("all", "JobCompletedEvent") in heard
+    assert [kind for kind, _ in heard].count("starts") == 1
+
+    class Raises:
+        @hookimpl
+        def nucleo_trio_observers(self) -> Any:
+            raise RuntimeError("no exporter")
+
+    class NotAnObserver:
+        @hookimpl
+        def nucleo_trio_observers(self) -> Any:
+            return [42]
+
+    for plugin, message in ((Raises(), "no exporter"), (NotAnObserver(), "neither a JobObserver")):
+        broken = make_plugin_manager(load_entrypoints=False, plugins=[plugin])
+        with pytest.raises(PluginError, match=rf"plugin .*{type(plugin).__name__}.*{message}"):
+            observers_from(broken, object())
+        with pytest.raises(PluginError, match=message):
+            async with open_dispatcher(plugin_manager=broken):
+                pass  # pragma: no cover - the start is refused

@@ -81,6 +81,7 @@ from ..plugins.manager import (
     LimiterRegistry,
     PluginError,
     make_plugin_manager,
+    observers_from,
 )
 from ..resources import (
     DBResourceProvider,
@@ -436,6 +437,8 @@ class JobDispatcher:
                 ) from exc
         self.guardrail_kinds = GuardrailKinds(self.plugins)
         check_attached_guardrails(self.config.guardrails, self.guardrail_kinds)
+        for observer in observers_from(self.plugins, self):
+            self.bus.subscribe(observer)
         # Last: the store may open a file, and nothing after it can refuse the start.
         store = self._heartbeat_store or heartbeat_store_from(self.plugins, self.config.heartbeat)
         self.heart = Heart(self, store)

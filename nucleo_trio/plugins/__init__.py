@@ -31,6 +31,7 @@ from nucleo_trio.plugins.manager import (
     UnknownGuardrailKindError as UnknownGuardrailKindError,
     UnknownLimiterKindError as UnknownLimiterKindError,
     make_plugin_manager as make_plugin_manager,
+    observers_from as observers_from,
 )
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "hookimpl",
     "hookspec",
     "make_plugin_manager",
+    "observers_from",
 ]
 
 # Errors and the registry report themselves under the path users import them from.

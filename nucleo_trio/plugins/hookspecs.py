@@ -15,8 +15,8 @@ grants, head reservation and rollback exactly like a built-in gate.
 Two kinds of hook live here, and each stub says which it is:
 
 * **registration hooks** fan out: every plugin may answer, all answers are gathered, and a name
-  claimed by two plugins is refused naming both (limiter kinds, DB providers, guardrails;
-  later event observers);
+  claimed by two plugins is refused naming both (limiter kinds, DB providers, guardrails,
+  event observers);
 * **provider hooks** pick one thing and are ``firstresult``: the first plugin that answers
   something other than ``None`` wins (the memory reader, the heartbeat store).
 
@@ -26,7 +26,7 @@ decorated function whose name matches no stub is refused when the plugin manager
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import pluggy
@@ -34,6 +34,7 @@ import pluggy
 if TYPE_CHECKING:
     from nucleo_trio.admission import RateLimiter
     from nucleo_trio.admission.memory_reader import MemoryReader
+    from nucleo_trio.dispatch import JobDispatcher
     from nucleo_trio.guardrails import Guardrail
     from nucleo_trio.heartbeat import HeartbeatStore
     from nucleo_trio.jobs import Identifiable
@@ -52,6 +53,7 @@ __all__ = [
     "nucleo_trio_limiter_kinds",
     "nucleo_trio_memory_reader",
     "nucleo_trio_model_catalog",
+    "nucleo_trio_observers",
 ]
 
 PROJECT_NAME: Final = "nucleo_trio"
@@ -205,4 +207,25 @@ def nucleo_trio_heartbeat_store(kind: str, settings: Mapping[str, Any]) -> Heart
     you provide and ``None`` for any other. The built-in answers last for ``"memory"`` (no
     settings) and ``"sqlite"`` (setting ``path``); a kind nobody answers for, or settings a
     provider refuses by raising, stop the start with a ``ConfigError`` naming the kind.
+    """
+
+
+# --- observers ----------------------------------------------------------------------------------
+
+
+@hookspec
+def nucleo_trio_observers(dispatcher: JobDispatcher) -> Iterable[object] | None:
+    """Attach observers to a dispatcher's bus (a registration hook: every answer counts).
+
+    Called once per dispatcher while it loads its plugins, before it starts and before anything
+    is published, with the dispatcher itself (its ``config``, ``bus``, ``plugins`` and
+    :meth:`~nucleo_trio.dispatch.JobDispatcher.health` are there to read).
+
+    Return the observers to subscribe, in order, or ``None`` (or nothing) to subscribe none:
+    each is a :class:`~nucleo_trio.bus.JobObserver` or a callable taking an event, and is
+    subscribed to every event on the dispatcher's bus; a ``JobObserver`` narrows what it receives
+    with its ``predicate``. A plugin that observes only when the deployment configured it
+    answers ``None`` otherwise, so that installing it costs a dispatcher nothing. A hook that
+    raises, or an answer that is not an iterable of observers, refuses the start with a
+    :class:`~nucleo_trio.plugins.PluginError` naming the plugin.
     """

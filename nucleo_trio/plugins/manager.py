@@ -25,6 +25,7 @@ import pluggy
 
 from nucleo_trio._plugin_errors import PluginError, plugin_label as _label
 from nucleo_trio.admission import RateLimiter
+from nucleo_trio.bus import JobObserver
 from nucleo_trio.guardrails import Guardrail
 from nucleo_trio.jobs import Identifiable
 from nucleo_trio.plugins import builtin, hookspecs
@@ -45,6 +46,7 @@ __all__ = [
     "UnknownGuardrailKindError",
     "UnknownLimiterKindError",
     "make_plugin_manager",
+    "observers_from",
 ]
 
 _T = TypeVar("_T")
@@ -221,6 +223,40 @@ def _collect_named(
                     "uninstall or block one of them"
                 )
             found[name] = (accepted, label)
+    return found
+
+
+def observers_from(
+    plugins: pluggy.PluginManager, dispatcher: object
+) -> list[JobObserver[Any] | Callable[[Any], object]]:
+    """Every observer the plugins attach to ``dispatcher`` through ``nucleo_trio_observers``,
+    in plugin order.
+
+    Each implementation is called on its own so that a failure names its plugin: a hook that
+    raises, an answer that is not an iterable, and an item that is neither a
+    :class:`~nucleo_trio.bus.JobObserver` nor callable are each a :class:`PluginError`.
+    """
+    found: list[JobObserver[Any] | Callable[[Any], object]] = []
+    for impl in plugins.hook.nucleo_trio_observers.get_hookimpls():
+        if impl.hookwrapper or impl.wrapper:
+            continue
+        label = _label(plugins, impl.plugin)
+        try:
+            answer = cast(
+                "Iterable[object] | None", impl.function(*(dispatcher for _ in impl.argnames))
+            )
+            observers: tuple[object, ...] = () if answer is None else tuple(answer)
+        except Exception as exc:
+            raise PluginError(
+                f"plugin {label} failed answering nucleo_trio_observers: {exc!r}"
+            ) from exc
+        for observer in observers:
+            if not callable(observer) and not isinstance(observer, JobObserver):
+                raise PluginError(
+                    f"plugin {label} answered nucleo_trio_observers with {observer!r}, "
+                    "which is neither a JobObserver nor a callable taking an event"
+                )
+            found.append(observer)
     return found
 
 
