@@ -28,6 +28,7 @@ import attrs
 import pluggy
 import trio
 
+from .._watch import AsyncValue
 from ..admission import Admission, Grant, HttpConnectionGate
 from ..admission.limiter import LimiterEventType, LimiterIdentity, RateLimiter
 from ..admission.memory_gate import MemoryPressureGate
@@ -73,6 +74,7 @@ from ..jobs.stoppable import AbstractStoppable
 from ..models.envelope import ComplianceEnvelope
 from ..models.runtime import ModelDemandAssembler, ModelRuntime, binding_accounts
 from ..models.spend import SpendGate
+from ..observability.control import ControlServer
 from ..observability.event_logger import EventLogger
 from ..observability.health import HealthSnapshot, QueueSizes, SystemHealthReporter, capture_health
 from ..plugins.manager import (
@@ -101,6 +103,7 @@ from ._boundary import (
 )
 from .config import DispatcherConfig
 from .lanes import PRIORITY_LANE_MAX_TIMEOUT, Lane, QueuedJob, grace_period
+from .lifecycle import DispatcherState
 from .seams import DemandAssembler, GuardrailEnforcer
 from .timekeeper import Timekeeper, TimerHandle
 
@@ -223,6 +226,9 @@ class JobDispatcher:
         self._started = False
         self._stopping = False
         self._stopped = False
+        self.state: AsyncValue[DispatcherState] = AsyncValue(DispatcherState.NEW)
+        """Where the dispatcher is in its life, as a value tasks can wait on:
+        ``await dispatcher.state.wait_value(DispatcherState.STOPPING)``."""
         self._jobs: trio.Nursery | None = None
         self._system: trio.Nursery | None = None
         self._tasks = 0
@@ -309,12 +315,18 @@ class JobDispatcher:
                 self.bus.subscribe(EventLogger())
             await system.start(self._supervised, self.admission.run, "admission")
             await system.start(self._supervised, self._timekeeper.run, "the timekeeper")
+            if self.config.control_socket is not None:
+                # Not supervised: it serves until the nursery closes, and keeps its own
+                # failures to itself (a client can never stop the dispatcher).
+                await system.start(ControlServer(self, self.config.control_socket).run)
             self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STARTED))
             async with trio.open_nursery() as jobs:
                 self._jobs = jobs
                 # The Heart may fire at once (overdue slots), so only once jobs can run.
                 assert self.heart is not None
                 await system.start(self._supervised, self.heart.run, "the heart")
+                if not self._stopping:
+                    self.state.value = DispatcherState.RUNNING
                 task_status.started()
                 try:
                     await self._stop_requested.wait()
@@ -384,6 +396,7 @@ class JobDispatcher:
         graceful stop already waiting."""
         if not self._stopping:
             self._stopping = True
+            self.state.value = DispatcherState.STOPPING
             if self.heart is not None:
                 self.heart.stop()  # from this instant nothing fires into a stopping dispatcher
             if timeout is not None:
@@ -405,6 +418,7 @@ class JobDispatcher:
         self._serving = False
         self._stop_requested.set()
         self._closed.set()
+        self.state.value = DispatcherState.STOPPED
 
     def _stopped_error(self, when: str = "") -> NucleoSystemError:
         why = "" if self._fatal is None else f" (it stopped on {self._fatal!r})"

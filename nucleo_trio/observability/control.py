@@ -1,0 +1,610 @@
+"""The control socket: a running dispatcher's health, read from outside the process.
+
+With ``DispatcherConfig(control_socket="/run/user/1000/orders.sock")`` the dispatcher opens a
+Unix socket at start and answers on it until its run ends; ``nucleo-trio top`` reads it. It is
+off by default.
+
+**Who may connect.** The socket is created with mode 0600 (bound, made owner-only, and only then
+listened on, so there is no instant at which anyone else can connect), in a directory that must
+be a directory owned by the user the dispatcher runs as and writable by nobody else: otherwise
+another user could replace the socket between two looks. ``/tmp`` is refused for that reason;
+``$XDG_RUNTIME_DIR`` is the usual place. A socket file left by a dispatcher that died is
+replaced; a path where something else lives, or where another dispatcher still answers, is
+refused at start with a :class:`~nucleo_trio.errors.ConfigError` naming it.
+
+**The protocol** is read-only: one JSON object on one line in, one JSON object on one line out,
+then the server closes the connection. ``{"get": "snapshot"}`` answers
+``{"ok": true, "protocol": 1, "snapshot": {...}}``, a :class:`LiveSnapshot` as
+:meth:`LiveSnapshot.to_json` writes it; anything else answers ``{"ok": false, "error": "..."}``
+saying what the socket understands. Nothing a client sends can change the dispatcher.
+
+**A client cannot hurt the dispatcher.** At most :data:`MAX_CLIENTS` connections are served at
+once (more wait in the listen backlog); a request is at most :data:`MAX_REQUEST_BYTES`; a client
+that takes longer than :data:`CLIENT_TIMEOUT` seconds to send its line or to take its answer is
+dropped; an error while serving one client (a reset, a bug) is logged and ends only that
+connection. The server is one system task of the dispatcher: it costs nothing between requests,
+and a snapshot is built only when one is asked for. What it does cost: it subscribes to the bus
+for the recent failures, so every job's events are built (a few microseconds per job, as with
+``health_every``).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import stat
+import time
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+import trio
+
+from ..bus.events import FailureEvent, JobEvent, TerminalEvent
+from ..errors import ConfigError
+from ..jobs.state import JobType
+from .health import HealthSnapshot, LimiterRow, QueueSizes
+
+if TYPE_CHECKING:
+    from ..bus.bus import Subscription
+    from ..dispatch.dispatcher import JobDispatcher
+
+__all__ = [
+    "CLIENT_TIMEOUT",
+    "LISTED_JOBS",
+    "MAX_ANSWER_BYTES",
+    "MAX_CLIENTS",
+    "MAX_REQUEST_BYTES",
+    "PROTOCOL",
+    "RECENT_FAILURES",
+    "ControlServer",
+    "ControlSocketError",
+    "FailureRow",
+    "LiveSnapshot",
+    "ParkedRow",
+    "RunningRow",
+    "check_socket_directory",
+    "live_snapshot",
+    "request_snapshot",
+]
+
+log = logging.getLogger("nucleo_trio.observability.control")
+
+PROTOCOL: Final = 1
+"""The version of the answer's shape; a client refuses an answer of another version."""
+MAX_CLIENTS: Final = 4
+"""Connections served at once; more wait in the listen backlog until one ends."""
+MAX_REQUEST_BYTES: Final = 1024
+"""The longest request line the server reads; a longer one is refused and the client dropped."""
+MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
+"""The longest answer :func:`request_snapshot` accepts."""
+CLIENT_TIMEOUT: Final = 5.0
+"""Seconds a client has to send its line and take its answer before it is dropped."""
+RECENT_FAILURES: Final = 20
+"""How many of the latest failed or timed-out jobs a snapshot lists."""
+LISTED_JOBS: Final = 50
+"""How many running and how many parked jobs a snapshot lists at most (the oldest first)."""
+
+
+class ControlSocketError(Exception):
+    """A control socket could not be read: nobody listens there, or the answer is not one."""
+
+
+# -- the snapshot ---------------------------------------------------------------------------------
+@attrs.frozen(kw_only=True)
+class RunningRow:
+    """A job that has started an attempt: for ``seconds`` (wall clock) in attempt ``attempt``."""
+
+    job_id: str
+    name: str
+    kind: str
+    workflow_id: str
+    attempt: int
+    seconds: float
+
+
+@attrs.frozen(kw_only=True)
+class ParkedRow:
+    """A job parked in admission for ``seconds``, held on the accounts ``held_on``."""
+
+    job_id: str
+    name: str
+    kind: str
+    workflow_id: str
+    seconds: float
+    held_on: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class FailureRow:
+    """A job that ended ``FAILED`` or ``TIMED_OUT`` at the wall-clock instant ``at``."""
+
+    job_id: str
+    name: str
+    state: str
+    at: float
+    message: str
+
+
+@attrs.frozen(kw_only=True)
+class LiveSnapshot:
+    """What the control socket answers: the health report and the jobs behind it.
+
+    ``state`` is the dispatcher's :class:`~nucleo_trio.dispatch.DispatcherState` name; ``pid``
+    its process; ``wall`` the :func:`time.time` the snapshot was taken. ``running`` and
+    ``parked`` list at most :data:`LISTED_JOBS` jobs each, the longest first, out of
+    ``running_total`` and ``parked_total``; ``failures`` the latest failures, newest first.
+    """
+
+    state: str
+    pid: int
+    wall: float
+    health: HealthSnapshot
+    running: tuple[RunningRow, ...] = ()
+    running_total: int = 0
+    parked: tuple[ParkedRow, ...] = ()
+    parked_total: int = 0
+    failures: tuple[FailureRow, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The snapshot as plain JSON data, with stable field names."""
+        health = self.health
+        return {
+            "state": self.state,
+            "pid": self.pid,
+            "wall": self.wall,
+            "health": {
+                "limiters": [attrs.asdict(row) for row in health.limiters],
+                "memory": health.memory,
+                "running": [[kind.value, count] for kind, count in health.running],
+                "workflows_active": health.workflows_active,
+                "queues": attrs.asdict(health.queues),
+                "at": health.at,
+            },
+            "running": [attrs.asdict(row) for row in self.running],
+            "running_total": self.running_total,
+            "parked": [{**attrs.asdict(row), "held_on": list(row.held_on)} for row in self.parked],
+            "parked_total": self.parked_total,
+            "failures": [attrs.asdict(row) for row in self.failures],
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> LiveSnapshot:
+        """Rebuild a snapshot from :meth:`to_json`'s data; ``ValueError`` names what is wrong."""
+        try:
+            return _snapshot_from(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"not a control-socket snapshot: {type(exc).__name__}: {exc}") from exc
+
+
+def _number(value: object, what: str) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} is {value!r}, not a number")
+    return value
+
+
+def _text(value: object, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is {value!r}, not a string")
+    return value
+
+
+def _table(value: object, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{what} is {type(value).__name__}, not an object")
+    return value
+
+
+def _rows(value: object, what: str) -> list[Mapping[str, Any]]:
+    if not isinstance(value, list):
+        raise TypeError(f"{what} is {type(value).__name__}, not a list")
+    return [_table(item, what) for item in value]
+
+
+def _snapshot_from(data: object) -> LiveSnapshot:
+    top = _table(data, "the snapshot")
+    health = _table(top["health"], "health")
+    limiters = tuple(
+        LimiterRow(
+            name=_text(row["name"], "a limiter's name"),
+            category=_text(row["category"], "a limiter's category"),
+            capacity=_number(row["capacity"], "a limiter's capacity"),
+            used=_number(row["used"], "a limiter's use"),
+            waiters=int(_number(row["waiters"], "a limiter's waiters")),
+            status=None if row["status"] is None else _text(row["status"], "a limiter's status"),
+        )
+        for row in _rows(health["limiters"], "health.limiters")
+    )
+    running_by_type = tuple(
+        (JobType(_text(kind, "a job type")), int(_number(count, "a job count")))
+        for kind, count in health["running"]
+    )
+    queues = _table(health["queues"], "health.queues")
+    at = health["at"]
+    return LiveSnapshot(
+        state=_text(top["state"], "state"),
+        pid=int(_number(top["pid"], "pid")),
+        wall=float(_number(top["wall"], "wall")),
+        health=HealthSnapshot(
+            limiters=limiters,
+            memory=_text(health["memory"], "health.memory"),
+            running=running_by_type,
+            workflows_active=int(_number(health["workflows_active"], "workflows_active")),
+            queues=QueueSizes(
+                int(_number(queues["standard"], "queues.standard")),
+                int(_number(queues["fast"], "queues.fast")),
+                int(_number(queues["parked"], "queues.parked")),
+            ),
+            at=None if at is None else float(_number(at, "health.at")),
+        ),
+        running=tuple(
+            RunningRow(
+                job_id=_text(row["job_id"], "job_id"),
+                name=_text(row["name"], "name"),
+                kind=_text(row["kind"], "kind"),
+                workflow_id=_text(row["workflow_id"], "workflow_id"),
+                attempt=int(_number(row["attempt"], "attempt")),
+                seconds=float(_number(row["seconds"], "seconds")),
+            )
+            for row in _rows(top["running"], "running")
+        ),
+        running_total=int(_number(top["running_total"], "running_total")),
+        parked=tuple(
+            ParkedRow(
+                job_id=_text(row["job_id"], "job_id"),
+                name=_text(row["name"], "name"),
+                kind=_text(row["kind"], "kind"),
+                workflow_id=_text(row["workflow_id"], "workflow_id"),
+                seconds=float(_number(row["seconds"], "seconds")),
+                held_on=tuple(_text(name, "held_on") for name in row["held_on"]),
+            )
+            for row in _rows(top["parked"], "parked")
+        ),
+        parked_total=int(_number(top["parked_total"], "parked_total")),
+        failures=tuple(
+            FailureRow(
+                job_id=_text(row["job_id"], "job_id"),
+                name=_text(row["name"], "name"),
+                state=_text(row["state"], "state"),
+                at=float(_number(row["at"], "at")),
+                message=_text(row["message"], "message"),
+            )
+            for row in _rows(top["failures"], "failures")
+        ),
+    )
+
+
+def live_snapshot(dispatcher: JobDispatcher, failures: tuple[FailureRow, ...] = ()) -> LiveSnapshot:
+    """``dispatcher`` at this instant: its :meth:`health`, its running and parked jobs.
+
+    Called inside the dispatcher's trio run (the parked jobs' waits are on its clock).
+    """
+    now_wall = time.time()
+    now = trio.current_time()
+    started = sorted(
+        (
+            queued
+            for queued in list(dispatcher._running.values())
+            if queued.context.started_at is not None and not queued.context.state.is_terminal
+        ),
+        key=lambda queued: queued.context.started_at or 0.0,
+    )
+    running = tuple(
+        RunningRow(
+            job_id=queued.job.job_id,
+            name=queued.context.snapshot().name,
+            kind=queued.job.job_type.value,
+            workflow_id=queued.job.workflow_id,
+            attempt=queued.context.attempt,
+            seconds=max(0.0, now_wall - (queued.context.started_at or now_wall)),
+        )
+        for queued in started[:LISTED_JOBS]
+    )
+    in_line = dispatcher.admission.parked()
+    parked: list[ParkedRow] = []
+    for waiter, arrival, held_on in in_line[:LISTED_JOBS]:
+        snapshot = waiter.snapshot() if waiter is not None else None
+        parked.append(
+            ParkedRow(
+                job_id=snapshot.job_id if snapshot is not None else "",
+                name=snapshot.name if snapshot is not None else "(no job)",
+                kind=snapshot.kind.value if snapshot is not None else JobType.JOB.value,
+                workflow_id=snapshot.workflow_id if snapshot is not None else "",
+                seconds=max(0.0, now - arrival),
+                held_on=held_on,
+            )
+        )
+    return LiveSnapshot(
+        state=dispatcher.state.value.name,
+        pid=os.getpid(),
+        wall=now_wall,
+        health=dispatcher.health(),
+        running=running,
+        running_total=len(started),
+        parked=tuple(parked),
+        parked_total=len(in_line),
+        failures=failures,
+    )
+
+
+class _Failures:
+    """The latest failed and timed-out jobs, as the bus reports them (newest first)."""
+
+    def __init__(self, keep: int) -> None:
+        self.rows: deque[FailureRow] = deque(maxlen=keep)
+
+    def __call__(self, event: JobEvent) -> None:
+        snapshot = event.snapshot
+        if not isinstance(event, FailureEvent) or snapshot is None:
+            return
+        self.rows.appendleft(
+            FailureRow(
+                job_id=snapshot.job_id,
+                name=snapshot.name,
+                state=snapshot.state.value,
+                at=event.timestamp,
+                message=event.message or "",
+            )
+        )
+
+
+# -- the socket's place ---------------------------------------------------------------------------
+def check_socket_directory(path: str | os.PathLike[str]) -> Path:
+    """The socket's path, once its directory is fit to hold it; a ConfigError says why not.
+
+    The directory must exist, be a directory, belong to the user running this process, and be
+    writable by nobody else (no group or other write bit), so nobody else can replace the
+    socket.
+    """
+    socket_path = Path(path).absolute()
+    directory = socket_path.parent
+    where = f"control socket {str(socket_path)!r}"
+    try:
+        info = os.stat(directory)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: the directory {str(directory)!r} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read the directory {str(directory)!r}: {exc}") from exc
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"{where}: {str(directory)!r} is not a directory")
+    if info.st_uid != os.getuid():
+        raise ConfigError(
+            f"{where}: the directory {str(directory)!r} belongs to uid {info.st_uid}, not to "
+            f"this process's user (uid {os.getuid()}); use a directory of your own, such as "
+            "$XDG_RUNTIME_DIR"
+        )
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(
+            f"{where}: the directory {str(directory)!r} is writable by others "
+            f"(mode {stat.S_IMODE(info.st_mode):04o}), so they could replace the socket; use a "
+            "directory only you can write, such as $XDG_RUNTIME_DIR"
+        )
+    return socket_path
+
+
+async def _clear_stale(path: Path) -> None:
+    """Remove a socket a dead dispatcher left at ``path``; refuse anything else there."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    where = f"control socket {str(path)!r}"
+    if not stat.S_ISSOCK(info.st_mode):
+        raise ConfigError(f"{where}: something that is not a socket is there; not replacing it")
+    probe = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+    try:
+        await probe.connect(str(path))
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+            raise ConfigError(f"{where}: cannot tell whether it is in use: {exc}") from exc
+    else:
+        raise ConfigError(f"{where}: another process is serving on it")
+    finally:
+        probe.close()
+    os.unlink(path)  # nobody listens: a dead dispatcher's socket
+
+
+# -- the server -----------------------------------------------------------------------------------
+class ControlServer:
+    """Serves :func:`live_snapshot` of ``dispatcher`` on the Unix socket ``path`` (see the
+    module docstring). The dispatcher runs one with ``await nursery.start(server.run)`` in its
+    system nursery when ``config.control_socket`` is set; it serves until cancelled.
+
+    ``max_clients`` connections at once, ``client_timeout`` seconds each (the dispatcher's
+    clock), ``failures`` recent failures kept.
+    """
+
+    def __init__(
+        self,
+        dispatcher: JobDispatcher,
+        path: str | os.PathLike[str],
+        *,
+        max_clients: int = MAX_CLIENTS,
+        client_timeout: float = CLIENT_TIMEOUT,
+        failures: int = RECENT_FAILURES,
+    ) -> None:
+        for name, value in (("max_clients", max_clients), ("failures", failures)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"ControlServer: {name} must be a positive int, got {value!r}")
+        if (
+            isinstance(client_timeout, bool)
+            or not isinstance(client_timeout, int | float)
+            or not 0 < client_timeout < float("inf")
+        ):
+            raise ValueError(
+                f"ControlServer: client_timeout must be finite seconds > 0, got {client_timeout!r}"
+            )
+        self.dispatcher = dispatcher
+        self.path = Path(path).absolute()
+        self.client_timeout = float(client_timeout)
+        self._slots = trio.Semaphore(max_clients)
+        self._failures = _Failures(failures)
+        self._subscription: Subscription | None = None
+        self.served = 0
+        """How many requests have been answered (a well-formed request or not)."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Bind the socket (refused with a ConfigError), report started, serve until cancelled;
+        the socket file is removed on the way out."""
+        listener, inode = await self._bind()
+        try:
+            self._subscription = self.dispatcher.bus.subscribe(
+                self._failures, event_type=TerminalEvent
+            )
+            task_status.started()
+            log.info("Control socket listening on %s", self.path)
+            async with trio.open_nursery() as clients:
+                await self._accept(listener, clients)
+        finally:
+            if self._subscription is not None:
+                self._subscription.unsubscribe()
+            with trio.CancelScope(shield=True):
+                await listener.aclose()
+            self._unlink(inode)
+
+    async def _bind(self) -> tuple[trio.SocketListener, int]:
+        path = check_socket_directory(self.path)
+        await _clear_stale(path)
+        sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+        try:
+            await sock.bind(str(path))
+            # Owner-only before listen(): until then a connect is refused, so nobody else can
+            # get in at any instant.
+            os.chmod(path, 0o600)
+            sock.listen(MAX_CLIENTS * 4)
+            inode = os.lstat(path).st_ino
+        except OSError as exc:
+            sock.close()
+            raise ConfigError(f"control socket {str(path)!r}: cannot listen: {exc}") from exc
+        return trio.SocketListener(sock), inode
+
+    def _unlink(self, inode: int) -> None:
+        try:
+            if os.lstat(self.path).st_ino == inode:
+                os.unlink(self.path)
+        except OSError:
+            pass  # gone already, or replaced by someone else's: theirs to keep
+
+    async def _accept(self, listener: trio.SocketListener, clients: trio.Nursery) -> None:
+        while True:
+            await self._slots.acquire()
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                # Out of descriptors and the like: say so, and try again a little later.
+                self._slots.release()
+                log.warning("Control socket: accept failed (%s); retrying in 1 s", exc)
+                await trio.sleep(1.0)
+                continue
+            except BaseException:
+                self._slots.release()
+                raise
+            clients.start_soon(self._serve_client, stream)
+
+    async def _serve_client(self, stream: trio.SocketStream) -> None:
+        try:
+            with trio.move_on_after(self.client_timeout) as window:
+                request = await _read_line(stream, MAX_REQUEST_BYTES)
+                answer = self._answer(request)
+                self.served += 1
+                await stream.send_all(answer)
+            if window.cancelled_caught:
+                log.debug(
+                    "Control socket: dropped a client slower than %.1f s", self.client_timeout
+                )
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            log.debug("Control socket: a client went away (%s)", exc)
+        except Exception:  # noqa: BLE001 - one client's trouble must never reach the dispatcher
+            log.exception("Control socket: serving a client failed")
+        finally:
+            self._slots.release()
+            await trio.aclose_forcefully(stream)
+
+    def _answer(self, request: bytes | None) -> bytes:
+        if request is None:
+            return _line({"ok": False, "error": f"a request is at most {MAX_REQUEST_BYTES} bytes"})
+        try:
+            asked = json.loads(request)
+        except ValueError:
+            asked = None
+        if not isinstance(asked, dict) or asked.get("get") != "snapshot":
+            return _line(
+                {
+                    "ok": False,
+                    "error": f'unknown request {request[:80]!r}; this socket answers {{"get": "snapshot"}}',
+                }
+            )
+        snapshot = live_snapshot(self.dispatcher, tuple(self._failures.rows))
+        return _line({"ok": True, "protocol": PROTOCOL, "snapshot": snapshot.to_json()})
+
+
+def _line(answer: Mapping[str, Any]) -> bytes:
+    return json.dumps(answer, separators=(",", ":")).encode() + b"\n"
+
+
+async def _read_line(stream: trio.abc.ReceiveStream, limit: int) -> bytes | None:
+    """One line (without its newline; what came before the end of the stream if none), or
+    ``None`` when more than ``limit`` bytes came without one."""
+    buffer = bytearray()
+    while True:
+        chunk = await stream.receive_some(limit + 1)
+        if not chunk:
+            return bytes(buffer)
+        end = chunk.find(b"\n")
+        if end >= 0:
+            buffer += chunk[:end]
+            return bytes(buffer) if len(buffer) <= limit else None
+        buffer += chunk
+        if len(buffer) > limit:
+            return None
+
+
+# -- the client -----------------------------------------------------------------------------------
+async def request_snapshot(
+    path: str | os.PathLike[str], *, within: float = CLIENT_TIMEOUT
+) -> LiveSnapshot:
+    """Ask the dispatcher listening on ``path`` for a :class:`LiveSnapshot`.
+
+    Raises :class:`ControlSocketError` saying what went wrong: nobody listens there, the answer
+    is late (connecting, sending and reading take over ``within`` seconds), too long, refused, or not a snapshot.
+    """
+    where = f"control socket {os.fspath(path)!r}"
+    try:
+        with trio.fail_after(within):
+            stream = await trio.open_unix_socket(os.fspath(path))
+            async with stream:
+                await stream.send_all(b'{"get": "snapshot"}\n')
+                answer = await _read_line(stream, MAX_ANSWER_BYTES)
+    except trio.TooSlowError:
+        raise ControlSocketError(f"{where}: no answer within {within:g} s") from None
+    except FileNotFoundError:
+        raise ControlSocketError(
+            f"{where}: no such socket (is a dispatcher running with control_socket set?)"
+        ) from None
+    except ConnectionRefusedError:
+        raise ControlSocketError(f"{where}: nobody is listening (the dispatcher stopped)") from None
+    except (OSError, trio.BrokenResourceError) as exc:
+        raise ControlSocketError(f"{where}: {exc}") from exc
+    if answer is None:
+        raise ControlSocketError(f"{where}: the answer is over {MAX_ANSWER_BYTES} bytes")
+    if not answer:
+        raise ControlSocketError(f"{where}: the dispatcher closed the connection without answering")
+    try:
+        data = json.loads(answer)
+    except ValueError as exc:
+        raise ControlSocketError(f"{where}: the answer is not JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("ok") is not True:
+        error = data.get("error") if isinstance(data, dict) else None
+        raise ControlSocketError(f"{where}: refused: {error or answer[:200]!r}")
+    if data.get("protocol") != PROTOCOL:
+        raise ControlSocketError(
+            f"{where}: answers protocol {data.get('protocol')!r}; this client reads {PROTOCOL}"
+        )
+    try:
+        return LiveSnapshot.from_json(data.get("snapshot"))
+    except ValueError as exc:
+        raise ControlSocketError(f"{where}: {exc}") from exc
