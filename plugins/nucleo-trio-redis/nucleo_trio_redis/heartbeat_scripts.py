@@ -1,0 +1,253 @@
+"""The Lua scripts of the Redis heartbeat store: each operation is one script, so one round trip
+and atomic on the server.
+
+Every script gets the same five keys, all under one hash tag so they live in one cluster slot:
+
+* ``due``: a sorted set, heartbeat id scored by its run instant (ties ordered by id, as Redis
+  orders equal scores by member): the schedule;
+* ``entry``: a hash, heartbeat id to its stored row (JSON written by the store);
+* ``claim``: a hash, heartbeat id to the claim on a slot a worker took out and has not recorded
+  yet: ``token \\n run_at \\n boot \\n row`` (the claimant's token, the slot's instant, the
+  ``run_id`` of the Redis process that granted it, and the row to put back);
+* ``until``: a sorted set, heartbeat id scored by the Redis-clock millisecond its claim runs out;
+* ``fired``: a hash, heartbeat id to the latest run instant of it that fired.
+
+Instants travel as decimal strings a double reads back exactly (Python's ``repr`` going in,
+Redis's own formatting of a score coming out) and are compared as numbers. The scripts read the
+clock with ``TIME`` (the server's clock, never a worker's) and answer whether the head of the
+schedule changed, so the calling store can tell its change listeners.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CANCEL",
+    "ENQUEUE",
+    "INSPECT",
+    "PEEK",
+    "POLL",
+    "RELEASE_MINE",
+    "SETTLE",
+]
+
+_COMMON = """
+local due, entry, claim, untl, fired = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+
+local function head()
+  local h = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+  if h[1] then return h[1] .. '@' .. h[2] end
+  return ''
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function boot()
+  local info = redis.call('INFO', 'server')
+  return string.match(info, 'run_id:(%w+)') or ''
+end
+
+local function split_claim(v)
+  local a = string.find(v, '\\n', 1, true)
+  local b = string.find(v, '\\n', a + 1, true)
+  local c = string.find(v, '\\n', b + 1, true)
+  return string.sub(v, 1, a - 1), string.sub(v, a + 1, b - 1), string.sub(v, b + 1, c - 1),
+    string.sub(v, c + 1)
+end
+
+local function changed(before)
+  if before ~= head() then return 1 end
+  return 0
+end
+"""
+
+POLL = (
+    _COMMON
+    + """
+-- ARGV: now (the Heart's instant), token, claim TTL in ms.
+-- Answers {id, run_at, row, fired mark, head changed, recovered...}; id '' when nothing is due.
+local now, token, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local before = head()
+local t = now_ms()
+local recovered = {}
+local expired = redis.call('ZRANGEBYSCORE', untl, '-inf', t)
+if #expired > 0 then
+  local current = boot()
+  for _, id in ipairs(expired) do
+    local v = redis.call('HGET', claim, id)
+    if not v then
+      redis.call('ZREM', untl, id)
+    else
+      local owner, at, granted, row = split_claim(v)
+      if granted ~= current then
+        -- This Redis restarted since the claim was granted: the downtime is not the claimant's,
+        -- so it gets a whole TTL from now to record its fire.
+        redis.call('HSET', claim, id, owner .. '\\n' .. at .. '\\n' .. current .. '\\n' .. row)
+        redis.call('ZADD', untl, t + ttl, id)
+      else
+        redis.call('HDEL', claim, id)
+        redis.call('ZREM', untl, id)
+        if not redis.call('ZSCORE', due, id) then
+          redis.call('HSET', entry, id, row)
+          redis.call('ZADD', due, at, id)
+          table.insert(recovered, id)
+          table.insert(recovered, at)
+        end
+      end
+    end
+  end
+end
+local offset = 0
+while true do
+  local batch = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'WITHSCORES', 'LIMIT', offset, 64)
+  if #batch == 0 then break end
+  for i = 1, #batch, 2 do
+    local id, at = batch[i], batch[i + 1]
+    if redis.call('HEXISTS', claim, id) == 0 then
+      local row = redis.call('HGET', entry, id)
+      redis.call('ZREM', due, id)
+      redis.call('HDEL', entry, id)
+      redis.call('HSET', claim, id, token .. '\\n' .. at .. '\\n' .. boot() .. '\\n' .. row)
+      redis.call('ZADD', untl, t + ttl, id)
+      local mark = redis.call('HGET', fired, id) or ''
+      local answer = {id, at, row, mark, changed(before)}
+      for _, r in ipairs(recovered) do table.insert(answer, r) end
+      return answer
+    end
+  end
+  offset = offset + 64
+end
+local answer = {'', '', '', '', changed(before)}
+for _, r in ipairs(recovered) do table.insert(answer, r) end
+return answer
+"""
+)
+
+SETTLE = (
+    _COMMON
+    + """
+-- ARGV: id, token, claimed run_at ('' for none), fired ('1' or '0'), next run_at ('' for none),
+-- next row. Records the claimed slot as fired (when it was), lets go of the claim when it is
+-- still this token's, and stores the next entry when the id is free (no entry, no claim).
+-- Answers {owned, stored, head changed}.
+local id, token, at, was_fired, next_at, next_row =
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local before = head()
+if was_fired == '1' and at ~= '' then
+  local mark = redis.call('HGET', fired, id)
+  if (not mark) or tonumber(mark) < tonumber(at) then redis.call('HSET', fired, id, at) end
+end
+local owned = 0
+if at ~= '' then
+  local v = redis.call('HGET', claim, id)
+  if v then
+    local owner = split_claim(v)
+    if owner == token then
+      redis.call('HDEL', claim, id)
+      redis.call('ZREM', untl, id)
+      owned = 1
+    end
+  end
+end
+local stored = 0
+if next_at ~= '' and not redis.call('ZSCORE', due, id) and redis.call('HEXISTS', claim, id) == 0 then
+  redis.call('HSET', entry, id, next_row)
+  redis.call('ZADD', due, next_at, id)
+  stored = 1
+end
+return {owned, stored, changed(before)}
+"""
+)
+
+ENQUEUE = (
+    _COMMON
+    + """
+-- ARGV: id, run_at, row. Answers {displaced row or '', head changed}.
+local id, at, row = ARGV[1], ARGV[2], ARGV[3]
+local before = head()
+local old = redis.call('HGET', entry, id) or ''
+redis.call('HSET', entry, id, row)
+redis.call('ZADD', due, at, id)
+return {old, changed(before)}
+"""
+)
+
+CANCEL = (
+    _COMMON
+    + """
+-- ARGV: id. Removes the entry and any claim on the id. Answers {removed row or '', changed}.
+local id = ARGV[1]
+local before = head()
+local old = redis.call('HGET', entry, id) or ''
+redis.call('ZREM', due, id)
+redis.call('HDEL', entry, id)
+local v = redis.call('HGET', claim, id)
+if v then
+  redis.call('HDEL', claim, id)
+  redis.call('ZREM', untl, id)
+  if old == '' then
+    local _, _, _, row = split_claim(v)
+    old = row
+  end
+end
+return {old, changed(before)}
+"""
+)
+
+PEEK = (
+    _COMMON
+    + """
+-- Answers {head run_at or '', milliseconds until the earliest claim runs out or ''}.
+local h = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+local c = redis.call('ZRANGE', untl, 0, 0, 'WITHSCORES')
+local remaining = ''
+if c[1] then remaining = tostring(tonumber(c[2]) - now_ms()) end
+return {h[2] or '', remaining}
+"""
+)
+
+INSPECT = (
+    _COMMON
+    + """
+-- Answers every stored row, in the order they fall due.
+local ids = redis.call('ZRANGE', due, 0, -1)
+local rows = {}
+for _, id in ipairs(ids) do
+  local row = redis.call('HGET', entry, id)
+  if row then table.insert(rows, row) end
+end
+return rows
+"""
+)
+
+RELEASE_MINE = (
+    _COMMON
+    + """
+-- ARGV: token, then the ids whose claims the caller knows it holds. Every other claim of this
+-- token (one granted by a poll whose answer was lost) is let go: its slot goes back on the
+-- schedule when the id is free. Answers {released ids..., head changed}.
+local token = ARGV[1]
+local known = {}
+for i = 2, #ARGV do known[ARGV[i]] = true end
+local before = head()
+local released = {}
+local all = redis.call('HGETALL', claim)
+for i = 1, #all, 2 do
+  local id, v = all[i], all[i + 1]
+  local owner, at, _, row = split_claim(v)
+  if owner == token and not known[id] then
+    redis.call('HDEL', claim, id)
+    redis.call('ZREM', untl, id)
+    if not redis.call('ZSCORE', due, id) then
+      redis.call('HSET', entry, id, row)
+      redis.call('ZADD', due, at, id)
+    end
+    table.insert(released, id)
+  end
+end
+table.insert(released, changed(before))
+return released
+"""
+)

@@ -1,0 +1,480 @@
+"""A heartbeat schedule shared by every worker that points at one Redis: each slot fires once.
+
+:class:`RedisHeartbeatStore` satisfies :class:`~nucleo_trio.heartbeat.HeartbeatStore`. Give N
+dispatchers (in as many processes, on as many machines) the same store settings and the same
+schedule, and each slot of each heartbeat fires on exactly one of them.
+
+**Claims.** :meth:`~RedisHeartbeatStore.poll_due` does not just take the due entry out: it
+claims it, atomically, for this store (a token of its own), with a time to live on Redis's own
+clock (``TIME``, never a worker's). The Heart then fires the slot and puts the recurrence's next
+slot back with :meth:`~RedisHeartbeatStore.re_enqueue_if_absent`; that call records the claimed
+slot as fired, lets go of the claim and stores the next slot, in one script. A slot with no
+recurrence is recorded at the store's next operation (the Heart comes back to the store only
+after its fire). A worker that dies between the claim and the record (killed mid-fire) leaves a
+claim that runs out: the next poll on any worker puts the slot back on the schedule and one of
+them fires it. While a claim lives, no other worker can take the id, even when someone rebinds
+it meanwhile.
+
+**Fired slots.** Redis keeps, per heartbeat id, the latest run instant that fired. A slot at or
+before it is never fired again: a poll that meets one moves a recurring heartbeat on to its
+first slot after the mark, and drops a one-shot one, without firing either. This is what lets
+every worker publish the same schedules at its start (``schedule_heartbeat`` with the same id,
+anchor and recurrence): the rebinding re-anchors the entry, and the slots already fired are
+skipped, so catch-up after all workers were down fires each missed slot once, back to back.
+
+**Losing Redis.** Every operation is one script, done to the end once called (a cancelled
+caller still gets its answer; its cancellation arrives at its next checkpoint) and bounded by
+``timeout``. A failure is a :class:`~nucleo_trio.errors.NucleoSystemError` that names Redis, its
+address (without a password) and the operation; the Heart logs it and asks again. What this store
+owes Redis is kept until Redis has it: a fire not yet recorded, and the next slot the Heart put
+back, are written at the next operation that reaches Redis, before anything else, so a
+connection lost between a fire and its record neither loses the next slot nor fires the slot
+again. A claim whose answer was lost with the connection is let go at the next operation (its
+slot goes back on the schedule). A claim granted before Redis restarted gets a whole TTL from
+the restart, so an outage is not counted against the worker that holds it. The one duplicate
+this cannot rule out: a worker cut off from a Redis that stays up for longer than ``claim_ttl``
+after it fired and before it recorded the fire is, to the others, a worker that died, and they
+fire that slot again. ``claim_ttl`` is therefore both the delay before a crashed worker's slot
+is fired by another and the longest partition that is ridden out without a duplicate.
+
+**Change listeners** hear the head changes this store makes; another worker's change is seen at
+this worker's next wake-up. :meth:`~RedisHeartbeatStore.peek_next_run_at` also answers the
+instant the earliest claim runs out, when that is sooner than the head, so a Heart wakes to take
+over a crashed worker's slot.
+
+Rows are written the way :class:`~nucleo_trio.heartbeat.SQLiteHeartbeatStore` writes them (job
+class and recurrence by import path, input and scope guard as JSON that must read back equal);
+a row whose job class no longer imports is dropped with an error log when it falls due.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import secrets
+import urllib.parse
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import attrs
+import coredis
+import coredis.retry
+import trio
+
+from nucleo_trio._clock import wait_holding_the_clock
+from nucleo_trio.errors import NucleoSystemError
+from nucleo_trio.heartbeat import Heartbeat, heartbeat_now
+from nucleo_trio.heartbeat.sqlite import _heartbeat_of, _row_of
+from nucleo_trio.heartbeat.store import ChangeListeners, require_genuine
+
+from . import heartbeat_scripts as scripts
+
+__all__ = ["DEFAULT_CLAIM_TTL", "DEFAULT_PREFIX", "DEFAULT_TIMEOUT", "RedisHeartbeatStore"]
+
+log = logging.getLogger("nucleo_trio_redis.heartbeat")
+
+_COMPONENT: Final = "redis-heartbeat-store"
+
+DEFAULT_PREFIX: Final = "nucleo-trio:heartbeats"
+"""The key prefix when none is given: every key is ``{prefix}:<name>``."""
+
+DEFAULT_CLAIM_TTL: Final = 30.0
+"""Seconds a claim on a slot lives on Redis's clock before another worker may fire the slot."""
+
+DEFAULT_TIMEOUT: Final = 5.0
+"""Seconds one operation may take (connecting included) before it fails."""
+
+_Answer = TypeVar("_Answer")
+
+
+@attrs.define
+class _Held:
+    """A slot this store claimed and has not recorded yet: whether it fired (``None`` until
+    the Heart says), and the next slot to put back with the record."""
+
+    heartbeat: Heartbeat
+    fired: bool | None = None
+    following: Heartbeat | None = None
+
+
+def _seconds(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"RedisHeartbeatStore: {what} must be a number of seconds, "
+            f"got {type(value).__name__}: {value!r}"
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"RedisHeartbeatStore: {what} must be a positive, finite number of seconds, "
+            f"got {value!r}"
+        )
+    return float(value)
+
+
+def _redacted(url: str) -> str:
+    """``url`` with any password replaced by ``***``, for messages."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port is not None else "")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member groups (coredis runs in task groups)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+class RedisHeartbeatStore:
+    """The heartbeat schedule in Redis at ``url``, shared by every store built on the same
+    ``url`` and ``prefix``; see the module documentation for how each slot fires once.
+
+    Choose it in a dispatcher's configuration with
+    ``{"heartbeat": {"kind": "redis", "settings": {"url": "redis://host:6379/0"}}}``; the other
+    settings are ``prefix`` (the keys' hash tag, :data:`DEFAULT_PREFIX`), ``claim_ttl``
+    (:data:`DEFAULT_CLAIM_TTL`) and ``timeout`` (:data:`DEFAULT_TIMEOUT`). Its operations must
+    be awaited inside a trio run; each one opens its own connection, so a Redis restart
+    between two of them costs nothing but the reconnect.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        claim_ttl: float = DEFAULT_CLAIM_TTL,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        if not isinstance(url, str) or not url.strip():
+            raise ValueError(f"RedisHeartbeatStore needs a Redis URL, got {url!r}")
+        scheme = urllib.parse.urlsplit(url).scheme
+        if scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(
+                f"RedisHeartbeatStore: the URL must start redis://, rediss:// or unix://, "
+                f"got {_redacted(url)!r}"
+            )
+        if not isinstance(prefix, str) or not prefix.strip() or any(c in prefix for c in "{}"):
+            raise ValueError(
+                f"RedisHeartbeatStore: prefix must be a non-blank string without braces "
+                f"(it becomes the keys' hash tag), got {prefix!r}"
+            )
+        self.url = url
+        self.prefix = prefix
+        self.claim_ttl = _seconds(claim_ttl, "claim_ttl")
+        self.timeout = _seconds(timeout, "timeout")
+        tag = "{" + prefix + "}"
+        self.keys: tuple[str, ...] = tuple(
+            f"{tag}:{name}" for name in ("due", "entry", "claim", "until", "fired")
+        )
+        self._where = f"Redis at {_redacted(url)}"
+        self._token = secrets.token_hex(8)
+        self._held: dict[str, _Held] = {}
+        self._suspect = False  # a poll failed: Redis may hold a claim of ours we never heard of
+        self._listeners = ChangeListeners()
+        self._closed = False
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> RedisHeartbeatStore:
+        """The store for a configuration's ``heartbeat.settings``: ``url`` (required),
+        ``prefix``, ``claim_ttl``, ``timeout``. An unknown or missing setting is a
+        :class:`ValueError` naming it."""
+        known = ("url", "prefix", "claim_ttl", "timeout")
+        unknown = sorted(set(settings) - set(known))
+        if unknown:
+            raise ValueError(
+                f"heartbeat store kind 'redis': unknown setting(s) {unknown}; "
+                f"known: {', '.join(known)}"
+            )
+        if "url" not in settings:
+            raise ValueError("heartbeat store kind 'redis' needs the setting 'url'")
+        return cls(
+            settings["url"],
+            prefix=settings.get("prefix", DEFAULT_PREFIX),
+            claim_ttl=settings.get("claim_ttl", DEFAULT_CLAIM_TTL),
+            timeout=settings.get("timeout", DEFAULT_TIMEOUT),
+        )
+
+    # -- the contract ---------------------------------------------------------------------------
+    async def enqueue(self, heartbeat: Heartbeat) -> Heartbeat | None:
+        row = self._row(require_genuine(heartbeat))
+        await self._catch_up()
+        old, changed = await self._script(
+            scripts.ENQUEUE,
+            [heartbeat.id, repr(heartbeat.run_at), row],
+            f"storing heartbeat {heartbeat.id!r}",
+        )
+        self._told(changed)
+        return self._restored(old, "displaced") if old else None
+
+    async def cancel(self, heartbeat_id: str) -> Heartbeat | None:
+        if not isinstance(heartbeat_id, str):
+            raise TypeError(f"a heartbeat id is a string, got {type(heartbeat_id).__name__}")
+        await self._catch_up()
+        old, changed = await self._script(
+            scripts.CANCEL, [heartbeat_id], f"cancelling heartbeat {heartbeat_id!r}"
+        )
+        self._told(changed)
+        return self._restored(old, "cancelled") if old else None
+
+    async def poll_due(self, now: float) -> Heartbeat | None:
+        if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
+            raise ValueError(f"poll_due needs a finite instant, got {now!r}")
+        await self._catch_up()
+        while True:
+            try:
+                answer = await self._script(
+                    scripts.POLL,
+                    [repr(float(now)), self._token, str(max(1, round(self.claim_ttl * 1000)))],
+                    "polling",
+                )
+            except NucleoSystemError:
+                self._suspect = True
+                raise
+            heartbeat_id, run_at, row, mark, changed, *recovered = answer
+            self._told(changed)
+            for index in range(0, len(recovered), 2):
+                log.warning(
+                    "heartbeat %r: the claim on its slot at %s ran out before its fire was "
+                    "recorded (the worker holding it died or lost %s); the slot is due again",
+                    recovered[index],
+                    recovered[index + 1],
+                    self._where,
+                )
+            if not heartbeat_id:
+                return None
+            heartbeat = self._restored(row, "due")
+            if heartbeat is None:
+                # Unreadable: let the claim go without putting anything back.
+                await self._record(heartbeat_id, run_at, False, None)
+                continue
+            held = _Held(heartbeat)
+            self._held[heartbeat.id] = held
+            if mark and float(mark) >= heartbeat.run_at:
+                held.fired = False
+                held.following = _after_mark(heartbeat, float(mark))
+                log.info(
+                    "heartbeat %r: its slot at %s already fired (up to %s); %s",
+                    heartbeat.id,
+                    heartbeat.run_at,
+                    mark,
+                    "dropped"
+                    if held.following is None
+                    else f"moved on to {held.following.run_at!r}",
+                )
+                await self._settle(heartbeat.id, held)
+                continue
+            return heartbeat
+
+    async def peek_next_run_at(self) -> float | None:
+        await self._catch_up()
+        head, remaining = await self._script(scripts.PEEK, [], "reading the next run instant")
+        candidates = [] if not head else [float(head)]
+        if remaining:
+            candidates.append(heartbeat_now() + max(0.0, float(remaining)) / 1000)
+        return min(candidates) if candidates else None
+
+    async def re_enqueue_if_absent(self, heartbeat: Heartbeat) -> bool:
+        row = self._row(require_genuine(heartbeat))
+        held = self._held.get(heartbeat.id)
+        if held is None:
+            await self._catch_up()
+            _, stored, changed = await self._script(
+                scripts.SETTLE,
+                [heartbeat.id, self._token, "", "0", repr(heartbeat.run_at), row],
+                f"re-enqueuing heartbeat {heartbeat.id!r}",
+            )
+            self._told(changed)
+            return bool(stored)
+        # Written down before anything can fail: the record is owed until Redis has it.
+        held.fired = heartbeat.run_at != held.heartbeat.run_at
+        held.following = heartbeat
+        await self._catch_up(but=heartbeat.id)
+        return await self._settle(heartbeat.id, held)
+
+    def on_change(self, listener: Callable[[], None]) -> Callable[[], None]:
+        return self._listeners.add(listener)
+
+    async def inspect(self) -> tuple[Heartbeat, ...]:
+        await self._catch_up()
+        rows = await self._script(scripts.INSPECT, [], "reading the schedule")
+        restored = (self._restored(row, "listed") for row in rows)
+        return tuple(heartbeat for heartbeat in restored if heartbeat is not None)
+
+    async def aclose(self) -> None:
+        """Record what this store still owes Redis (fires not yet recorded, next slots), then
+        refuse further use. When Redis cannot be reached the loss is logged, naming each slot:
+        their claims run out and another worker fires them."""
+        if self._closed:
+            return
+        try:
+            await self._catch_up()
+        except NucleoSystemError as exc:
+            log.error(
+                "closing the Redis heartbeat store: %s; the slots %s stay claimed until their "
+                "claims run out (claim_ttl %s s), then another worker fires them again",
+                exc,
+                sorted(
+                    f"{held.heartbeat.id}@{held.heartbeat.run_at!r}" for held in self._held.values()
+                ),
+                self.claim_ttl,
+            )
+        finally:
+            self._closed = True
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<RedisHeartbeatStore {_redacted(self.url)} prefix={self.prefix!r} {state}>"
+
+    # -- what is owed ---------------------------------------------------------------------------
+    async def _catch_up(self, *, but: str | None = None) -> None:
+        """Before anything else: let go of claims a lost answer left behind, and record every
+        slot this store claimed and the Heart has moved past (so it fired)."""
+        self._require_open()
+        if self._suspect:
+            *released, changed = await self._script(
+                scripts.RELEASE_MINE,
+                [self._token, *self._held],
+                "letting go of claims whose answers were lost",
+            )
+            self._suspect = False
+            self._told(changed)
+            for heartbeat_id in released:
+                log.warning(
+                    "heartbeat %r: a claim whose answer was lost with %s is let go; the slot "
+                    "is due again",
+                    heartbeat_id,
+                    self._where,
+                )
+        for heartbeat_id, held in list(self._held.items()):
+            if heartbeat_id == but:
+                continue
+            if held.fired is None:
+                held.fired = True
+            await self._settle(heartbeat_id, held)
+
+    async def _settle(self, heartbeat_id: str, held: _Held) -> bool:
+        """Record ``held`` in Redis and forget it here; answers whether its next slot was
+        stored."""
+        stored = await self._record(
+            heartbeat_id, repr(held.heartbeat.run_at), bool(held.fired), held.following
+        )
+        if self._held.get(heartbeat_id) is held:
+            del self._held[heartbeat_id]
+        return stored
+
+    async def _record(
+        self, heartbeat_id: str, claimed_at: str, fired: bool, following: Heartbeat | None
+    ) -> bool:
+        """One settle script: the claimed slot's fire (when it fired), the end of the claim,
+        and the next slot when the id is free. Answers whether the next slot was stored."""
+        arguments = [
+            heartbeat_id,
+            self._token,
+            claimed_at,
+            "1" if fired else "0",
+            "" if following is None else repr(following.run_at),
+            "" if following is None else self._row(following),
+        ]
+        owned, stored, changed = await self._script(
+            scripts.SETTLE, arguments, f"recording the fire of heartbeat {heartbeat_id!r}"
+        )
+        self._told(changed)
+        if fired and not owned:
+            log.warning(
+                "heartbeat %r: the claim on its slot at %s ran out before this worker recorded "
+                "its fire; another worker may have fired it too (raise claim_ttl above %s s)",
+                heartbeat_id,
+                claimed_at,
+                self.claim_ttl,
+            )
+        if following is not None and not stored:
+            log.info(
+                "heartbeat %r was rebound or is held elsewhere; its next slot at %r is not "
+                "stored over it",
+                heartbeat_id,
+                following.run_at,
+            )
+        return bool(stored)
+
+    # -- plumbing -------------------------------------------------------------------------------
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+
+    def _told(self, changed: object) -> None:
+        if changed:
+            self._listeners.notify()
+
+    @staticmethod
+    def _row(heartbeat: Heartbeat) -> str:
+        return json.dumps(list(_row_of(heartbeat)), allow_nan=False)
+
+    def _restored(self, row: str, what: str) -> Heartbeat | None:
+        try:
+            return _heartbeat_of(tuple(json.loads(row)))
+        except (NucleoSystemError, ValueError, TypeError) as exc:
+            log.error("a heartbeat (%s) could not be restored from %s: %s", what, self._where, exc)
+            return None
+
+    async def _script(self, source: str, arguments: Sequence[str], doing: str) -> Any:
+        """Run one script over the store's keys; answered even if the caller is cancelled."""
+
+        async def run(client: coredis.Redis[str]) -> Any:
+            script = client.register_script(source)
+            return await script(keys=list(self.keys), args=list(arguments))
+
+        return await self._call(run, doing)
+
+    async def _call(
+        self, work: Callable[[coredis.Redis[str]], Awaitable[_Answer]], doing: str
+    ) -> _Answer:
+        answer: list[_Answer] = []
+        failure: list[BaseException] = []
+        done = trio.Event()
+
+        async def attempt() -> None:
+            try:
+                with trio.fail_after(self.timeout):
+                    client: coredis.Redis[str] = coredis.Redis.from_url(
+                        self.url,
+                        decode_responses=True,
+                        retry_policy=coredis.retry.NoRetryPolicy(),
+                    )
+                    async with client:
+                        answer.append(await work(client))
+            except Exception as exc:
+                failure.append(exc)
+            finally:
+                done.set()
+
+        # Shielded: a script once sent is answered, so the store always knows what it holds.
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(attempt)
+                await wait_holding_the_clock(done)
+        if failure:
+            exc = _leaf(failure[0])
+            if isinstance(exc, trio.TooSlowError):
+                detail = f"no answer within {self.timeout} s"
+            else:
+                detail = f"{type(exc).__name__}: {exc}"
+            raise NucleoSystemError(
+                _COMPONENT, f"{self._where}: {doing} failed: {detail}", exc
+            ) from exc
+        return answer[0]
+
+
+def _after_mark(heartbeat: Heartbeat, mark: float) -> Heartbeat | None:
+    """The heartbeat's first slot after ``mark``, or ``None`` when it does not recur."""
+    recurrence = heartbeat.recurrence
+    if recurrence is None:
+        return None
+    instant = heartbeat.run_at
+    while instant <= mark:
+        instant = recurrence.next_after(instant)
+    return heartbeat.next(instant)
