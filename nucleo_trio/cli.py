@@ -1,6 +1,6 @@
 """The ``nucleo-trio`` command line.
 
-One parser with a subcommand per task (``demo``, ``health``, ``trajectory``); each subcommand adds its own arguments and names the
+One parser with a subcommand per task (``demo``, ``health``, ``trajectory``, ``top``); each subcommand adds its own arguments and names the
 function that runs it (``handler``), which answers the exit code. A subcommand imports what it
 runs only when it runs, so ``--help`` stays instant and one broken subcommand cannot take the
 others down. ``main`` is the console script's entry point and what ``python -m nucleo_trio``
@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo(commands)
     _add_health(commands)
     _add_trajectory(commands)
+    _add_top(commands)
     return parser
 
 
@@ -300,6 +301,119 @@ def _run_health(args: argparse.Namespace) -> int:
     except (ConfigError, PluginError) as exc:
         print(f"{PROG} health: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+# -- top ------------------------------------------------------------------------------------------
+_TOP_DESCRIPTION = """\
+Watch a running dispatcher: its accounts with their bars, memory, the jobs running and parked
+in admission, and the recent failures, redrawn in place every --interval seconds until Ctrl-C
+(or --count frames). It reads the control socket the dispatcher opens when its configuration
+sets control_socket (off by default); name it with --socket, or with --config, the dispatcher's
+own configuration file. --once prints one snapshot as plain text for scripts; --json prints it
+as JSON. If the dispatcher goes away, the last frame stays with a line saying so.
+Exit status: 0 when shown, 1 when the socket cannot be read, 2 for a bad option."""
+
+
+def _add_top(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    top = commands.add_parser(
+        "top",
+        help="watch a running dispatcher's health live, through its control socket",
+        description=_TOP_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    where = top.add_mutually_exclusive_group(required=True)
+    where.add_argument("--socket", metavar="PATH", help="the dispatcher's control socket")
+    where.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the dispatcher's configuration (TOML or JSON); its control_socket is read",
+    )
+    shape = top.add_mutually_exclusive_group()
+    shape.add_argument("--once", action="store_true", help="print one snapshot as plain text")
+    shape.add_argument("--json", action="store_true", help="print one snapshot as JSON")
+    top.add_argument(
+        "--interval",
+        type=_seconds_between,
+        default=1.0,
+        metavar="SECONDS",
+        help="seconds between two frames of the live view (default 1)",
+    )
+    top.add_argument(
+        "--count",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="stop the live view after N frames (default: until Ctrl-C)",
+    )
+    top.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour: auto uses it on a terminal unless NO_COLOR is set",
+    )
+    top.set_defaults(handler=_run_top)
+
+
+def _seconds_between(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not 0.05 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be finite seconds >= 0.05, got {text}")
+    return value
+
+
+def _run_top(args: argparse.Namespace) -> int:
+    import json
+
+    import trio
+    from rich.console import Console
+
+    from .dispatch import DispatcherConfig
+    from .errors import ConfigError
+    from .observability.control import ControlSocketError, request_snapshot
+    from .observability.top import render_text, watch
+
+    path = args.socket
+    if path is None:
+        try:
+            path = DispatcherConfig.from_file(args.config).control_socket
+        except ConfigError as exc:
+            print(f"{PROG} top: {exc}", file=sys.stderr)
+            return 1
+        if path is None:
+            print(
+                f"{PROG} top: {args.config} sets no control_socket, so its dispatcher opens none",
+                file=sys.stderr,
+            )
+            return 1
+    terminal = sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    color = {"auto": terminal, "always": True, "never": False}[args.color]
+    try:
+        if args.once or args.json:
+            snapshot = trio.run(request_snapshot, path)
+            if args.json:
+                print(json.dumps(snapshot.to_json(), indent=2))
+            else:
+                print(render_text(snapshot, source=path, color=color))
+            return 0
+        console = Console(
+            no_color=not color, force_terminal=True if args.color == "always" else None
+        )
+
+        async def live() -> None:
+            await watch(path, interval=args.interval, console=console, refreshes=args.count)
+
+        trio.run(live)
+    except ControlSocketError as exc:
+        print(f"{PROG} top: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0  # Ctrl-C is how a live view ends
     return 0
 
 
