@@ -8,7 +8,8 @@ extension rewrites each docstring as griffe loads it, before mkdocstrings render
   (``~`` keeps the last dotted part, as Sphinx does; ``text <target>`` keeps the text);
 - a hyperlink ```pluggy <https://pluggy.readthedocs.io>`_`` becomes ``[pluggy](https://...)``;
 - a paragraph ending in ``::`` ends in ``:`` and a line of ``::`` alone disappears, leaving the
-  indented block after it, which Markdown shows as code as it stands.
+  indented block after it, which Markdown shows as code as it stands;
+- a doctest (``>>>`` lines and their output) becomes a fenced ``pycon`` block.
 
 Double-backquoted literals are left alone: Markdown reads them as code spans too. Only the
 rendered text changes; the source files are not touched.
@@ -44,6 +45,27 @@ def _role_text(match: re.Match[str]) -> str:
     return f"`{target}`"
 
 
+def _fence_doctests(lines: list[str]) -> list[str]:
+    """Each doctest (a run of lines from one starting ``>>>`` to the next blank line) as a
+    fenced ``pycon`` block: Markdown would read ``>>>`` as three nested quotes."""
+    fenced: list[str] = []
+    in_doctest = False
+    for line in lines:
+        if not in_doctest and line.lstrip().startswith(">>>"):
+            in_doctest = True
+            indent = line[: len(line) - len(line.lstrip())]
+            if fenced and fenced[-1].strip():
+                fenced.append("")
+            fenced.append(f"{indent}```pycon")
+        elif in_doctest and not line.strip():
+            in_doctest = False
+            fenced.append(f"{indent}```")
+        fenced.append(line)
+    if in_doctest:
+        fenced.append(f"{indent}```")
+    return fenced
+
+
 def markdown_from_rst(text: str) -> str:
     """``text``, a docstring in the Sphinx habits, rewritten as the Markdown the site renders."""
     text = _LINK.sub(lambda match: f"[{match.group(1)}]({match.group(2)})", text)
@@ -56,7 +78,7 @@ def markdown_from_rst(text: str) -> str:
         if stripped.endswith("::") and not stripped.endswith(":::"):
             line = stripped[:-1]
         lines.append(line)
-    return "\n".join(lines)
+    return "\n".join(_fence_doctests(lines))
 
 
 class RstDocstrings(griffe.Extension):

@@ -221,6 +221,17 @@ def test_every_exported_name_has_a_reference_entry() -> None:
     )
 
 
+def test_the_reference_index_links_every_name_the_package_itself_exports() -> None:
+    """docs/reference/index.md lists what ``from nucleo_trio import ...`` offers, each name a
+    link to its entry, so a name added to ``nucleo_trio.__all__`` is added there too."""
+    index = (REFERENCE / "index.md").read_text(encoding="utf-8")
+    unlisted = [name for name in nucleo_trio.__all__ if f"[`{name}`]" not in index]
+    assert not unlisted, (
+        "names of nucleo_trio.__all__ not linked from docs/reference/index.md: "
+        + (", ".join(unlisted))
+    )
+
+
 def test_every_hook_has_a_reference_entry_and_a_section_in_the_plugin_guide() -> None:
     """Each hook is documented twice: its stub's docstring in the reference, and a section of
     docs/plugins.md (a heading that names it) that says when it is called and how to answer."""
