@@ -1,5 +1,32 @@
-"""Accounts shared by many nucleo_trio workers through one Redis."""
+"""Accounts shared by many nucleo_trio workers through one Redis.
+
+A :class:`RedisAccounts` hub holds the connection and makes the accounts; each account answers
+admission synchronously from a lease of the shared capacity that the hub keeps in step with
+Redis (see :mod:`nucleo_trio_redis.accounts` and :mod:`nucleo_trio_redis.hub`).
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from .accounts import (
+    SharedAccount as SharedAccount,
+    SharedAccountStatus as SharedAccountStatus,
+    SharedCountingGate as SharedCountingGate,
+    SharedElasticWindow as SharedElasticWindow,
+    SharedTokenBucket as SharedTokenBucket,
+)
+from .errors import RedisUnavailableError as RedisUnavailableError
+from .hub import RedisAccounts as RedisAccounts
+
+__all__ = [
+    "RedisAccounts",
+    "RedisUnavailableError",
+    "SharedAccount",
+    "SharedAccountStatus",
+    "SharedCountingGate",
+    "SharedElasticWindow",
+    "SharedTokenBucket",
+]
+
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name

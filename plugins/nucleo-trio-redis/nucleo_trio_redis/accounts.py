@@ -1,0 +1,799 @@
+"""Shared accounts: a token bucket, an elastic window and a counting gate whose capacity lives in
+Redis and is spent from a local lease.
+
+Admission asks an account five questions and none of them may block, while a Redis round trip
+does. So each shared account holds a *lease*: spare capacity its :class:`~nucleo_trio_redis.
+RedisAccounts` hub took from Redis, in the Lua script of :mod:`nucleo_trio_redis._scripts`.
+``fits`` and ``try_take`` answer from the lease at once; a shortfall is noted and the hub asked
+to settle, and when the lease grows the account wakes admission like any account whose capacity
+grew. The lease sizes itself from use (twice what was spent since the last settle, up to
+``lease_max``), comes back when it sits idle or another worker waits, and expires with its
+holder record (``lease_ttl``) when the worker dies.
+
+The three kinds mirror the local ones:
+
+* :class:`SharedTokenBucket` is the provider quota (requests and tokens per minute, an optional
+  burst bound) refilled on Redis's clock; a lease is requests with their tokens. TIME.
+* :class:`SharedElasticWindow` admits ``max_requests`` per ``window`` seconds; a leased slot
+  counts as inside the window from the moment it is leased until its use is stamped in Redis
+  (stamps only ever move later, as the local window's unconfirmed stamps do). TIME. It shares
+  the throttle; the local window's circuit breaker is not shared.
+* :class:`SharedCountingGate` is a concurrency cap; the permits a worker holds (its jobs' and
+  its spare) carry the lease lifetime, renewed every third of it while the worker lives, so a
+  killed worker's permits come back within ``lease_ttl`` and never earlier while it runs and
+  Redis answers. RELEASE.
+
+``in_use`` is the capacity minus what is free in Redis at the last settle minus this worker's
+spare: the global use as this worker knows it, moved at once by its own takes and gives.
+Upstream push-back (``on_rate_limit_error``) tightens the account at once and is reported at the
+next settle, which raises the throttle in Redis for every worker.
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+import numbers
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import attrs
+import trio
+
+from nucleo_trio.admission import LimiterIdentity, Replenishment
+from nucleo_trio.admission.demand import amount_problem
+from nucleo_trio.admission.gates import check_permits, permit_count
+from nucleo_trio.admission.limiter import AbstractRateLimiter
+from nucleo_trio.errors import UncorrectableError
+
+from ._checks import check_name, check_positive_int, check_seconds
+from .errors import RedisUnavailableError
+
+if TYPE_CHECKING:
+    from .hub import RedisAccounts
+
+__all__ = [
+    "SharedAccount",
+    "SharedAccountStatus",
+    "SharedCountingGate",
+    "SharedElasticWindow",
+    "SharedTokenBucket",
+]
+
+_INF = math.inf
+_EPSILON = 1e-9
+
+
+def _now() -> float:
+    try:
+        return trio.current_time()
+    except RuntimeError:
+        return 0.0
+
+
+@attrs.frozen
+class SharedAccountStatus:
+    """A shared account at one instant: the global picture at the last settle and this
+    worker's share.
+
+    ``used`` and ``capacity`` are in the account's first unit (tokens, requests, permits);
+    ``requests_used``/``requests_capacity`` are a bucket's requests (0 otherwise). ``lease`` is
+    the spare this worker holds, ``held`` what its own jobs hold (a gate) or spent since the
+    last settle, ``waiting`` how many other workers wait on the account, ``redis`` is ``"ok"``,
+    ``"connecting"`` or ``"lost: <reason>"``.
+    """
+
+    name: str
+    kind: str
+    unit: str
+    capacity: float
+    used: float
+    requests_capacity: float
+    requests_used: float
+    lease: float
+    held: float
+    waiting: int
+    throttle: float
+    redis: str
+    worker: str
+
+    @property
+    def summary(self) -> str:
+        """``global 40/100 tokens (requests 3/10); worker w1: lease 5, holds 2; redis ok``."""
+        text = f"global {self.used:g}/{self.capacity:g} {self.unit}"
+        if self.requests_capacity:
+            text += f" (requests {self.requests_used:g}/{self.requests_capacity:g})"
+        text += f"; worker {self.worker}: lease {self.lease:g}, holds {self.held:g}"
+        if self.waiting:
+            text += f"; {self.waiting} other worker(s) waiting"
+        if self.throttle > 0:
+            text += f"; throttle {self.throttle:.1f}"
+        return f"{text}; redis {self.redis}"
+
+
+@attrs.define
+class Settlement:
+    """What one account says in one settle, and what it must undo if the call fails."""
+
+    args: list[str]
+    ret_a: float
+    ret_b: float
+    confirm: int
+    pressure: int
+    successes: int
+    need_a: float
+    need_b: float
+
+
+class SharedAccount(AbstractRateLimiter):
+    """The lease logic the three shared kinds have in common; see the module docstring.
+
+    Build one through its hub (:meth:`RedisAccounts.token_bucket` and friends), never
+    directly: the hub owns the connection and settles every account it made.
+    """
+
+    kind: ClassVar[str]
+    """The script's name for the kind: ``bucket``, ``window`` or ``gate``."""
+    unit: ClassVar[str]
+    increment: ClassVar[float] = 0.0
+    """How much one unit of push-back raises the shared throttle."""
+
+    def __init__(
+        self,
+        hub: RedisAccounts,
+        name: str,
+        *,
+        lease: bool = True,
+        lease_max: int | None = None,
+        grant_log: bool = False,
+    ) -> None:
+        owner = type(self).__name__
+        self._name = check_name(owner, "name", name)
+        if not isinstance(lease, bool):
+            raise TypeError(f"{owner} {name!r}: lease must be a bool, got {lease!r}")
+        if not isinstance(grant_log, bool):
+            raise TypeError(f"{owner} {name!r}: grant_log must be a bool, got {grant_log!r}")
+        self._hub = hub
+        self._lease = lease
+        self._lease_max = (
+            self._default_lease_max()
+            if lease_max is None
+            else check_positive_int(f"{owner} {name!r}", "lease_max", lease_max)
+        )
+        self.grant_log = grant_log
+        self._spare_a = 0.0
+        self._spare_b = 0.0
+        self._need_a = 0.0
+        self._need_b = 0.0
+        self._taken_a = 0.0  # taken from the lease since the last settle (refundable locally)
+        self._taken_b = 0.0
+        self._credit_a = 0.0  # given back beyond that: credited through Redis
+        self._credit_b = 0.0
+        self._used_a = 0.0  # spent since the last settle, for sizing
+        self._used_b = 0.0
+        self._pressure = 0
+        self._successes = 0
+        self.throttle = 0.0
+        self._free_a = 0.0  # free in Redis beside every lease, at the last settle
+        self._free_b = 0.0
+        self._waiting = 0
+        self._wait: float | None = None  # seconds the last refused need was told to wait
+        self._settled_at: float | None = None
+        self._last_take: float | None = None
+        self._seen = False
+        self._lost: str | None = None
+        self._connected = False
+
+    # -- what a kind supplies -------------------------------------------------------------------
+    def _default_lease_max(self) -> int:
+        raise NotImplementedError
+
+    def _measure(self, amounts: Sequence[Any], where: str) -> tuple[float, float]:
+        """``amounts`` in the account's two units (the second is a bucket's requests)."""
+        raise NotImplementedError
+
+    def _caps(self) -> tuple[float, float]:
+        raise NotImplementedError
+
+    def _params(self) -> tuple[float, float, float]:
+        raise NotImplementedError
+
+    def _refuse_alone(self, a: float, b: float) -> None:
+        raise NotImplementedError
+
+    def _lease_unit(self) -> tuple[float, float]:
+        """One unit of lease: a request with its tokens, a slot, a permit."""
+        return 1.0, 0.0
+
+    # -- identity -------------------------------------------------------------------------------
+    @property
+    def limiter_name(self) -> str:
+        return self._name
+
+    @property
+    def hub(self) -> RedisAccounts:
+        """The hub that settles this account."""
+        return self._hub
+
+    @property
+    def keys(self) -> tuple[str, str, str, str]:
+        """The account's Redis keys: state, holders, stamps and grant log."""
+        prefix = f"{{{self._hub.namespace}}}:{self._name}"
+        return f"{prefix}:state", f"{prefix}:holders", f"{prefix}:stamps", f"{prefix}:log"
+
+    @property
+    def grant_log_key(self) -> str | None:
+        """The stream the script appends every take and return to, when ``grant_log`` is on."""
+        return self.keys[3] if self.grant_log else None
+
+    @property
+    def capacity(self) -> int | float:
+        return self._caps()[0]
+
+    @property
+    def in_use(self) -> float:
+        return max(0.0, self._caps()[0] - self._free_a - self._spare_a)
+
+    @property
+    def lease(self) -> tuple[float, float]:
+        """The spare this worker holds now, in the account's two units."""
+        return self._spare_a, self._spare_b
+
+    @property
+    def lost(self) -> str | None:
+        """Why Redis is out of reach, or ``None`` while it answers."""
+        return self._lost
+
+    @property
+    def status_indicator(self) -> str | None:
+        if self._lost is not None:
+            return "redis-lost"
+        if self.throttle > 0:
+            return f"throttle:{1 + self.throttle:.1f}x"
+        return None
+
+    def _redis_state(self) -> str:
+        if self._lost is not None:
+            return f"lost: {self._lost}"
+        return "ok" if self._settled_at is not None else "connecting"
+
+    def _held(self) -> float:
+        return self._used_a
+
+    def status(self) -> SharedAccountStatus:
+        cap_a, cap_b = self._caps()
+        return SharedAccountStatus(
+            name=self._name,
+            kind=self.kind,
+            unit=self.unit,
+            capacity=cap_a,
+            used=self.in_use,
+            requests_capacity=cap_b,
+            requests_used=max(0.0, cap_b - self._free_b - self._spare_b) if cap_b else 0.0,
+            lease=self._spare_a,
+            held=self._held(),
+            waiting=self._waiting,
+            throttle=self.throttle,
+            redis=self._redis_state(),
+            worker=self._hub.worker,
+        )
+
+    # -- the account questions --------------------------------------------------------------------
+    def _check(self, mine: Sequence[Any], reserved: Sequence[Any]) -> tuple[float, float] | None:
+        """The ask when it fits the lease beside the reservation; None (and a noted need) when
+        it does not; a raise for what can never fit or while Redis is lost."""
+        a, b = self._measure(mine, "fits/try_take")
+        self._refuse_alone(a, b)
+        ra, rb = self._measure(reserved, "the reservation ahead") if reserved else (0.0, 0.0)
+        if self._lost is not None:
+            raise RedisUnavailableError(self._name, self._hub.safe_url, self._lost)
+        if self._spare_a + _EPSILON >= a + ra and self._spare_b + _EPSILON >= b + rb:
+            return a, b
+        cap_a, cap_b = self._caps()
+        need_a = max(0.0, min(a + ra, cap_a) - self._spare_a)
+        need_b = max(0.0, min(b + rb, cap_b) - self._spare_b)
+        if need_a > self._need_a or need_b > self._need_b:
+            self._need_a = max(self._need_a, need_a)
+            self._need_b = max(self._need_b, need_b)
+            self._hub.poke()
+        return None
+
+    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        return self._check(mine, reserved_ahead) is not None
+
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        ask = self._check(mine, reserved_ahead)
+        if ask is None:
+            return False
+        a, b = ask
+        self._spare_a -= a
+        self._spare_b -= b
+        self._taken_a += a
+        self._taken_b += b
+        self._used_a += a
+        self._used_b += b
+        self._took(a)
+        self._last_take = _now()
+        if self._lease and self._spare_a < self._lease_unit()[0]:
+            self._hub.poke()  # top the lease up before the next ask finds it empty
+        return True
+
+    def _took(self, a: float) -> None:
+        """A kind's own bookkeeping of a take (a gate's jobs, a window's unconfirmed slots)."""
+
+    def give(self, amounts: Sequence[Any]) -> None:
+        a, b = self._measure(amounts, "give")
+        self._given(a, b)
+        self._capacity_changed()
+        if self._waiting:
+            self._hub.poke()  # another worker waits: let the spare go back
+
+    def _given(self, a: float, b: float) -> None:
+        # What was taken since the last settle is still in this worker's holder record, so it
+        # comes back to the lease; the rest is credited through Redis, capped there.
+        local_a, local_b = min(a, self._taken_a), min(b, self._taken_b)
+        self._spare_a += local_a
+        self._spare_b += local_b
+        self._taken_a -= local_a
+        self._taken_b -= local_b
+        self._credit_a += a - local_a
+        self._credit_b += b - local_b
+
+    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
+        """Now when the lease covers the ask, else ``None``: the lease arriving is the event
+        that wakes admission (the hub settles at the instant Redis names, or on a wake-up)."""
+        a, b = self._measure(mine, "earliest_fit")
+        ra, rb = (
+            self._measure(reserved_ahead, "the reservation ahead") if reserved_ahead else (0, 0)
+        )
+        cap_a, cap_b = self._caps()
+        if a + ra > cap_a + _EPSILON or b + rb > cap_b + _EPSILON:
+            return None
+        if (
+            self._lost is None
+            and self._spare_a + _EPSILON >= a + ra
+            and self._spare_b + _EPSILON >= b + rb
+        ):
+            return _now()
+        return None
+
+    # -- upstream signals -------------------------------------------------------------------------
+    def on_rate_limit_error(self, failure: Any, input: Any = None) -> None:
+        """Tighten every worker: the push-back (a 429 is 1, an overload 3) is reported to Redis
+        at once and raises the shared throttle."""
+        weight = getattr(failure, "backpressure", 1)
+        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 0:
+            weight = 1
+        if weight and self.increment:
+            self._pressure += weight
+            self.throttle += self.increment * weight
+            self._hub.poke()
+
+    def on_success(self, input: Any = None) -> None:
+        """Count a success toward relaxing the shared throttle (reported at the next settle)."""
+        if self.throttle > 0:
+            self._successes += 1
+            self._hub.poke()
+
+    # -- the hub's side -----------------------------------------------------------------------------
+    def _target(self) -> tuple[float, float]:
+        """The spare this account wants after a settle: twice what it spent since the last one,
+        at least one unit and at most ``lease_max`` units; nothing without a lease."""
+        if not self._lease:
+            return 0.0, 0.0
+        unit_a, unit_b = self._lease_unit()
+        spent = self._used_b if unit_b else self._used_a / max(unit_a, _EPSILON)
+        units = min(float(self._lease_max), max(1.0, math.ceil(2 * spent)))
+        return units * unit_a, units * unit_b
+
+    def settlement(self, now: float, closing: bool) -> Settlement:
+        """The arguments of this account's block in the next settle; the hub calls it."""
+        need_a, need_b = (0.0, 0.0) if closing else (self._need_a, self._need_b)
+        ret_a, ret_b = self._credit_a, self._credit_b
+        idle = (
+            self._last_take is None
+            or now - self._last_take >= self._hub.lease_ttl / 3
+            or closing
+            or (self._waiting and not need_a and not need_b)
+        )
+        give_back_a = give_back_b = 0.0
+        if idle and not need_a and not need_b:
+            give_back_a, give_back_b = self._spare_a, self._spare_b
+        extra_a = extra_b = 0.0
+        if not closing and not (idle and not need_a and not need_b):
+            target_a, target_b = self._target()
+            if target_a or target_b:
+                extra_a = max(0.0, target_a - self._spare_a - need_a)
+                extra_b = max(0.0, target_b - self._spare_b - need_b)
+        self._spare_a -= give_back_a
+        self._spare_b -= give_back_b
+        ret_a += give_back_a
+        ret_b += give_back_b
+        confirm = self._confirm_now()
+        cap1, cap2, cap3 = self._params()
+        args = [
+            self._name,
+            self.kind,
+            repr(cap1),
+            repr(cap2),
+            repr(cap3),
+            self._hub.worker,
+            repr(self._base_a()),
+            repr(self._spare_b),
+            repr(ret_a),
+            repr(ret_b),
+            str(confirm),
+            repr(need_a),
+            repr(need_b),
+            repr(extra_a),
+            repr(extra_b),
+            repr(self._hub.lease_ttl),
+            repr(self._hub.reservation_ttl),
+            str(self._pressure),
+            str(self._successes),
+            "1" if self._seen else "0",
+            "1" if self.grant_log else "0",
+            repr(self.increment),
+        ]
+        plan = Settlement(
+            args, ret_a, ret_b, confirm, self._pressure, self._successes, need_a, need_b
+        )
+        self._credit_a = self._credit_b = 0.0
+        self._pressure = self._successes = 0
+        self._need_a = self._need_b = 0.0  # asks noted while the call flies start afresh
+        return plan
+
+    def _base_a(self) -> float:
+        return self._spare_a
+
+    def _confirm_now(self) -> int:
+        return 0
+
+    def settled(self, plan: Settlement, reply: Sequence[Any], at: float) -> None:
+        """Apply one settle's answer for this account; the hub calls it."""
+        got_a, got_b, free_a, free_b, throttle, wait, _others, waiting = (
+            float(value) for value in reply
+        )
+        was_lost = self._lost is not None
+        self._lost = None
+        self._seen = True
+        self._spare_a += got_a
+        self._spare_b += got_b
+        self._free_a, self._free_b = free_a, free_b
+        self.throttle = throttle
+        self._waiting = int(waiting)
+        self._settled_at = at
+        if got_a or got_b:
+            self._last_take = at  # a fresh lease is not idle
+        self._taken_a = self._taken_b = 0.0
+        self._used_a = self._used_b = 0.0
+        self._settled_kind(plan)
+        granted = (plan.need_a or plan.need_b) and got_a >= plan.need_a and got_b >= plan.need_b
+        if (plan.need_a or plan.need_b) and not granted:
+            # refused: the need stands (and keeps this worker's place in Redis's line)
+            self._need_a = max(self._need_a, plan.need_a)
+            self._need_b = max(self._need_b, plan.need_b)
+            self._wait = None if wait < 0 else wait
+        else:
+            self._wait = None
+        if got_a or got_b or was_lost:
+            self._capacity_changed()
+
+    def _settled_kind(self, plan: Settlement) -> None:
+        """A kind's own bookkeeping once a settle landed."""
+
+    def lose(self, reason: str) -> None:
+        """Redis is out of reach: drop the lease (it may expire before Redis answers again),
+        keep what the jobs hold, and wake admission so that waiters hear the refusal."""
+        first = self._lost is None
+        self._lost = reason
+        self._spare_a = self._spare_b = 0.0
+        self._taken_a = self._taken_b = 0.0
+        self._credit_a = self._credit_b = 0.0
+        self._need_a = self._need_b = 0.0
+        self._wait = None
+        if first:
+            self._capacity_changed()
+
+    def waits(self) -> bool:
+        """Whether a need of this worker waits on the account (a wake-up may help it)."""
+        return bool(self._need_a or self._need_b)
+
+    def next_settle(self, now: float) -> float:
+        """The trio instant this account next needs a settle (``inf``: only when poked)."""
+        ttl = self._hub.lease_ttl
+        due = _INF
+        if self._need_a or self._need_b:
+            refresh = (self._settled_at or now) + self._hub.reservation_ttl / 2
+            due = refresh if self._wait is None else min(refresh, now + self._wait)
+        if self._holds_anything():
+            due = min(due, (self._settled_at or now) + ttl / 3)
+        if self._credit_a or self._credit_b or self._pressure or self._successes:
+            due = now
+        return due
+
+    def _holds_anything(self) -> bool:
+        return self._spare_a > 0 or self._spare_b > 0
+
+
+def _token_count(name: str, amount: Any, where: str) -> float:
+    kind = type(amount)
+    if (kind is int and amount >= 0) or (kind is float and 0.0 <= amount < _INF):
+        return float(amount)
+    problem = amount_problem(amount)
+    if problem is None and not isinstance(amount, numbers.Real | decimal.Decimal):
+        problem = (TypeError, "not a number")
+    if problem is not None:
+        error, reason = problem
+        raise error(
+            f"{name}: {where}: {amount!r} is not a token count ({type(amount).__name__}: "
+            f"{reason}); a token bucket's amounts are finite, non-negative numbers"
+        )
+    return float(amount)
+
+
+class SharedTokenBucket(SharedAccount):
+    """A provider quota shared by every worker: ``rpm`` requests and ``tpm`` tokens a minute,
+    at most ``burst`` requests at once (``None``: ``rpm``). Amounts are token counts, each also
+    one request, as on :class:`~nucleo_trio.admission.TokenBucket`."""
+
+    kind = "bucket"
+    unit = "tokens"
+    increment = 0.5
+
+    def __init__(
+        self,
+        hub: RedisAccounts,
+        name: str,
+        *,
+        rpm: int,
+        tpm: int,
+        burst: float | None = None,
+        lease: bool = True,
+        lease_max: int | None = None,
+        grant_log: bool = False,
+    ) -> None:
+        owner = f"{type(self).__name__} {name!r}"
+        self.rpm = check_positive_int(owner, "rpm", rpm)
+        self.tpm = check_positive_int(owner, "tpm", tpm)
+        if burst is not None:
+            if isinstance(burst, bool) or not isinstance(burst, int | float):
+                raise TypeError(f"{owner}: burst must be None or a number, got {burst!r}")
+            if not math.isfinite(burst) or burst < 1:
+                raise ValueError(
+                    f"{owner}: burst must be None or a finite number of requests >= 1, "
+                    f"got {burst!r}"
+                )
+        self.burst = burst
+        self.request_cap = float(rpm if burst is None else min(rpm, burst))
+        super().__init__(hub, name, lease=lease, lease_max=lease_max, grant_log=grant_log)
+        self._tokens_per_request = tpm / rpm
+
+    def _default_lease_max(self) -> int:
+        return max(1, math.ceil(self.request_cap / 8))
+
+    @property
+    def limiter_category(self) -> str:
+        return "token_bucket"
+
+    def replenishment(self) -> Replenishment:
+        return Replenishment.TIME
+
+    def account_for(self, amount: Any) -> LimiterIdentity:
+        _token_count(self._name, amount, "account_for")
+        return self
+
+    def _measure(self, amounts: Sequence[Any], where: str) -> tuple[float, float]:
+        return sum(_token_count(self._name, a, where) for a in amounts), float(len(amounts))
+
+    def _caps(self) -> tuple[float, float]:
+        return float(self.tpm), self.request_cap
+
+    def _params(self) -> tuple[float, float, float]:
+        return float(self.rpm), float(self.tpm), self.request_cap
+
+    def _lease_unit(self) -> tuple[float, float]:
+        return self._tokens_per_request, 1.0
+
+    def _refuse_alone(self, a: float, b: float) -> None:
+        if a > self.tpm:
+            raise UncorrectableError(
+                f"{self._name}: {a:g} tokens exceeds the shared budget of {self.tpm} tokens per "
+                "minute; ask for fewer tokens or pick a model with a larger quota"
+            )
+        if b > self.request_cap:
+            raise UncorrectableError(
+                f"{self._name}: {b:g} requests at once exceeds the shared bound of "
+                f"{self.request_cap:g} requests"
+            )
+
+    def _settled_kind(self, plan: Settlement) -> None:
+        # the average request's tokens, so the lease's tokens follow the requests it holds
+        pass
+
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        took = super().try_take(mine, reserved_ahead)
+        if took and mine:
+            tokens = self._measure(mine, "try_take")[0] / len(mine)
+            self._tokens_per_request = 0.8 * self._tokens_per_request + 0.2 * tokens
+        return took
+
+    def status(self) -> SharedAccountStatus:
+        return super().status()
+
+
+class SharedElasticWindow(SharedAccount):
+    """At most ``max_requests`` requests in any ``window`` seconds across every worker,
+    stretched by the shared throttle (``window * (1 + throttle)``, at most ``max_throttle``).
+    Amounts are unit permits, as on :class:`~nucleo_trio.admission.ElasticWindow`."""
+
+    kind = "window"
+    unit = "requests"
+    increment = 1.0
+
+    def __init__(
+        self,
+        hub: RedisAccounts,
+        name: str,
+        *,
+        max_requests: int,
+        window: float,
+        max_throttle: float = 9.0,
+        lease: bool = True,
+        lease_max: int | None = None,
+        grant_log: bool = False,
+    ) -> None:
+        owner = f"{type(self).__name__} {name!r}"
+        self.max_requests = check_positive_int(owner, "max_requests", max_requests)
+        self.window = check_seconds(owner, "window", window)
+        if isinstance(max_throttle, bool) or not isinstance(max_throttle, int | float):
+            raise TypeError(f"{owner}: max_throttle must be a number, got {max_throttle!r}")
+        if not math.isfinite(max_throttle) or max_throttle < 0:
+            raise ValueError(f"{owner}: max_throttle must be finite and >= 0, got {max_throttle!r}")
+        self.max_throttle = float(max_throttle)
+        self._unconfirmed = 0  # slots spent since the last settle, stamped at the next
+        super().__init__(hub, name, lease=lease, lease_max=lease_max, grant_log=grant_log)
+
+    def _default_lease_max(self) -> int:
+        return max(1, math.ceil(self.max_requests / 8))
+
+    @property
+    def limiter_category(self) -> str:
+        return "elastic_window"
+
+    @property
+    def requires_http_connection(self) -> bool:
+        return True
+
+    def replenishment(self) -> Replenishment:
+        return Replenishment.TIME
+
+    def _measure(self, amounts: Sequence[Any], where: str) -> tuple[float, float]:
+        check_permits(self._name, amounts, where)
+        return float(len(amounts)), 0.0
+
+    def _caps(self) -> tuple[float, float]:
+        return float(self.max_requests), 0.0
+
+    def _params(self) -> tuple[float, float, float]:
+        return float(self.max_requests), self.window, self.max_throttle
+
+    def _refuse_alone(self, a: float, b: float) -> None:
+        if a > self.max_requests:
+            raise UncorrectableError(
+                f"{self._name}: {a:g} requests can never fit a shared window of "
+                f"{self.max_requests} requests"
+            )
+
+    def _took(self, a: float) -> None:
+        self._unconfirmed += int(a)
+
+    def _given(self, a: float, b: float) -> None:
+        # a rolled-back slot not yet stamped goes back to the lease; a stamped one stays in the
+        # window until it leaves (the work may be seen upstream)
+        back = min(int(a), self._unconfirmed)
+        self._unconfirmed -= back
+        self._spare_a += back
+        self._taken_a = max(0.0, self._taken_a - back)
+
+    def _base_a(self) -> float:
+        return self._spare_a
+
+    def _confirm_now(self) -> int:
+        confirm, self._unconfirmed = self._unconfirmed, 0
+        return confirm
+
+    def lose(self, reason: str) -> None:
+        super().lose(reason)
+
+    def _holds_anything(self) -> bool:
+        return self._spare_a > 0 or self._unconfirmed > 0
+
+    def next_settle(self, now: float) -> float:
+        due = super().next_settle(now)
+        if self._unconfirmed:
+            # a spent slot is held in the window until stamped: stamp it soon
+            due = min(
+                due, (self._settled_at or now) + min(self._hub.lease_ttl / 3, self.window / 20)
+            )
+        return due
+
+
+class SharedCountingGate(SharedAccount):
+    """A concurrency cap of ``capacity`` permits shared by every worker. Amounts are permit
+    counts (``None`` for one), as on :class:`~nucleo_trio.admission.CountingGate`. RELEASE:
+    the permits a worker holds carry the hub's ``lease_ttl``, renewed while it lives."""
+
+    kind = "gate"
+    unit = "permits"
+
+    def __init__(
+        self,
+        hub: RedisAccounts,
+        name: str,
+        capacity: int,
+        *,
+        lease: bool = True,
+        lease_max: int | None = None,
+        grant_log: bool = False,
+    ) -> None:
+        self._capacity = check_positive_int(f"{type(self).__name__} {name!r}", "capacity", capacity)
+        self._jobs = 0
+        super().__init__(hub, name, lease=lease, lease_max=lease_max, grant_log=grant_log)
+
+    def _default_lease_max(self) -> int:
+        return max(1, math.ceil(self._capacity / 8))
+
+    @property
+    def limiter_category(self) -> str:
+        return "semaphore"
+
+    @property
+    def held(self) -> int:
+        """Permits this worker's jobs hold."""
+        return self._jobs
+
+    def _held(self) -> float:
+        return float(self._jobs)
+
+    def _measure(self, amounts: Sequence[Any], where: str) -> tuple[float, float]:
+        if len(amounts) == 1 and amounts[0] is None:
+            return 1.0, 0.0
+        return float(sum(permit_count(self._name, a, where) for a in amounts)), 0.0
+
+    def _caps(self) -> tuple[float, float]:
+        return float(self._capacity), 0.0
+
+    def _params(self) -> tuple[float, float, float]:
+        return float(self._capacity), 0.0, 0.0
+
+    def _refuse_alone(self, a: float, b: float) -> None:
+        if a > self._capacity:
+            raise UncorrectableError(
+                f"{self._name}: {a:g} permits can never fit a shared gate of {self._capacity}",
+                llm_message=(
+                    f"The job asks for {a:g} permits on {self._name}, which only ever has "
+                    f"{self._capacity}."
+                ),
+            )
+
+    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
+        self._measure(mine, "earliest_fit")
+        return None
+
+    def _took(self, a: float) -> None:
+        self._jobs += int(a)
+
+    def _given(self, a: float, b: float) -> None:
+        if a > self._jobs:
+            raise ValueError(
+                f"{self._name}: give of {a:g} permits exceeds the {self._jobs} this worker holds"
+            )
+        self._jobs -= int(a)
+        self._spare_a += a
+
+    def _base_a(self) -> float:
+        return self._spare_a + self._jobs
+
+    def _holds_anything(self) -> bool:
+        return self._spare_a > 0 or self._jobs > 0

@@ -1,0 +1,28 @@
+"""What a job sees when a shared account cannot answer: Redis is out of reach."""
+
+from __future__ import annotations
+
+from nucleo_trio.errors import ExternalServiceError
+
+__all__ = ["RedisUnavailableError"]
+
+
+class RedisUnavailableError(ExternalServiceError):
+    """A shared account refused a grant because the Redis that holds it cannot be reached.
+
+    Raised by the account's ``fits`` and ``try_take`` while the connection is lost and the
+    account's ``on_redis_lost`` is ``"refuse"``, so admission refuses the waiting job with it;
+    the message names the account and the Redis address. ``account`` and ``url`` say the same
+    for code.
+    """
+
+    def __init__(self, account: str, url: str, reason: str) -> None:
+        """``account`` is the shared account's name, ``url`` the Redis it lives on (without
+        credentials), ``reason`` what went wrong on the connection."""
+        self.account = account
+        self.url = url
+        super().__init__(
+            f"shared account {account!r}: Redis at {url} is unreachable ({reason}); "
+            "it grants nothing until Redis answers again (on_redis_lost='refuse')",
+            service="redis",
+        )

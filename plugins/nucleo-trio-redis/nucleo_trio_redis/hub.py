@@ -1,0 +1,420 @@
+"""The hub: one Redis connection, the accounts it made, and the task that settles their leases.
+
+A :class:`RedisAccounts` hub makes shared accounts (:meth:`~RedisAccounts.token_bucket`,
+:meth:`~RedisAccounts.elastic_window`, :meth:`~RedisAccounts.counting_gate`) and runs one task
+that settles every account's lease with Redis in one Lua call: when an account finds its lease
+short (an ask noted by ``fits``), when Redis names the instant a refused need fits, when another
+worker's give-back is announced on ``{namespace}:wake``, and every third of ``lease_ttl`` while
+it holds anything (the renewal that keeps a live worker's permits). Nothing polls faster than
+that: a worker short on an account that only an event can help waits for the wake-up, with a
+keep-alive of its reservation every half ``reservation_ttl``.
+
+Run it for the life of the dispatcher that uses its accounts::
+
+    async with RedisAccounts("redis://127.0.0.1:6379/0", worker="w1") as redis:
+        bucket = redis.token_bucket("gpt", rpm=600, tpm=60_000, burst=20)
+        async with open_dispatcher() as dispatcher:
+            ...
+
+or ``await nursery.start(redis.run)``. Leaving gives the unused leases back. A hub whose run is
+never started starts itself in a trio system task the first time one of its accounts is asked
+inside a run (the path of accounts built from configuration); it then gives its leases back
+when the run ends.
+
+Losing Redis (a refused connection, a timeout, a restart) drops every lease at once (a lease
+may expire before Redis answers again, and a restarted Redis forgot it), so a shared account
+never grants what Redis did not give it. With ``on_redis_lost="refuse"`` every ask raises
+:class:`~nucleo_trio_redis.RedisUnavailableError` naming Redis and the account, and the hub
+reconnects with a backoff up to one second; the first settle that lands recovers every
+account.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import coredis
+import coredis.exceptions
+import coredis.retry
+import trio
+
+from ._checks import check_name, check_seconds, check_url, redact
+from ._scripts import SETTLE
+from .accounts import (
+    SharedAccount,
+    SharedCountingGate,
+    SharedElasticWindow,
+    SharedTokenBucket,
+)
+
+__all__ = ["RedisAccounts"]
+
+log = logging.getLogger("nucleo_trio_redis")
+
+_LOST = (
+    coredis.exceptions.ConnectionError,
+    coredis.exceptions.BusyLoadingError,
+    OSError,
+    trio.BrokenResourceError,
+    trio.ClosedResourceError,
+    TimeoutError,
+)
+_BACKOFF_FIRST = 0.05
+_BACKOFF_MOST = 1.0
+
+
+class RedisAccounts:
+    """One Redis, the shared accounts on it, and the task that keeps their leases.
+
+    ``url`` is a ``redis://``, ``rediss://`` or ``unix://`` URL; ``namespace`` the hash tag
+    every key of these accounts shares (``{namespace}:<account>:...``), so one script can settle
+    them together, on a cluster too; ``worker`` names this process in the holders' records, the
+    grant log and status rows (default: host, pid and a random suffix). ``lease_ttl`` is how
+    long a lease and a gate's permits live without renewal, so a dead worker's permits come
+    back within it; ``reservation_ttl`` bounds a waiting worker's place in Redis's line
+    (default ``lease_ttl``). ``on_redis_lost`` is ``"refuse"`` (the only policy so far: an ask
+    raises while Redis is out of reach). ``timeout`` bounds one round trip and one connect.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespace: str = "nucleo",
+        worker: str | None = None,
+        lease_ttl: float = 10.0,
+        reservation_ttl: float | None = None,
+        on_redis_lost: str = "refuse",
+        timeout: float = 2.0,
+    ) -> None:
+        owner = type(self).__name__
+        self.url = check_url(owner, url)
+        self.namespace = check_name(owner, "namespace", namespace)
+        self.worker = (
+            check_name(owner, "worker", worker)
+            if worker is not None
+            else f"{socket.gethostname().split('.')[0]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        )
+        self.lease_ttl = check_seconds(owner, "lease_ttl", lease_ttl, minimum=0.0)
+        self.reservation_ttl = (
+            self.lease_ttl
+            if reservation_ttl is None
+            else check_seconds(owner, "reservation_ttl", reservation_ttl)
+        )
+        if on_redis_lost != "refuse":
+            raise ValueError(f"{owner}: on_redis_lost must be 'refuse', got {on_redis_lost!r}")
+        self.on_redis_lost = on_redis_lost
+        self.timeout = check_seconds(owner, "timeout", timeout)
+        self.accounts: dict[str, SharedAccount] = {}
+        self.round_trips = 0
+        """Settles sent to Redis (one round trip each), for measuring."""
+        self._poke: trio.Event | None = None
+        self._running = False
+        self._closing = False
+        self._auto: trio.lowlevel.Task | None = None
+        self._script_sha: str | None = None
+        self._nursery_cm: Any = None
+        self._nursery: trio.Nursery | None = None
+
+    @property
+    def safe_url(self) -> str:
+        """The URL without its password."""
+        return redact(self.url)
+
+    @property
+    def wake_channel(self) -> str:
+        """The pub/sub channel give-backs and expiries are announced on."""
+        return f"{{{self.namespace}}}:wake"
+
+    def __repr__(self) -> str:
+        return (
+            f"<RedisAccounts {self.safe_url} namespace={self.namespace!r} worker={self.worker!r}>"
+        )
+
+    # -- the accounts -------------------------------------------------------------------------------
+    def _add(self, account: SharedAccount) -> Any:
+        name = account.limiter_name
+        if name in self.accounts:
+            raise ValueError(
+                f"{self!r}: an account named {name!r} already exists on this hub; shared "
+                "accounts are found by name, so two would share one quota"
+            )
+        self.accounts[name] = account
+        self.poke()
+        return account
+
+    def token_bucket(
+        self,
+        name: str,
+        *,
+        rpm: int,
+        tpm: int,
+        burst: float | None = None,
+        lease: bool = True,
+        lease_max: int | None = None,
+        grant_log: bool = False,
+    ) -> SharedTokenBucket:
+        """A :class:`~nucleo_trio_redis.SharedTokenBucket` named ``name`` (one per name per
+        namespace across every worker): ``rpm`` requests and ``tpm`` tokens a minute, at most
+        ``burst`` requests at once. ``lease=False`` takes every grant with its own round trip;
+        ``lease_max`` caps the lease in requests (default an eighth of the burst);
+        ``grant_log`` appends every take and return to the stream
+        :attr:`~nucleo_trio_redis.SharedAccount.grant_log_key`."""
+        bucket = SharedTokenBucket(
+            self,
+            name,
+            rpm=rpm,
+            tpm=tpm,
+            burst=burst,
+            lease=lease,
+            lease_max=lease_max,
+            grant_log=grant_log,
+        )
+        result: SharedTokenBucket = self._add(bucket)
+        return result
+
+    def elastic_window(
+        self,
+        name: str,
+        *,
+        max_requests: int,
+        window: float,
+        max_throttle: float = 9.0,
+        lease: bool = True,
+        lease_max: int | None = None,
+        grant_log: bool = False,
+    ) -> SharedElasticWindow:
+        """A :class:`~nucleo_trio_redis.SharedElasticWindow`: at most ``max_requests`` in any
+        ``window`` seconds (stretched by the shared throttle); the lease options as for
+        :meth:`token_bucket`, ``lease_max`` in requests."""
+        account = SharedElasticWindow(
+            self,
+            name,
+            max_requests=max_requests,
+            window=window,
+            max_throttle=max_throttle,
+            lease=lease,
+            lease_max=lease_max,
+            grant_log=grant_log,
+        )
+        result: SharedElasticWindow = self._add(account)
+        return result
+
+    def counting_gate(
+        self,
+        name: str,
+        capacity: int,
+        *,
+        lease: bool = True,
+        lease_max: int | None = None,
+        grant_log: bool = False,
+    ) -> SharedCountingGate:
+        """A :class:`~nucleo_trio_redis.SharedCountingGate` of ``capacity`` permits; the permits
+        a worker holds live ``lease_ttl`` seconds unless renewed (every third of it)."""
+        gate = SharedCountingGate(
+            self, name, capacity, lease=lease, lease_max=lease_max, grant_log=grant_log
+        )
+        result: SharedCountingGate = self._add(gate)
+        return result
+
+    # -- running ------------------------------------------------------------------------------------
+    def poke(self) -> None:
+        """Ask the settling task to settle now (an account's lease ran short, a report waits).
+
+        Inside a trio run where the hub was never started, this starts it in a system task."""
+        if self._poke is not None:
+            self._poke.set()
+            return
+        if self._running or self._auto is not None:
+            return
+        try:
+            trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            return  # outside a run: the first ask inside one starts it
+        self._auto = trio.lowlevel.spawn_system_task(self._run_in_system_task)
+
+    async def _run_in_system_task(self) -> None:
+        try:
+            await self.run()
+        except Exception:  # noqa: BLE001 - a system task's crash would end the whole run
+            log.exception("%r: the settling task failed; its accounts refuse from now on", self)
+            for account in self.accounts.values():
+                account.lose("the settling task failed")
+
+    async def __aenter__(self) -> RedisAccounts:
+        self._nursery_cm = trio.open_nursery()
+        nursery = await self._nursery_cm.__aenter__()
+        try:
+            await nursery.start(self.run)
+        except BaseException as exc:
+            await self._nursery_cm.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._nursery = nursery
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        assert self._nursery is not None
+        self._nursery.cancel_scope.cancel()
+        swallowed: bool | None = await self._nursery_cm.__aexit__(exc_type, exc, tb)
+        return swallowed
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Settle the accounts' leases until cancelled, then give the unused leases back.
+
+        Starts at once, connected or not: accounts refuse (or wait for the first settle) until
+        Redis answers."""
+        if self._running:
+            raise RuntimeError(f"{self!r} is already running")
+        self._running = True
+        self._poke = trio.Event()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._listen)
+                task_status.started()
+                await self._settle_forever()
+        finally:
+            self._poke = None
+            with trio.CancelScope(shield=True), trio.move_on_after(self.timeout):
+                await self._give_back()
+            self._running = False
+
+    def _client(self) -> coredis.Redis[str]:
+        client: coredis.Redis[str] = coredis.Redis.from_url(
+            self.url,
+            decode_responses=True,
+            stream_timeout=self.timeout,
+            connect_timeout=self.timeout,
+            retry_policy=coredis.retry.NoRetryPolicy(),
+        )
+        return client
+
+    async def _settle_forever(self) -> None:
+        backoff = _BACKOFF_FIRST
+        while True:
+            try:
+                async with self._client() as client:
+                    while True:
+                        await self.settle(client)
+                        backoff = _BACKOFF_FIRST
+                        await self._wait_for_reason()
+            except _LOST as exc:
+                self._lose(exc)
+            except coredis.exceptions.RedisError as exc:
+                if not _is_connection_trouble(exc):
+                    raise
+                self._lose(exc)
+            await trio.sleep(backoff)
+            backoff = min(_BACKOFF_MOST, backoff * 2)
+
+    async def _wait_for_reason(self) -> None:
+        now = trio.current_time()
+        due = min(
+            (account.next_settle(now) for account in self.accounts.values()), default=math.inf
+        )
+        assert self._poke is not None
+        if due > now:
+            with trio.move_on_at(due):
+                await self._poke.wait()
+        self._poke = trio.Event()
+
+    def _lose(self, exc: BaseException) -> None:
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if not any(account.lost for account in self.accounts.values()):
+            log.warning("%r: Redis is out of reach (%s); shared accounts refuse", self, reason)
+        for account in self.accounts.values():
+            account.lose(reason)
+
+    async def settle(self, client: coredis.Redis[str], *, closing: bool = False) -> None:
+        """One round trip: settle every account of the hub in one atomic script call."""
+        accounts = list(self.accounts.values())
+        if not accounts:
+            return
+        now = trio.current_time()
+        plans = [account.settlement(now, closing) for account in accounts]
+        keys: list[str] = []
+        args: list[str] = [self.wake_channel]
+        for account, plan in zip(accounts, plans, strict=True):
+            keys.extend(account.keys)
+            args.extend(plan.args)
+        self.round_trips += 1
+        try:
+            reply = await self._eval(client, keys, args)
+        except BaseException:
+            if not closing:
+                for account in accounts:
+                    account.lose("a settle did not complete")
+            raise
+        at = trio.current_time()
+        was_lost = any(account.lost for account in accounts)
+        for account, plan, answer in zip(accounts, plans, _rows(reply)[1:], strict=True):
+            account.settled(plan, answer, at)
+        if was_lost:
+            log.warning("%r: Redis answers again; shared accounts grant again", self)
+
+    async def _eval(
+        self, client: coredis.Redis[str], keys: Sequence[str], args: Sequence[str]
+    ) -> Any:
+        if self._script_sha is not None:
+            try:
+                return await client.evalsha(self._script_sha, keys=keys, args=args)
+            except coredis.exceptions.NoScriptError:
+                self._script_sha = None  # a restarted Redis forgot it
+        self._script_sha = await client.script_load(SETTLE)
+        return await client.evalsha(self._script_sha, keys=keys, args=args)
+
+    async def _give_back(self) -> None:
+        """At the end: one last settle that returns every unused lease."""
+        if not self.accounts or any(account.lost for account in self.accounts.values()):
+            return
+        try:
+            async with self._client() as client:
+                await self.settle(client, closing=True)
+        except (*_LOST, coredis.exceptions.RedisError) as exc:
+            log.warning("%r: could not give the leases back (%s); they expire", self, exc)
+
+    async def _listen(self) -> None:
+        """Poke the settling task when another worker announces a give-back on the channel."""
+        backoff = _BACKOFF_FIRST
+        while True:
+            try:
+                async with (
+                    self._client() as client,
+                    client.pubsub(
+                        channels=[self.wake_channel], ignore_subscribe_messages=True
+                    ) as pubsub,
+                ):
+                    backoff = _BACKOFF_FIRST
+                    async for message in pubsub:
+                        name = message.get("data")
+                        account = self.accounts.get(name) if isinstance(name, str) else None
+                        if account is not None and account.waits():
+                            self.poke()
+            except Exception as exc:  # noqa: BLE001 - a listener only speeds wake-ups up
+                # coredis tears a subscription down with a group of whatever broke (a closed
+                # stream when the server went away); the settling task sees the loss itself.
+                log.debug("%r: the wake-up subscription ended (%r); resubscribing", self, exc)
+            await trio.sleep(backoff)
+            backoff = min(_BACKOFF_MOST, backoff * 2)
+
+
+def _is_connection_trouble(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "loading" in text or "connection" in text or "closed" in text
+
+
+def _rows(reply: Any) -> list[Any]:
+    if not isinstance(reply, list | tuple):
+        raise coredis.exceptions.ResponseError(f"the settle script answered {reply!r}")
+    return list(reply)
