@@ -110,7 +110,9 @@ CORRECTABLE_SUFFIX = (
     "[This error may be correctable - you can retry with different parameters "
     "or try a different approach]"
 )
+"""The line :meth:`LLMReadableError.explain_to_llm` adds after a correctable error's message."""
 UNCORRECTABLE_SUFFIX = "[This error is not correctable - consider an alternative approach]"
+"""The line :meth:`LLMReadableError.explain_to_llm` adds after an uncorrectable error's message."""
 
 # How much of an upstream response body or a parameter value goes into a message. A model reads
 # these texts inside its context window; a 2 MB HTML error page would crowd out the task.
@@ -935,7 +937,9 @@ class RerunSignal(Exception):
 
 # The most a single pacing wait may last, and the most the attempt number scales a window.
 MAX_PACING_SECONDS = 300.0
+"""The longest one pacing wait before a re-run may last, in seconds."""
 MAX_PACING_MULTIPLIER = 10
+"""The most the attempt number multiplies a re-run signal's jitter window by."""
 
 # Pacing draws come from a generator of our own, so a program that seeds the global `random`
 # for its own reasons does not also synchronise every process's retries.

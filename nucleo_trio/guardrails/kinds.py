@@ -77,7 +77,9 @@ OBS_GUARDS_VALIDATION = "obs.guards_validation"
 """A thinker's metadata: how many validation guards judged its last candidate answer."""
 
 PASS = "PASS"
+"""The value of a guard's :data:`OBS_OUTPUT` metadata when it passed."""
 FAIL = "FAIL"
+"""The value of a guard's :data:`OBS_OUTPUT` metadata when it refused or crashed."""
 
 
 class GateRung(enum.Enum):

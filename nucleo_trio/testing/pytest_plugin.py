@@ -51,6 +51,8 @@ __all__ = [
 ]
 
 MARKER = "nucleo_dispatcher"
+"""The marker that configures the ``nucleo_dispatcher`` fixture for one test:
+``@pytest.mark.nucleo_dispatcher(config=..., load_entrypoints=..., plugins=...)``."""
 _MARKER_KEYS = frozenset({"config", "load_entrypoints", "plugins"})
 
 
