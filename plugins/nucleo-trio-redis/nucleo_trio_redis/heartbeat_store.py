@@ -9,8 +9,8 @@ claims it, atomically, for this store (a token of its own), with a time to live 
 clock (``TIME``, never a worker's). The Heart then fires the slot and puts the recurrence's next
 slot back with :meth:`~RedisHeartbeatStore.re_enqueue_if_absent`; that call records the claimed
 slot as fired, lets go of the claim and stores the next slot, in one script. A slot with no
-recurrence is recorded at the store's next operation (the Heart comes back to the store only
-after its fire). A worker that dies between the claim and the record (killed mid-fire) leaves a
+recurrence is recorded at the firing task's next poll or peek (the Heart comes back to the store
+only after its fire). A worker that dies between the claim and the record (killed mid-fire) leaves a
 claim that runs out: the next poll on any worker puts the slot back on the schedule and one of
 them fires it. While a claim lives, no other worker can take the id, even when someone rebinds
 it meanwhile.
@@ -202,7 +202,7 @@ class RedisHeartbeatStore:
     # -- the contract ---------------------------------------------------------------------------
     async def enqueue(self, heartbeat: Heartbeat) -> Heartbeat | None:
         row = self._row(require_genuine(heartbeat))
-        await self._catch_up()
+        self._require_open()
         old, changed = await self._script(
             scripts.ENQUEUE,
             [heartbeat.id, repr(heartbeat.run_at), row],
@@ -214,7 +214,7 @@ class RedisHeartbeatStore:
     async def cancel(self, heartbeat_id: str) -> Heartbeat | None:
         if not isinstance(heartbeat_id, str):
             raise TypeError(f"a heartbeat id is a string, got {type(heartbeat_id).__name__}")
-        await self._catch_up()
+        self._require_open()
         old, changed = await self._script(
             scripts.CANCEL, [heartbeat_id], f"cancelling heartbeat {heartbeat_id!r}"
         )
@@ -300,7 +300,7 @@ class RedisHeartbeatStore:
         return self._listeners.add(listener)
 
     async def inspect(self) -> tuple[Heartbeat, ...]:
-        await self._catch_up()
+        self._require_open()
         rows = await self._script(scripts.INSPECT, [], "reading the schedule")
         restored = (self._restored(row, "listed") for row in rows)
         return tuple(heartbeat for heartbeat in restored if heartbeat is not None)
@@ -333,7 +333,12 @@ class RedisHeartbeatStore:
     # -- what is owed ---------------------------------------------------------------------------
     async def _catch_up(self, *, but: str | None = None) -> None:
         """Before anything else: let go of claims a lost answer left behind, and record every
-        slot this store claimed and the Heart has moved past (so it fired)."""
+        slot this store claimed and the Heart has moved past (so it fired).
+
+        Only the firing task's operations (poll, peek, re-enqueue) and :meth:`aclose` do this:
+        they run one after the other, so a slot is never recorded while the Heart is still
+        between its claim and its fire. The intake task's operations (enqueue, cancel,
+        inspect), which may run meanwhile, leave the claims alone."""
         self._require_open()
         if self._suspect:
             *released, changed = await self._script(

@@ -118,7 +118,8 @@ class RedisAccounts:
         self._poke: trio.Event | None = None
         self._running = False
         self._closing = False
-        self._auto: trio.lowlevel.Task | None = None
+        self._auto: trio.lowlevel.TrioToken | None = None  # the run it started itself in
+        self._explicit = False  # its owner runs it: it never starts itself
         self._script_sha: str | None = None
         self._nursery_cm: Any = None
         self._nursery: trio.Nursery | None = None
@@ -147,7 +148,8 @@ class RedisAccounts:
                 "accounts are found by name, so two would share one quota"
             )
         self.accounts[name] = account
-        self.poke()
+        if self._poke is not None:
+            self._poke.set()  # running: settle the newcomer in
         return account
 
     def token_bucket(
@@ -232,17 +234,18 @@ class RedisAccounts:
         if self._poke is not None:
             self._poke.set()
             return
-        if self._running or self._auto is not None:
-            return
         try:
-            trio.lowlevel.current_trio_token()
+            token = trio.lowlevel.current_trio_token()
         except RuntimeError:
             return  # outside a run: the first ask inside one starts it
-        self._auto = trio.lowlevel.spawn_system_task(self._run_in_system_task)
+        if self._running or self._explicit or self._auto is token:
+            return  # running, run by its owner, or already started in this run
+        self._auto = token
+        trio.lowlevel.spawn_system_task(self._run_in_system_task)
 
     async def _run_in_system_task(self) -> None:
         try:
-            await self.run()
+            await self._run(trio.TASK_STATUS_IGNORED)
         except Exception:  # noqa: BLE001 - a system task's crash would end the whole run
             log.exception("%r: the settling task failed; its accounts refuse from now on", self)
             for account in self.accounts.values():
@@ -275,6 +278,10 @@ class RedisAccounts:
 
         Starts at once, connected or not: accounts refuse (or wait for the first settle) until
         Redis answers."""
+        self._explicit = True
+        await self._run(task_status)
+
+    async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         if self._running:
             raise RuntimeError(f"{self!r} is already running")
         self._running = True
