@@ -1,0 +1,145 @@
+"""Four dispatchers on one Redis heartbeat schedule, in one trio run and in virtual time.
+
+Each dispatcher is a worker with its own :class:`RedisHeartbeatStore` (its own claim token) on
+the same key prefix of the session's redis-server, and each publishes the same schedule at its
+start, the way every worker's boot code would: the same ids, anchors and recurrences. The
+autojump clock holds still while a store waits on Redis, so every Heart wakes at the very same
+virtual instant and the four race for each slot on the server; the schedule must come out with
+every slot fired exactly once. Claims here live for minutes of Redis's clock, so none runs
+out: the crash cases are in ``test_redis_heartbeat_processes.py``, with real processes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from contextlib import AsyncExitStack
+from typing import Any
+
+import trio
+import trio.testing
+
+from nucleo_trio.bus import MessageBus
+from nucleo_trio.dispatch import DispatcherConfig, HeartbeatConfig, JobDispatcher, open_dispatcher
+from nucleo_trio.heartbeat import (
+    FixedInterval,
+    HeartbeatFired,
+    ScheduleHeartbeat,
+    heartbeat_now,
+)
+from nucleo_trio.jobs import JobContext, Tool
+
+_PREFIXES = itertools.count()
+
+
+class Beat(Tool[str]):
+    """The fired job; the fires themselves are what the tests count."""
+
+    async def execute(self, context: JobContext) -> str:
+        return "beat"
+
+
+def redis_config(url: str, prefix: str) -> DispatcherConfig:
+    return DispatcherConfig(
+        heartbeat=HeartbeatConfig(
+            kind="redis", settings={"url": url, "prefix": prefix, "claim_ttl": 600}
+        )
+    )
+
+
+class Worker:
+    """One dispatcher and the slots it fired, as (worker, heartbeat id, run instant)."""
+
+    def __init__(self, name: str, fired: list[tuple[str, str, float]]) -> None:
+        self.name = name
+        self.bus = MessageBus()
+        self.bus.subscribe(
+            lambda event: fired.append((name, event.heartbeat.id, event.heartbeat.run_at)),
+            event_type=HeartbeatFired,
+        )
+
+
+def publish_schedules(dispatcher: JobDispatcher, anchor: float) -> None:
+    """The boot code every worker runs: the same two schedules, with the same anchor."""
+    dispatcher.schedule_heartbeat(
+        ScheduleHeartbeat(Beat, "fast", anchor, recurrence=FixedInterval(0.5)), "ops"
+    )
+    dispatcher.schedule_heartbeat(
+        ScheduleHeartbeat(Beat, "slow", anchor + 0.25, recurrence=FixedInterval(1.5)), "ops"
+    )
+
+
+def slots(anchor: float, period: float, until: float) -> list[float]:
+    """Every slot of a schedule from ``anchor`` up to ``until``."""
+    count = int((until - anchor) / period + 1e-9) + 1
+    return [anchor + index * period for index in range(count)]
+
+
+async def test_four_racing_workers_fire_each_slot_once(
+    autojump_clock: trio.testing.MockClock, redis_server: Any
+) -> None:
+    """Four workers start 1.25 s apart, each publishing the same schedules (the later ones
+    rebinding them to an anchor whose first slots already fired); over ten virtual seconds
+    every slot of both heartbeats fires exactly once, on some worker."""
+    prefix = f"test-hb-race-{next(_PREFIXES)}"
+    fired: list[tuple[str, str, float]] = []
+    anchor = heartbeat_now() + 1
+    async with AsyncExitStack() as stack:
+        for index in range(4):
+            worker = Worker(f"w{index}", fired)
+            dispatcher = await stack.enter_async_context(
+                open_dispatcher(redis_config(redis_server.url, prefix), bus=worker.bus)
+            )
+            publish_schedules(dispatcher, anchor)
+            await trio.sleep(1.25)
+        await trio.sleep(10.0 - 5.0 - 0.1)  # ends between two slots
+        end = heartbeat_now()
+    counts = Counter((heartbeat_id, run_at) for _, heartbeat_id, run_at in fired)
+    assert [run_at for (hid, run_at) in sorted(counts) if hid == "fast"] == slots(anchor, 0.5, end)
+    assert [run_at for (hid, run_at) in sorted(counts) if hid == "slow"] == slots(
+        anchor + 0.25, 1.5, end
+    )
+    assert set(counts.values()) == {1}, [key for key, n in counts.items() if n > 1]
+    assert len({name for name, _, _ in fired}) > 1, "the four workers raced for the slots"
+
+
+async def test_catch_up_after_every_worker_was_down_fires_each_missed_slot_once(
+    autojump_clock: trio.testing.MockClock, redis_server: Any
+) -> None:
+    """Four workers run 2.9 s, all stop, and three seconds later four start again,
+    publishing the same schedules: the slots that fell due while none ran fire once each, back
+    to back as the first worker comes up, and the cadence goes on; no slot fires twice."""
+    prefix = f"test-hb-down-{next(_PREFIXES)}"
+    fired: list[tuple[str, str, float]] = []
+    fired_at: list[float] = []
+    anchor = heartbeat_now() + 0.5
+
+    async def run_workers(generation: str, seconds: float) -> None:
+        async with AsyncExitStack() as stack:
+            for index in range(4):
+                worker = Worker(f"{generation}{index}", fired)
+                worker.bus.subscribe(
+                    lambda event: fired_at.append(heartbeat_now()), event_type=HeartbeatFired
+                )
+                dispatcher = await stack.enter_async_context(
+                    open_dispatcher(redis_config(redis_server.url, prefix), bus=worker.bus)
+                )
+                publish_schedules(dispatcher, anchor)
+            await trio.sleep(seconds)
+
+    await run_workers("first", 2.9)
+    down_from = heartbeat_now()
+    before = len(fired)
+    await trio.sleep(3.0)
+    back_at = heartbeat_now()
+    await run_workers("second", 2.9)
+    end = heartbeat_now()
+
+    counts = Counter((heartbeat_id, run_at) for _, heartbeat_id, run_at in fired)
+    assert set(counts.values()) == {1}, [key for key, n in counts.items() if n > 1]
+    assert [at for (hid, at) in sorted(counts) if hid == "fast"] == slots(anchor, 0.5, end)
+    assert [at for (hid, at) in sorted(counts) if hid == "slow"] == slots(anchor + 0.25, 1.5, end)
+    missed = [(hid, at) for _, hid, at in fired[before:] if down_from < at <= back_at]
+    assert len(missed) == 8, missed  # fast: 3.0 to 5.5, slow: 3.75 and 5.25
+
+    assert all(instant == back_at for instant in fired_at[before : before + len(missed)])
