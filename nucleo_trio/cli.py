@@ -1,6 +1,6 @@
 """The ``nucleo-trio`` command line.
 
-One parser with a subcommand per task (``demo``, ``health``, ``trajectory``, ``top``); each subcommand adds its own arguments and names the
+One parser with a subcommand per task (``demo``, ``health``, ``trajectory``, ``top``, ``events``); each subcommand adds its own arguments and names the
 function that runs it (``handler``), which answers the exit code. A subcommand imports what it
 runs only when it runs, so ``--help`` stays instant and one broken subcommand cannot take the
 others down. ``main`` is the console script's entry point and what ``python -m nucleo_trio``
@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_health(commands)
     _add_trajectory(commands)
     _add_top(commands)
+    _add_events(commands)
     return parser
 
 
@@ -244,6 +245,119 @@ def _run_trajectory(args: argparse.Namespace) -> int:
         return 1
     print(render_trajectory(recorded, max_children=args.max_children))
     return 0
+
+
+# -- events ---------------------------------------------------------------------------------------
+_EVENTS_DESCRIPTION = """\
+Print the events a JsonLinesSink wrote (nucleo_trio.bus.jsonl; `nucleo-trio demo --events FILE`
+writes one), one line each: the UTC time, the kind, the job and the message. The filters narrow
+what is printed: --kind and --family may be given several times (an event matching any of them
+passes), --job and --workflow keep the events of one job or one workflow; all of them together
+must hold. --json prints the matching events as the JSON lines they were written as.
+Exit status: 0 when printed, 1 when the file cannot be read or holds a line that is not an
+event (the events before it are printed), 2 for an unknown kind or family."""
+
+
+def _add_events(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    events = commands.add_parser(
+        "events",
+        help="print and filter the events a JSON-lines sink wrote",
+        description=_EVENTS_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    events.add_argument("file", metavar="FILE", help="the events file (JSON lines)")
+    events.add_argument(
+        "--kind",
+        action="append",
+        type=_event_kind,
+        default=[],
+        help="an event class name, e.g. JobFailedEvent (case does not matter)",
+    )
+    events.add_argument(
+        "--family",
+        action="append",
+        type=_event_family,
+        default=[],
+        help="a family, e.g. lifecycle, retry, heartbeat (or its class name, LifecycleEvent)",
+    )
+    events.add_argument("--job", metavar="JOB_ID", default=None, help="one job's events")
+    events.add_argument(
+        "--workflow", metavar="WORKFLOW_ID", default=None, help="one workflow's events"
+    )
+    events.add_argument(
+        "--json", action="store_true", help="print the matching events as JSON lines"
+    )
+    events.set_defaults(handler=_run_events)
+
+
+def _event_kind(text: str) -> str:
+    from .bus.jsonl import EVENT_KINDS
+
+    if ":" in text:  # an application's own event, named by its path
+        return text
+    known = {name.lower(): name for name in EVENT_KINDS}
+    kind = known.get(text.lower())
+    if kind is None:
+        raise argparse.ArgumentTypeError(f"unknown kind {text!r} (known: {', '.join(EVENT_KINDS)})")
+    return kind
+
+
+def _event_family(text: str) -> str:
+    from .bus.events import EVENT_FAMILIES
+
+    names = {}
+    for family in EVENT_FAMILIES:
+        names[family.__name__.lower()] = family.__name__
+        names[family.__name__.removesuffix("Event").lower()] = family.__name__
+    family_name = names.get(text.lower())
+    if family_name is None:
+        shown = ", ".join(f.__name__.removesuffix("Event").lower() for f in EVENT_FAMILIES)
+        raise argparse.ArgumentTypeError(f"unknown family {text!r} (known: {shown})")
+    return family_name
+
+
+def _run_events(args: argparse.Namespace) -> int:
+    import json
+
+    from .bus.jsonl import EventFileError, read_event_records
+
+    kinds, families = set(args.kind), set(args.family)
+    try:
+        for _, record in read_event_records(args.file):
+            found = record.get("snapshot")
+            snapshot: dict[str, object] = found if isinstance(found, dict) else {}
+            job_id = snapshot.get("job_id")
+            if kinds and record["kind"] not in kinds:
+                continue
+            if families and record.get("family") not in families:
+                continue
+            if args.job is not None and args.job not in (job_id, record.get("job_id")):
+                continue
+            if args.workflow is not None and snapshot.get("workflow_id") != args.workflow:
+                continue
+            if args.json:
+                print(json.dumps(record, ensure_ascii=False))
+            else:
+                print(_event_line(record, job_id))
+    except (OSError, EventFileError) as exc:
+        print(f"{PROG} events: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _event_line(record: dict[str, object], job_id: object) -> str:
+    """One event for a person: the UTC time to the millisecond, the kind, the job, the message."""
+    import datetime
+
+    stamp = record.get("timestamp")
+    if isinstance(stamp, int | float) and not isinstance(stamp, bool):
+        moment = datetime.datetime.fromtimestamp(stamp, tz=datetime.UTC)
+        when = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    else:
+        when = "-"
+    message = record.get("message")
+    job = job_id if isinstance(job_id, str) else "-"
+    return f"{when}  {record['kind']!s:<20} {job:<18}  {'' if message is None else message}"
 
 
 # -- health ---------------------------------------------------------------------------------------
