@@ -23,6 +23,7 @@ stubs in ``nucleo_trio/plugins/hookspecs.py`` marked with the project's hookspec
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import re
@@ -139,6 +140,8 @@ def exported_names() -> dict[str, set[str]]:
             paths.add(f"{module_name}.{name}")
             if inspect.ismodule(obj):
                 paths.add(obj.__name__)
+            elif inspect.isclass(obj) or inspect.isfunction(obj):
+                paths.add(f"{obj.__module__}.{obj.__qualname__}")  # where it is defined
             first.setdefault(id(obj), f"{module_name}.{name}")
     return {first[key]: paths for key, paths in places.items()}
 
@@ -178,6 +181,19 @@ def _load(identifier: str) -> object:
                 break
         return obj
     return _NOTHING
+
+
+def _shadowed(identifier: str) -> bool:
+    """Whether ``identifier`` is a submodule's name while its package exports something else
+    under the same name (``nucleo_trio.jobs.function_tool``, the module and the decorator)."""
+    parent, _, last = identifier.rpartition(".")
+    try:
+        if not parent or importlib.util.find_spec(identifier) is None:
+            return False
+    except (ImportError, ValueError):
+        return False
+    exported = getattr(importlib.import_module(parent), last, None)
+    return not inspect.ismodule(exported)
 
 
 def hook_names() -> list[str]:
@@ -263,6 +279,17 @@ def test_every_reference_directive_names_something_that_exists_once() -> None:
         if _load(identifier) is _NOTHING
     )
     assert not unknown, "reference entries that name nothing importable:\n  " + "\n  ".join(unknown)
+    # griffe, like the import system, finds a submodule before an attribute of the same name:
+    # `nucleo_trio.jobs.function_tool` would render the module, not the function it exports.
+    shadowed = sorted(
+        f"{identifier} ({', '.join(places)})"
+        for identifier, places in documented.items()
+        if _shadowed(identifier)
+    )
+    assert not shadowed, (
+        "entries that name a function or class by a path that is also a module (use the path "
+        "where it is defined, module.name):\n  " + "\n  ".join(shadowed)
+    )
     by_object: dict[int, list[str]] = {}
     keep_alive = []  # ids are only unique among live objects
     for identifier, places in documented.items():
