@@ -217,6 +217,10 @@ class JobDispatcher:
             self.models, self.accounts
         )
         self._rng = random.Random(self.config.seed)
+        # Bound once, shared by every job's context and handle (a bound method made per job
+        # is two allocations the collector then walks for as long as the handle lives).
+        self._publish_event = self.bus.publish
+        self._cancel_job = self.cancel
         self._fast = Lane("fast", prioritized=True)
         self._standard = Lane("standard", prioritized=False)
         self._live: dict[str, QueuedJob] = {}
@@ -690,7 +694,7 @@ class JobDispatcher:
 
         caller = current_job()
         context = JobContext(
-            job, job.user_id, dispatcher=self, metadata=metadata, publish=self.bus.publish
+            job, job.user_id, dispatcher=self, metadata=metadata, publish=self._publish_event
         )
         if caller is not None:
             caller_cls = type(caller.job)
@@ -699,7 +703,7 @@ class JobDispatcher:
             )
         job._context = context
         handle: JobHandle[R] = JobHandle(job, context)
-        handle._canceller = self.cancel
+        handle._canceller = self._cancel_job
         context.handle = handle
         for waiter in self._submitted_waiters.pop(job.job_id, ()):
             waiter.set()
@@ -987,13 +991,24 @@ class JobDispatcher:
     # -- one execution --------------------------------------------------------------------------
     async def _execute(self, queued: QueuedJob) -> _Verdict:
         job, context = queued.job, queued.context
+        hooks = _hooks_of(type(job))
+        guardrails = self.guardrails
+        # Steps that have nothing to do are answered synchronously rather than awaited: no
+        # dependencies, no guard on a side (the standard enforcer answers that at once), the
+        # default pre/post hooks. Same answers, fewer coroutines.
+        # Exactly the standard enforcer answers at once: a subclass may override the seats.
+        standard = guardrails if type(guardrails) is StandardGuardrailEnforcer else None
         try:
-            await self._await_dependencies(queued)
-            await self.guardrails.before_resources(job, context)
-            result = await self._run_attempts(queued)
+            if queued.dependencies:
+                await self._await_dependencies(queued)
+            if standard is None or not standard.input_settled_now(job, context):
+                await guardrails.before_resources(job, context)
+            result = await self._run_attempts(queued, hooks)
             context.set_result(result)
-            await self.guardrails.after_release(job, context, result)
-            await job.post_execute(context)
+            if standard is None or not standard.output_settled_now(job, context):
+                await guardrails.after_release(job, context, result)
+            if hooks.post_execute:
+                await job.post_execute(context)
         except BaseException as exc:  # noqa: BLE001 - every failure becomes the job's verdict
             if _is_cancellation(exc) or _fatal_in(exc) is not None:
                 raise
@@ -1086,7 +1101,7 @@ class JobDispatcher:
         assert handle is not None
         return handle
 
-    async def _run_attempts(self, queued: QueuedJob) -> Any:
+    async def _run_attempts(self, queued: QueuedJob, hooks: _Hooks) -> Any:
         """Attempts until one answers, re-running on the three signals within their budgets."""
         job, context = queued.job, queued.context
         upstream = truncations = corrections = 0
@@ -1096,7 +1111,7 @@ class JobDispatcher:
             # The door's capture served routing; every attempt captures afresh (SUB-10).
             requirements = job.requirements()
             try:
-                return await self._attempt(queued, requirements)
+                return await self._attempt(queued, requirements, hooks)
             except RerunSignal as signal:
                 if context.timed_out or context.is_cancelled:
                     raise  # a cancellation or a timeout is never re-run (SIG-06)
@@ -1172,7 +1187,9 @@ class JobDispatcher:
             )
         self.bus.publish(event)
 
-    async def _attempt(self, queued: QueuedJob, requirements: JobRequirements) -> Any:
+    async def _attempt(
+        self, queued: QueuedJob, requirements: JobRequirements, hooks: _Hooks
+    ) -> Any:
         """One attempt: admit, arm the timeout, open the handles, run (inside a transaction
         when asked), signal, close."""
         job, context = queued.job, queued.context
@@ -1198,16 +1215,18 @@ class JobDispatcher:
         failure: BaseException | None = None
         assert queued.nursery is not None
         scope = queued.nursery.cancel_scope
-        timers: list[TimerHandle] = []
+        deadline: _Deadline | None = None
         try:
             if job.timeout is not None:
-                timers = self._arm_timeout(queued, scope, resources, job.timeout)
+                deadline = self._arm_timeout(queued, scope, resources, job.timeout)
             context.is_executing_job_with_resources = not demand.is_empty
-            await resources.materialize()  # a failure rolls the grant back; the job never runs
+            if providers:
+                await resources.materialize()  # a failure rolls the grant back; never runs
             context.resources = resources
             transactional = requirements.requires_transaction and resources.has_database
             try:
-                await job.pre_execute(context)
+                if hooks.pre_execute:
+                    await job.pre_execute(context)
                 if not context.try_transition(JobState.RUNNING):
                     context.check_cancellation()
                 if self.bus.has_listeners(job.workflow_id):
@@ -1228,8 +1247,8 @@ class JobDispatcher:
                         await resources.commit_all()
                     finally:
                         unwatch()
-                    for timer in timers:
-                        timer.cancel()  # committed: the job's work is durable, its deadline met
+                    if deadline is not None:
+                        deadline.cancel()  # committed: the work is durable, its deadline met
             except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
                 if _is_cancellation(exc):
                     raise
@@ -1249,15 +1268,15 @@ class JobDispatcher:
                         self._signal(partial(limiter.on_rate_limit_error, upstream), limiter)
         finally:
             context.is_executing_job_with_resources = False
-            for timer in timers:
-                timer.cancel()
+            if deadline is not None:
+                deadline.cancel()
             try:
                 if scope.cancel_called:
                     # Phase two or shutdown: no checkpoint may replace the job's own verdict,
                     # so what is still open is aborted, and closed in the background before
                     # its permits go back.
                     resources.force_close()
-                else:
+                elif not resources.close_now():  # no handles: settled without a step
                     await resources.aclose()
             except ResourceCloseError as close_failure:
                 if failure is None:
@@ -1338,7 +1357,7 @@ class JobDispatcher:
         scope: trio.CancelScope,
         resources: JobResources,
         budget: float,
-    ) -> list[TimerHandle]:
+    ) -> _Deadline:
         """The two-phase timeout, on the job's own nursery.
 
         Phase one is a timekeeper call at the job's deadline: it sets the timeout and cancel
@@ -1346,7 +1365,7 @@ class JobDispatcher:
         nursery, and sets the nursery's cancel-scope deadline to the end of the grace. Phase two
         is that deadline: trio cancels the job, and a timekeeper call force-closes (aborts) what
         a job that does not unwind still holds. A job that finishes in time costs one heap
-        entry. Returns the pending calls, which the attempt cancels when it ends.
+        entry. Returns the armed deadline, which the attempt cancels when it ends.
 
         A deadline that lands while the job's commit is in flight waits for the commit's answer,
         for at most the commit window (:data:`~nucleo_trio.resources.COMMIT_WINDOW`; past it
@@ -1356,32 +1375,7 @@ class JobDispatcher:
         that is durable; what is left of the attempt is the close, which the commit window
         bounds); not committed, phase one runs at once and the caller gets the commit's own
         error, which says what was rolled back (TMO-04, TMO-05)."""
-        context = queued.context
-        context.arm_deadline(budget)
-        assert context.deadline is not None
-        grace = grace_period(budget)
-        timers: list[TimerHandle] = []
-
-        def phase_one() -> None:
-            if resources.commit_in_flight:
-                resources.request_stop()
-                resources.on_commit_answer(after_commit)
-                return
-            if resources.commit_sent and resources.all_committed:
-                return  # committed before the deadline; the attempt has not resumed yet
-            context.time_out()
-            assert queued.nursery is not None
-            queued.nursery.start_soon(_close_cooperatively, resources)
-            phase_two = trio.current_time() + grace
-            scope.deadline = phase_two
-            timers.append(self._timekeeper.call_at(phase_two, resources.force_close))
-
-        def after_commit(committed: bool) -> None:
-            if not committed:
-                phase_one()
-
-        timers.append(self._timekeeper.call_at(context.deadline, phase_one))
-        return timers
+        return _Deadline(self._timekeeper, queued, scope, resources, budget)
 
     @staticmethod
     def _signal(call: Any, limiter: RateLimiter) -> None:
@@ -1562,6 +1556,78 @@ def _signalled(requirements: JobRequirements) -> list[RateLimiter]:
     if not requirements.model_bindings and not requirements.rate_limiters:
         return []
     return [*binding_accounts(requirements), *(n.limiter for n in requirements.limiters)]
+
+
+class _Deadline:
+    """One attempt's armed two-phase timeout (see :meth:`JobDispatcher._arm_timeout`): the
+    phase-one call at the deadline and, once phase one ran, the phase-two force-close."""
+
+    __slots__ = ("_grace", "_keeper", "_phase_one", "_phase_two", "_queued", "_resources", "_scope")
+
+    def __init__(
+        self,
+        keeper: Timekeeper,
+        queued: QueuedJob,
+        scope: trio.CancelScope,
+        resources: JobResources,
+        budget: float,
+    ) -> None:
+        context = queued.context
+        context.arm_deadline(budget)
+        assert context.deadline is not None
+        self._keeper = keeper
+        self._queued = queued
+        self._scope = scope
+        self._resources = resources
+        self._grace = grace_period(budget)
+        self._phase_two: TimerHandle | None = None
+        self._phase_one = keeper.call_at(context.deadline, self.phase_one)
+
+    def phase_one(self) -> None:
+        resources = self._resources
+        if resources.commit_in_flight:
+            resources.request_stop()
+            resources.on_commit_answer(self._after_commit)
+            return
+        if resources.commit_sent and resources.all_committed:
+            return  # committed before the deadline; the attempt has not resumed yet
+        queued = self._queued
+        queued.context.time_out()
+        assert queued.nursery is not None
+        queued.nursery.start_soon(_close_cooperatively, resources)
+        phase_two = trio.current_time() + self._grace
+        self._scope.deadline = phase_two
+        self._phase_two = self._keeper.call_at(phase_two, resources.force_close)
+
+    def _after_commit(self, committed: bool) -> None:
+        if not committed:
+            self.phase_one()
+
+    def cancel(self) -> None:
+        """The attempt ended: drop what has not run."""
+        self._phase_one.cancel()
+        if self._phase_two is not None:
+            self._phase_two.cancel()
+
+
+class _Hooks:
+    """Which of a job class's optional hooks do anything: the defaults are not awaited."""
+
+    __slots__ = ("post_execute", "pre_execute")
+
+    def __init__(self, cls: type[AbstractJob[Any]]) -> None:
+        self.pre_execute = cls.pre_execute is not AbstractJob.pre_execute
+        self.post_execute = cls.post_execute is not AbstractJob.post_execute
+
+
+_HOOKS: dict[type, _Hooks] = {}
+
+
+def _hooks_of(cls: type[AbstractJob[Any]]) -> _Hooks:
+    hooks = _HOOKS.get(cls)
+    if hooks is None:
+        hooks = _HOOKS[cls] = _Hooks(cls)
+    return hooks
 
 
 def _timed_out(job: AbstractJob[Any], casualty: BaseException | None) -> _Verdict:

@@ -145,6 +145,31 @@ class StandardGuardrailEnforcer:
         return refusal
 
     # -- the attempt ----------------------------------------------------------------------------
+    def input_settled_now(self, job: AbstractJob[Any], context: JobContext) -> bool:
+        """The input side of the common case, answered synchronously: ``True`` when ``job``
+        has no input or content guard (none declared, none attached), having recorded that none
+        applied, or is itself a guard; then :meth:`before_resources` has nothing left to do
+        and need not be awaited. ``False``: await :meth:`before_resources`."""
+        if _is_guard_class(type(job)):
+            return True
+        if _declares_no_guards(type(job)) and not attached_guardrails(job, context):
+            context.metadata[OBS_GUARDS_INPUT] = 0  # none applied (GRD-15)
+            return True
+        return False
+
+    def output_settled_now(self, job: AbstractJob[Any], context: JobContext) -> bool:
+        """The output side of the common case, as :meth:`input_settled_now`: ``True`` when no
+        output guard waits for ``job`` (none applied is recorded); ``False``: await
+        :meth:`after_release`."""
+        if _is_guard_class(type(job)):
+            return True
+        if context in self._output_guards:
+            return False
+        if _declares_no_guards(type(job)) and not attached_guardrails(job, context):
+            context.metadata[OBS_GUARDS_OUTPUT] = 0  # none applied (GRD-15)
+            return True
+        return False
+
     async def before_resources(self, job: AbstractJob[Any], context: JobContext) -> None:
         """Admission, auth and input-content guards, after dependencies and before any
         resource; a refusal or a guard's failure is raised as-is (GRD-12, GRD-13)."""
@@ -285,6 +310,17 @@ _GUARD_DECLARATIONS = (
     "admission_guardrails",
 )
 _NO_GUARDS_BY_CLASS: dict[type, bool] = {}
+
+
+_GUARD_CLASSES: dict[type, bool] = {}
+
+
+def _is_guard_class(cls: type) -> bool:
+    """``issubclass(cls, Guardrail)``, remembered per class (the dispatch path asks per job)."""
+    known = _GUARD_CLASSES.get(cls)
+    if known is None:
+        known = _GUARD_CLASSES[cls] = issubclass(cls, Guardrail)
+    return known
 
 
 def _declares_no_guards(cls: type) -> bool:

@@ -74,7 +74,8 @@ class _OnceCallbacks:
     __slots__ = ("_callbacks", "_what", "fired")
 
     def __init__(self, what: str) -> None:
-        self._callbacks: list[Callable[[], object]] = []
+        # Most jobs never register a callback: the list is made by the first registration.
+        self._callbacks: list[Callable[[], object]] | None = None
         self._what = what
         self.fired = False
 
@@ -82,11 +83,16 @@ class _OnceCallbacks:
         if self.fired:
             _run_callback(callback, self._what)
             return _noop
-        self._callbacks.append(callback)
+        if self._callbacks is None:
+            self._callbacks = []
+        callbacks = self._callbacks
+        callbacks.append(callback)
 
         def remove() -> None:
+            if self._callbacks is not callbacks:
+                return  # fired since: the firing owns that list now
             try:
-                self._callbacks.remove(callback)
+                callbacks.remove(callback)
             except ValueError:
                 pass
 
@@ -96,20 +102,25 @@ class _OnceCallbacks:
         if self.fired:
             return False
         self.fired = True
-        callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
+        callbacks, self._callbacks = self._callbacks, None
+        for callback in callbacks or ():
             _run_callback(callback, self._what)
         return True
 
     def drop(self) -> None:
-        self._callbacks.clear()
+        if self._callbacks:
+            self._callbacks.clear()
 
     def __len__(self) -> int:
-        return len(self._callbacks)
+        return len(self._callbacks) if self._callbacks else 0
 
 
 def _noop() -> None:
     return None
+
+
+_NO_OUTCOMES: Mapping[Any, Any] = MappingProxyType({})
+"""A job without dependencies shares this empty view instead of two dicts of its own."""
 
 
 class CancellationToken:
@@ -195,8 +206,8 @@ class JobContext:
         self.llm_responses: list[Any] = []
         self.conversations: list[Any] = []
         """The conversations this job owns; its teardown releases them (TOOL-35)."""
-        self._dependency_results: dict[JobSnapshot, Any] = {}
-        self._dependency_errors: dict[JobSnapshot, BaseException] = {}
+        self._dependency_results: Mapping[JobSnapshot, Any] = _NO_OUTCOMES
+        self._dependency_errors: Mapping[JobSnapshot, BaseException] = _NO_OUTCOMES
         self.handle: JobHandle[Any] | None = None
         self._scope_guard: ScopeGuard | None = None
 
@@ -497,7 +508,8 @@ class JobContext:
 
     def clear_completion_data(self) -> None:
         """Release the recorded LLM responses; after teardown they live on the terminal event."""
-        self.llm_responses = []
+        if self.llm_responses:
+            self.llm_responses = []
 
     # -- scope ----------------------------------------------------------------------------------
     @property

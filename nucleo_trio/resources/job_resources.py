@@ -26,7 +26,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from functools import partial
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 
@@ -186,6 +186,11 @@ def _add_memory_claim(demand: Demand, declared: int | None) -> None:
         demand.add(gate, claim)
 
 
+_NO_HANDLES: Mapping[Any, Any] = MappingProxyType({})
+_NO_IDS: set[int] = cast("set[int]", frozenset())
+"""Shared by every attempt until it opens handles; a frozenset, so a stray ``add`` fails loudly."""
+
+
 def _label(provider: DBResourceProvider) -> str:
     return f"{type(provider).__name__} ({provider.name!r})"
 
@@ -229,9 +234,11 @@ class JobResources:
         self._read_only = read_only
         self._spawn = spawn
         self._commit_window = commit_window
-        self._handles: Mapping[DBResourceProvider, DBHandle] = MappingProxyType({})
-        # The transaction: what committed, whether a commit was sent, its answer.
-        self._committed: set[int] = set()
+        self._handles: Mapping[DBResourceProvider, DBHandle] = _NO_HANDLES
+        # The transaction: what committed, whether a commit was sent, its answer. The id sets
+        # below only fill once handles are open, so until then every attempt shares one empty
+        # frozenset (materialize gives an attempt with databases sets of its own).
+        self._committed: set[int] = _NO_IDS
         self._commit_sent = False
         self._commit_answered: trio.Event | None = None
         self._on_answer: list[Callable[[bool], object]] = []
@@ -240,9 +247,9 @@ class JobResources:
         self._stop_requested: trio.Event | None = None
         self._window_passed = False
         # The close: handles whose close started and returned, handles aborted, who closes.
-        self._closing_handles: set[int] = set()
-        self._closed_handles: set[int] = set()
-        self._aborted: set[int] = set()
+        self._closing_handles: set[int] = _NO_IDS
+        self._closed_handles: set[int] = _NO_IDS
+        self._aborted: set[int] = _NO_IDS
         self._cooperative = False
         self._reaping = False
         self._closing: trio.Event | None = None
@@ -286,6 +293,8 @@ class JobResources:
                 add_suppressed(error, fault)
             raise error from exc
         self._handles = MappingProxyType(opened)
+        self._committed, self._closing_handles = set(), set()
+        self._closed_handles, self._aborted = set(), set()
         materializing.set()
         if self._force_requested:
             self.force_close()
@@ -330,7 +339,7 @@ class JobResources:
     # -- transactions ---------------------------------------------------------------------------
     async def begin_all(self) -> None:
         """Begin a transaction on every handle, in declaration order (JR-13)."""
-        self._committed.clear()
+        self._committed = set()
         self._commit_sent = False
         for provider, handle in tuple(self._handles.items()):
             await provider.begin(handle)
@@ -565,6 +574,17 @@ class JobResources:
             raise error
 
     # -- close ----------------------------------------------------------------------------------
+    def close_now(self) -> bool:
+        """The cooperative close of an attempt that opened no database handle, done at once:
+        mark the resources released and settle the grant. Answers ``False``, doing nothing,
+        when there are handles to close (or being opened): then :meth:`aclose` is the close.
+        Raises :class:`GrantReleaseError` as :meth:`aclose` does."""
+        if self._handles or self._materializing is not None:
+            return False
+        self._mark_released()
+        self._settle(rollback=not self.executed)
+        return True
+
     async def aclose(self) -> None:
         """The cooperative close (JR-18): mark the resources released, let a commit in flight
         answer, close every handle in declaration order (going on after a failure), then settle
