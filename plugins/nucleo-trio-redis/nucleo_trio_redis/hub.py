@@ -81,6 +81,7 @@ class RedisAccounts:
     back within it; ``reservation_ttl`` bounds a waiting worker's place in Redis's line
     (default ``lease_ttl``). ``on_redis_lost`` is ``"refuse"`` (the only policy so far: an ask
     raises while Redis is out of reach). ``timeout`` bounds one round trip and one connect.
+    ``autostart=False`` keeps a hub that is never run from starting itself in a system task.
     """
 
     def __init__(
@@ -93,6 +94,7 @@ class RedisAccounts:
         reservation_ttl: float | None = None,
         on_redis_lost: str = "refuse",
         timeout: float = 2.0,
+        autostart: bool = True,
     ) -> None:
         owner = type(self).__name__
         self.url = check_url(owner, url)
@@ -119,7 +121,9 @@ class RedisAccounts:
         self._running = False
         self._closing = False
         self._auto: trio.lowlevel.TrioToken | None = None  # the run it started itself in
-        self._explicit = False  # its owner runs it: it never starts itself
+        if not isinstance(autostart, bool):
+            raise TypeError(f"{owner}: autostart must be a bool, got {autostart!r}")
+        self._explicit = not autostart  # its owner runs it: it never starts itself
         self._script_sha: str | None = None
         self._nursery_cm: Any = None
         self._nursery: trio.Nursery | None = None
@@ -246,8 +250,14 @@ class RedisAccounts:
     async def _run_in_system_task(self) -> None:
         try:
             await self._run(trio.TASK_STATUS_IGNORED)
-        except Exception:  # noqa: BLE001 - a system task's crash would end the whole run
-            log.exception("%r: the settling task failed; its accounts refuse from now on", self)
+        except BaseException as exc:  # noqa: BLE001 - a system task's crash ends the whole run
+            if isinstance(exc, trio.Cancelled):
+                raise
+            if isinstance(exc, BaseExceptionGroup):
+                cancelled, rest = exc.split(trio.Cancelled)
+                if rest is None:
+                    return  # the run is ending: nothing left to settle
+            log.error("%r: the settling task failed; its accounts refuse", self, exc_info=exc)
             for account in self.accounts.values():
                 account.lose("the settling task failed")
 
@@ -370,6 +380,16 @@ class RedisAccounts:
         if was_lost:
             log.warning("%r: Redis answers again; shared accounts grant again", self)
 
+    async def settle_once(self) -> None:
+        """Settle every account once on a connection of its own, for a hub its owner drives
+        by hand (a script, a test) instead of running it: the needs the accounts noted are
+        asked for, and nothing is given back afterwards. Such a hub never starts itself."""
+        if self._running:
+            raise RuntimeError(f"{self!r} is running: its own task settles")
+        self._explicit = True
+        async with self._client() as client:
+            await self.settle(client)
+
     async def _eval(
         self, client: coredis.Redis[str], keys: Sequence[str], args: Sequence[str]
     ) -> Any:
@@ -408,6 +428,11 @@ class RedisAccounts:
                         account = self.accounts.get(name) if isinstance(name, str) else None
                         if account is not None and account.waits():
                             self.poke()
+            except BaseExceptionGroup as group:
+                cancelled, _ = group.split(trio.Cancelled)
+                if cancelled is not None:
+                    raise cancelled from None  # the cancel scope that asked takes it
+                log.debug("%r: the wake-up subscription ended (%r); resubscribing", self, group)
             except Exception as exc:  # noqa: BLE001 - a listener only speeds wake-ups up
                 # coredis tears a subscription down with a group of whatever broke (a closed
                 # stream when the server went away); the settling task sees the loss itself.

@@ -17,12 +17,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nucleo_trio.heartbeat import HeartbeatStore
 from nucleo_trio.plugins.hookspecs import LimiterFactory, hookimpl
 
 from .accounts import SharedCountingGate, SharedElasticWindow, SharedTokenBucket
+from .heartbeat_store import RedisHeartbeatStore
 from .hub import RedisAccounts
 
 __all__ = [
+    "nucleo_trio_heartbeat_store",
     "nucleo_trio_limiter_kinds",
     "redis_counting",
     "redis_elastic_window",
@@ -72,3 +75,13 @@ def nucleo_trio_limiter_kinds() -> Mapping[str, LimiterFactory]:
         "redis_elastic_window": redis_elastic_window,
         "redis_counting": redis_counting,
     }
+
+
+@hookimpl
+def nucleo_trio_heartbeat_store(kind: str, settings: Mapping[str, Any]) -> HeartbeatStore | None:
+    """Provide the heartbeat store kind ``"redis"``: a schedule shared by every worker on one
+    Redis, each slot fired once (settings ``url``, ``prefix``, ``claim_ttl``, ``timeout``; see
+    :class:`~nucleo_trio_redis.heartbeat_store.RedisHeartbeatStore`)."""
+    if kind != "redis":
+        return None
+    return RedisHeartbeatStore.from_settings(settings)
