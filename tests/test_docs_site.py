@@ -248,6 +248,19 @@ def test_the_reference_index_links_every_name_the_package_itself_exports() -> No
     )
 
 
+def test_every_cross_reference_names_a_reference_entry() -> None:
+    """A cross-reference (``[text][nucleo_trio.jobs.Tool]``) resolves only to an identifier a
+    directive renders; any other is a dead link, which ``--strict`` refuses."""
+    documented = reference_directives()
+    dangling = []
+    for page in sorted(DOCS.rglob("*.md")):
+        text = FENCE.sub("", page.read_text(encoding="utf-8"))
+        for target in re.findall(r"\]\[([A-Za-z_][\w.]*\.[\w.]+)\]", text):
+            if target not in documented:
+                dangling.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not dangling, "cross-references to names with no entry:\n  " + "\n  ".join(dangling)
+
+
 def test_every_hook_has_a_reference_entry_and_a_section_in_the_plugin_guide() -> None:
     """Each hook is documented twice: its stub's docstring in the reference, and a section of
     docs/plugins.md (a heading that names it) that says when it is called and how to answer."""
