@@ -98,7 +98,9 @@ their upstream once and succeed on the re-run, one exhausts its re-run budget, a
 cancelled. A bus observer tallies it all: outcomes per kind of job, admission per account,
 the events by type, example failures, and the time and throughput. A TrajectoryRecorder
 records every job into SQLite, and the run ends with the workflow read back in call order
-(--record FILE keeps the recording; `nucleo-trio trajectory FILE` reads it again).
+(--record FILE keeps the recording; `nucleo-trio trajectory FILE` reads it again; --events FILE
+writes every event as JSON lines, which `nucleo-trio events FILE` filters and prints). On a
+terminal a progress bar follows the fan-out; piped, the output is the plain report alone.
 
 By default the run happens in virtual time (trio's MockClock with autojump): instant, and the
 same seed prints the same numbers. --real-time runs it on the wall clock (about ten seconds).
@@ -144,6 +146,12 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="keep the run's recording in this SQLite file (a temporary file otherwise)",
     )
     demo.add_argument(
+        "--events",
+        metavar="FILE",
+        default=None,
+        help="write every event of the run to this file as JSON lines (`nucleo-trio events FILE`)",
+    )
+    demo.add_argument(
         "-v",
         "--verbose",
         action="store_true",
@@ -167,14 +175,14 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     from ._demo.runner import run_demo
 
-    if args.record is not None and not Path(args.record).parent.is_dir():
-        # Checked before the run: SQLite would only fail once the recorder opens the file.
-        print(
-            f"{PROG} demo: --record {args.record}: the directory {Path(args.record).parent} "
-            "does not exist",
-            file=sys.stderr,
-        )
-        return 1
+    for flag, path in (("--record", args.record), ("--events", args.events)):
+        if path is not None and not Path(path).parent.is_dir():
+            # Checked before the run: the file would only fail to open once the run started.
+            print(
+                f"{PROG} demo: {flag} {path}: the directory {Path(path).parent} does not exist",
+                file=sys.stderr,
+            )
+            return 1
     color = {"auto": None, "always": True, "never": False}[args.color]
     options = DemoOptions(
         jobs=args.jobs,
@@ -183,6 +191,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         verbose=args.verbose,
         color=color,
         record=args.record,
+        events=args.events,
     )
     return run_demo(options)
 
@@ -230,20 +239,27 @@ def _positive(text: str) -> int:
 def _run_trajectory(args: argparse.Namespace) -> int:
     import sqlite3
 
+    from ._progress import RunProgress, terminal_console
     from .observability.trajectory import recorded_workflows, render_trajectory, trajectory
 
+    # On a terminal a spinner says what a long read is doing; piped, only the tree is printed.
+    progress = RunProgress(terminal_console(sys.stdout, color=not os.environ.get("NO_COLOR")))
     try:
         if args.workflow is None:
-            workflows = recorded_workflows(args.database)
+            with progress.status(f"Reading the workflows of {args.database}"):
+                workflows = recorded_workflows(args.database)
             print(f"{len(workflows)} workflow(s) in {args.database}, the most recent first:")
             for summary in workflows:
                 print(f"  {summary.workflow_id}  {summary.user_id}  {summary.jobs} job(s)")
             return 0
-        recorded = trajectory(args.database, args.workflow)
+        with progress.status(f"Reading workflow {args.workflow} from {args.database}"):
+            recorded = trajectory(args.database, args.workflow)
     except (OSError, ValueError, LookupError, sqlite3.Error) as exc:
         print(f"{PROG} trajectory: {exc}", file=sys.stderr)
         return 1
-    print(render_trajectory(recorded, max_children=args.max_children))
+    with progress.status(f"Laying out {len(recorded)} jobs in call order"):
+        text = render_trajectory(recorded, max_children=args.max_children)
+    print(text)
     return 0
 
 

@@ -521,3 +521,33 @@ def test_events_refuses_a_missing_file_an_unknown_name_and_a_bad_line(
     captured = capsys.readouterr()
     assert f"{bad}:8: not JSON" in captured.err
     assert len(captured.out.splitlines()) == 7  # what came before the bad line was printed
+
+
+def test_the_demo_writes_its_events_without_changing_its_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def report() -> list[str]:
+        # The real seconds the run took differ from run to run.
+        return [line for line in capsys.readouterr().out.splitlines() if "real time" not in line]
+
+    assert main(["demo", "--jobs", "20"]) == 0
+    without = report()
+    path = tmp_path / "demo.jsonl"
+    assert main(["demo", "--jobs", "20", "--events", str(path)]) == 0
+    assert report() == without
+    events = list(read_events(path))
+    terminal = [e for e in events if isinstance(e, ev.TerminalEvent)]
+    assert len(terminal) == 21  # the twenty jobs and the orchestrator that fanned them out
+    assert isinstance(events[0], ev.SchedulerEvent) and events[0].message == "Job scheduler started"
+    assert main(["events", str(path), "--family", "lifecycle", "--kind", "JobTimedOut"]) == 0
+    assert "Job timed out after" in capsys.readouterr().out
+
+
+def test_the_demo_refuses_an_events_file_in_a_missing_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "missing" / "demo.jsonl"
+    assert main(["demo", "--jobs", "10", "--events", str(path)]) == 1
+    assert capsys.readouterr().err == (
+        f"nucleo-trio demo: --events {path}: the directory {path.parent} does not exist\n"
+    )

@@ -41,7 +41,8 @@ def _check_jobs(instance: object, attribute: attrs.Attribute[int], value: int) -
 class DemoOptions:
     """How to run the demo. ``color`` ``None`` means: only when the output is a terminal.
     ``record`` keeps the run's recording in that SQLite file; ``None`` records into a
-    temporary file that is removed after the trajectory is printed."""
+    temporary file that is removed after the trajectory is printed. ``events`` writes every
+    event of the run to that file as JSON lines (``nucleo-trio events FILE`` reads it)."""
 
     jobs: int = attrs.field(default=DEFAULT_JOBS, validator=_check_jobs)
     seed: int = attrs.field(default=DEFAULT_SEED, validator=attrs.validators.instance_of(int))
@@ -49,3 +50,4 @@ class DemoOptions:
     verbose: bool = False
     color: bool | None = None
     record: str | None = None
+    events: str | None = None

@@ -2,7 +2,13 @@
 
 A :class:`~nucleo_trio.observability.TrajectoryRecorder` records the run into a SQLite file (a
 temporary one unless ``record`` names one), and the report ends with the workflow read back from
-it in call order.
+it in call order. With ``events`` a :class:`~nucleo_trio.bus.JsonLinesSink` writes every event
+of the run to that file.
+
+On a terminal the fan-out shows a progress bar (rich), cleared when the run ends; a pipe, a
+file or a test gets the plain report alone. The bar ticks from the tally's own subscription, so
+drawing it adds no task to the run and a seed prints the same numbers either way; so does
+writing the events.
 
 By default the whole run happens in virtual time: ``trio.run`` gets a
 :class:`trio.testing.MockClock` with ``autojump_threshold=0``, so whenever every task is waiting
@@ -21,15 +27,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import attrs
 import pluggy
 import trio
 import trio.testing
 
+from .._progress import RunProgress, terminal_console
 from ..admission import CountingGate
-from ..bus import MessageBus
+from ..bus import JobObserver, JsonLinesSink, MessageBus, events as ev
 from ..dispatch import DispatcherConfig, open_dispatcher
 from ..jobs import JobState, workflow
 from ..observability import HealthSnapshot, Trajectory, TrajectoryRecorder, trajectory
@@ -47,6 +54,9 @@ from .render import Style, render_header, render_health, render_report, render_t
 from .tally import Tally, TallyReport
 from .thinking import render_thinker_section, run_thinker
 from .workload import KIND_CLASSES, Accounts, Fanout, JobPlan, Signals, plan_workload
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["DemoOutcome", "execute_demo", "run_demo"]
 
@@ -95,25 +105,38 @@ class DemoOutcome:
         return problems
 
 
-def run_demo(options: DemoOptions, out: TextIO | None = None) -> int:
+def run_demo(
+    options: DemoOptions, out: TextIO | None = None, *, console: Console | None = None
+) -> int:
     """Run the demo, print it to ``out`` (stdout by default) and answer the exit code.
 
     0 when every job is accounted for exactly once (the planned failures are part of the show,
     not an error), 1 when the tally does not add up, 130 when Ctrl-C stopped it (the report
     then tells what happened until the interrupt).
+
+    The fan-out draws a progress bar on ``console``, a rich console writing to ``out``; when
+    none is given, one is made if ``out`` is a terminal (and ``verbose`` is off: the runtime's
+    log would tear the bar), and there is no bar otherwise.
     """
     stream = out if out is not None else sys.stdout
     style = Style.for_stream(stream, options.color)
+    if console is None and not options.verbose:
+        console = terminal_console(stream, color=style.color)
     plans = plan_workload(options.jobs, options.seed)
     # Plugins first: a broken one is refused in one line before anything is printed.
     plugins = make_plugin_manager()
     # The header goes out first: on the real clock the reader has something to read meanwhile.
     print(render_header(plans, options, style), file=stream, flush=True)
 
-    def show(snapshot: HealthSnapshot, at: float) -> None:
-        print(render_health(snapshot, at, options, style), file=stream, flush=True)
+    with RunProgress(console, stream) as progress:
 
-    outcome = execute_demo(options, plans, on_health=show, plugins=plugins)
+        def show(snapshot: HealthSnapshot, at: float) -> None:
+            progress.print(render_health(snapshot, at, options, style))
+
+        progress.start(f"{options.jobs} jobs", total=options.jobs)
+        outcome = execute_demo(
+            options, plans, on_health=show, plugins=plugins, on_settled=progress.advance
+        )
     print(
         render_report(outcome.report, outcome.elapsed, outcome.wall, options, style),
         file=stream,
@@ -143,12 +166,13 @@ def execute_demo(
     *,
     on_health: Callable[[HealthSnapshot, float], None] | None = None,
     plugins: pluggy.PluginManager | None = None,
+    on_settled: Callable[[], None] | None = None,
 ) -> DemoOutcome:
     """Run the workload (``plans``, or the seeded plan of ``options``) and print nothing.
 
     ``on_health`` is handed the mid-run health snapshot and its time into the run, as soon as
     it is taken. ``plugins`` is the plugin manager the dispatcher uses (loaded afresh if
-    ``None``).
+    ``None``). ``on_settled`` is called each time one of the fanned-out jobs settles.
     """
     if plans is None:
         plans = plan_workload(options.jobs, options.seed)
@@ -159,19 +183,23 @@ def execute_demo(
         # choosing would reorder trio's seeded scheduler, and the same seed must print the
         # same run (a stalled loop costs nothing in virtual time).
         recorder = TrajectoryRecorder(database, in_thread=options.real_time)
+        sink = None if options.events is None else JsonLinesSink(options.events)
+        tally = _tally(on_settled)
+        observer: JobObserver[ev.JobEvent] = tally if sink is None else _Both(tally, sink)
+        run = (tuple(plans), options, on_health, recorder, plugins, tally, observer)
         try:
             if options.real_time:
-                report, states, elapsed, health, root, interrupted = trio.run(
-                    _run, tuple(plans), options, on_health, recorder, plugins
-                )
+                report, states, elapsed, health, root, interrupted = trio.run(_run, *run)
             else:
                 with _seeded_scheduler(options.seed):
                     clock = trio.testing.MockClock(autojump_threshold=0)
                     report, states, elapsed, health, root, interrupted = trio.run(
-                        _run, tuple(plans), options, on_health, recorder, plugins, clock=clock
+                        _run, *run, clock=clock
                     )
         finally:
             recorder.close()
+            if sink is not None:
+                sink.close()
         recorded = trajectory(database, root)
     wall = time.perf_counter() - started
     return DemoOutcome(report, states, elapsed, wall, health, recorded, interrupted)
@@ -183,17 +211,17 @@ async def _run(
     on_health: Callable[[HealthSnapshot, float], None] | None,
     recorder: TrajectoryRecorder,
     plugins: pluggy.PluginManager | None,
+    tally: Tally,
+    observer: JobObserver[ev.JobEvent],
 ) -> tuple[TallyReport, Mapping[JobState, int], float, HealthSnapshot | None, str, bool]:
     accounts = Accounts(
         db=CountingGate("db", DB_SLOTS),
         search_api=SearchApiQuota("search-api", SEARCH_REQUESTS_PER_SECOND, 1.0),
     )
-    kinds = {cls.__name__: kind for kind, cls in KIND_CLASSES.items()}
-    tally = Tally(kinds)
     tally.watch(accounts.db, f"{DB_SLOTS} slots")
     # Subscribed before the dispatcher starts, so the tally hears its very first event too.
     bus = MessageBus()
-    bus.subscribe(tally)
+    bus.subscribe(observer)
     recorder.attach(bus)
     config = DispatcherConfig(http_connections=HTTP_CONNECTIONS, seed=options.seed)
     signals = Signals.brief() if options.real_time else Signals()
@@ -232,6 +260,23 @@ async def _run(
     # Leaving the block shut the dispatcher down, and the bus delivered everything before it.
     snapshot = health[0] if health else None
     return tally.report(), states, elapsed, snapshot, root.workflow_id, interrupted
+
+
+def _tally(on_settled: Callable[[], None] | None) -> Tally:
+    return Tally({cls.__name__: kind for kind, cls in KIND_CLASSES.items()}, on_settled)
+
+
+class _Both(JobObserver[ev.JobEvent]):
+    """The tally and the events file on one subscription: a second one would add a task to
+    the run, and trio's seeded scheduler would then order the run differently."""
+
+    def __init__(self, tally: Tally, sink: JsonLinesSink) -> None:
+        self.tally = tally
+        self.sink = sink
+
+    async def on_event(self, event: ev.JobEvent) -> None:
+        self.tally.record(event)
+        self.sink.write(event)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import attrs
 
@@ -118,12 +118,16 @@ class Tally(JobObserver[ev.JobEvent]):
     """Counts events by type, outcomes by job kind and grants by account.
 
     ``kinds`` maps a job class name to its :class:`Kind`; events of any other job (the root
-    orchestrator) count as events only. The accounts to report are named with :meth:`watch`,
+    orchestrator) count as events only. ``on_settled`` is called once per terminal event of
+    such a job, as it is counted (the progress bar's tick). The accounts to report are named with :meth:`watch`,
     in order; an account heard of but not watched (the memory account, say) comes after them.
     """
 
-    def __init__(self, kinds: Mapping[str, Kind]) -> None:
+    def __init__(
+        self, kinds: Mapping[str, Kind], on_settled: Callable[[], None] | None = None
+    ) -> None:
         self._kinds = dict(kinds)
+        self._on_settled = on_settled
         self._accounts: list[tuple[RateLimiter, str]] = []
         self._events: Counter[str] = Counter()
         self._limiter: Counter[str] = Counter()
@@ -157,6 +161,8 @@ class Tally(JobObserver[ev.JobEvent]):
             return
         counts = self._by_kind[kind]
         counts.jobs.add(snapshot.job_id)
+        if self._on_settled is not None and isinstance(event, ev.TerminalEvent):
+            self._on_settled()
         label = str(snapshot.metadata.get(META_LABEL, snapshot.name))
         if isinstance(event, ev.RetryEvent):
             counts.reruns += 1
