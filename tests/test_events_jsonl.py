@@ -309,11 +309,17 @@ def test_values_json_cannot_hold_come_back_as_plain_data() -> None:
             return "<opaque>"
 
     event = ev.JobCompletedEvent(
-        snapshot=SNAPSHOT, timestamp=AT, result={"page": Page("u", ("a",)), "other": Opaque()}
+        snapshot=SNAPSHOT,
+        timestamp=AT,
+        result={"page": Page("u", ("a",)), "other": Opaque(), ("x", 1): {2: "two"}},
     )
     back = loads_event(dumps_event(event))
     assert isinstance(back, ev.JobCompletedEvent)
-    assert back.result == {"page": {"url": "u", "words": ["a"]}, "other": "<opaque>"}
+    assert back.result == {
+        "page": {"url": "u", "words": ["a"]},
+        "other": "<opaque>",
+        "('x', 1)": {"2": "two"},
+    }
 
 
 def test_an_application_event_is_named_by_its_path_and_read_back_when_given() -> None:

@@ -170,8 +170,22 @@ _converter.register_unstructure_hook(MappingProxyType, lambda value: _plain(dict
 
 
 def _plain(value: Any) -> Any:
-    """``value`` as data JSON can hold, through the events converter."""
+    """``value`` as data JSON can hold: containers walked here (a key JSON cannot hold becomes
+    its ``str``, where :mod:`json` would refuse the whole event), everything else through the
+    events converter (records as objects, enums as their values)."""
+    if value is None or isinstance(value, str | int | float):
+        return value
+    if isinstance(value, Mapping):
+        return {
+            (key if isinstance(key, _JSON_KEYS) else str(key)): _plain(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(item) for item in value]
     return _converter.unstructure(value)
+
+
+_JSON_KEYS: Final = (str, int, float, bool, type(None))
 
 
 def _heartbeat_data(heartbeat: Heartbeat) -> dict[str, Any]:
