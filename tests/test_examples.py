@@ -90,6 +90,13 @@ EXPECTED: dict[str, list[str]] = {
         r"^call 2: ok, \d+ in, \d+ out$",
         r"^spent: 0\.0000\d\d USD of a 0\.050000 USD cap$",
     ],
+    "scaling_out.py": [
+        r"^4 workers, one bucket: at most 40 calls in any 2 s$",
+        r"^  0-2 s: +\d+ calls$",
+        r"^  2-4 s: +\d+ calls$",
+        r"^  4-6 s: +\d+ calls$",
+        r"^busiest 2 s: \d+ calls; quota used in 6 s: \d+%$",
+    ],
     "timeouts_and_retries.py": [
         r"^\[  2\.5 s\] timed out: Job timed out after 2 s \(state TIMED_OUT\)$",
         r"event: Server error: upstream answered 503 \(call 1\)\. Retrying in ~[\d.]+ seconds",
