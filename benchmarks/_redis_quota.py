@@ -106,9 +106,9 @@ async def read_grant_log(client: Any, key: str) -> list[tuple[int, float]]:
     Each entry's id is ``<milliseconds>-<sequence>`` on the server's clock; when the entry
     carries ``at_us`` (the script's own ``TIME`` in microseconds) that finer stamp is used.
     """
-    entries: Sequence[tuple[Any, dict[Any, Any]]] = await client.xrange(key)
+    entries: Sequence[Any] = await client.xrange(key)  # coredis StreamEntry tuples
     found: list[tuple[int, float]] = []
-    for entry_id, fields in entries:
+    for entry_id, fields in (tuple(entry) for entry in entries):
         decoded = {_text(k): _text(v) for k, v in fields.items()}
         if "at_us" in decoded:
             at_us = int(decoded["at_us"])

@@ -22,14 +22,16 @@ import trio
 
 __all__ = ["RoundTrips", "count_round_trips"]
 
-_LINE = re.compile(rb'^\+\d+\.\d+ \[\d+ ([^\]]+)\] "([^"]*)"')
+_LINE = re.compile(rb'^\+\d+\.\d+ \[\d+ ([^\]]+)\] "([^"]*)"(?: "([^"]*)")?')
 
 
 class RoundTrips:
-    """What the monitor saw so far: client commands by name, and those a script ran."""
+    """What the monitor saw so far: client commands by name, ``EVALSHA`` calls by script
+    digest (so a harness can leave out its own scripts), and the commands scripts ran."""
 
     def __init__(self) -> None:
         self.by_command: Counter[str] = Counter()
+        self.by_script: Counter[str] = Counter()
         self.from_scripts = 0
 
     @property
@@ -44,7 +46,10 @@ class RoundTrips:
         if match.group(1) == b"lua":
             self.from_scripts += 1
         else:
-            self.by_command[match.group(2).decode().lower()] += 1
+            command = match.group(2).decode().lower()
+            self.by_command[command] += 1
+            if command == "evalsha" and match.group(3) is not None:
+                self.by_script[match.group(3).decode().lower()] += 1
 
 
 @asynccontextmanager

@@ -46,8 +46,7 @@ async def worker(url: str, space: str, name: str, rate: int) -> None:
 
 async def report(url: str, space: str, workers: list[subprocess.Popen[str]]) -> None:
     async with coredis.Redis.from_url(url, decode_responses=True) as client:
-        seconds, micros = await client.eval("return redis.call('TIME')", keys=[], args=[])
-        start = int(seconds) + int(micros) / 1e6
+        start = (await client.time()).timestamp()  # Redis's clock, as the calls' stamps
         for process in workers:  # every worker is ready: start them all at once
             print("go", file=process.stdin, flush=True)
         if any(codes := await trio.to_thread.run_sync(lambda: [p.wait() for p in workers])):

@@ -1,0 +1,306 @@
+"""A worker process for the multi-process tests and benchmarks: its own ``trio.run``, its own
+dispatcher, and one account on a quota several such processes share.
+
+Run as ``python -m tests.programs.redis_worker URL --worker w1 --kind bucket ...``. The worker
+prints a ``ready`` line, then waits until ``--start-at`` (microseconds on the Redis server's
+clock, read from its first line of stdin when not given, so a parent can start every worker and
+then tell them all one instant), then submits jobs at ``--rate`` a second for ``--duration`` seconds (or ``--jobs`` of
+them). Each job needs ``--amount`` of the account; as it starts and as it ends it appends a
+line to the upstream log (``--log``, a Redis list) stamped by the server
+(:data:`benchmarks._redis_quota.UPSTREAM_LOG_SCRIPT`), which is what a provider behind the quota
+would see. At the end the worker cancels what is still waiting, closes the account (a shared
+one hands its unused lease back) and prints one JSON line: how many jobs it submitted and
+started, and the account's status.
+
+``--local`` gives the worker a local account with the whole quota instead of the shared one: the
+configuration that overshoots (four workers, four times the quota), kept as the control that
+shows the checks can see an overshoot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import coredis
+import trio
+
+from benchmarks._redis_quota import MICROS, UPSTREAM_LOG_SCRIPT, redis_now_us
+from nucleo_trio.admission import (
+    CountingGate,
+    ElasticWindow,
+    RateLimiter,
+    TokenBucket,
+    TokenBucketConfig,
+)
+from nucleo_trio.dispatch import open_dispatcher
+from nucleo_trio.jobs import JobContext, JobRequirements, Tool, workflow
+
+TOKENS_PER_REQUEST_CAP = 1000
+"""A bucket's tokens a minute per request a minute: jobs ask for far fewer tokens than this, so
+only the request side binds."""
+
+KINDS = ("bucket", "window", "gate", "limits")
+"""The shared account's kind; ``limits`` is no account of ours but ``limits``' own moving window
+on the same Redis (``async+redis://``), driven by the same load for comparison."""
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"a positive finite number, got {text!r}")
+    return value
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a positive whole number, got {text!r}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    """The worker's command line (every option is checked where it is read)."""
+    p = argparse.ArgumentParser(prog="python -m tests.programs.redis_worker")
+    p.add_argument("url", help="the Redis server, redis://host:port/db")
+    p.add_argument("--worker", required=True, help="this worker's name in the logs")
+    p.add_argument("--kind", choices=KINDS, required=True, help="the shared account's kind")
+    p.add_argument("--name", default="quota", help="the account's name (its keys' tag)")
+    p.add_argument("--limit", type=_count, required=True, help="burst, window count or permits")
+    p.add_argument(
+        "--period",
+        type=_positive,
+        default=1.0,
+        help="bucket: seconds to refill --limit; window: its length (seconds)",
+    )
+    p.add_argument("--ttl", type=_positive, default=1.0, help="gate: a held permit's TTL (s)")
+    p.add_argument("--local", action="store_true", help="a local account with the whole quota")
+    p.add_argument("--no-lease", action="store_true", help="shared: one round trip per grant")
+    p.add_argument("--grant-log", action="store_true", help="shared: keep the grant log")
+    p.add_argument("--namespace", default="nucleo", help="shared: the keys' hash tag")
+    p.add_argument("--log", required=True, help="the upstream log (a Redis list key)")
+    p.add_argument("--rate", type=_positive, required=True, help="jobs submitted per second")
+    p.add_argument("--jobs", type=_count, default=None, help="submit at most this many jobs")
+    p.add_argument("--duration", type=_positive, required=True, help="seconds of submitting")
+    p.add_argument(
+        "--start-at",
+        type=int,
+        default=None,
+        help="Redis time (µs) to start at; without it, read from the first line of stdin",
+    )
+    p.add_argument("--hold", type=float, default=0.0, help="seconds a job runs")
+    p.add_argument("--amount", type=_count, default=1, help="permits or tokens per job")
+    return p
+
+
+def local_account(args: argparse.Namespace) -> RateLimiter:
+    """One process's own account with the whole quota (the ``--local`` control)."""
+    if args.kind == "bucket":
+        rpm = round(args.limit * 60 / args.period)
+        tpm = rpm * TOKENS_PER_REQUEST_CAP
+        return TokenBucket(args.name, TokenBucketConfig(rpm, tpm, burst=args.limit))
+    if args.kind == "window":
+
+        class Window(ElasticWindow):
+            base_window = args.period
+            max_requests = args.limit
+
+        return Window(args.name)
+    return CountingGate(args.name, args.limit)
+
+
+@asynccontextmanager
+async def open_shared_account(args: argparse.Namespace) -> AsyncIterator[RateLimiter]:
+    """The shared account on Redis, through a hub that settles its lease for the block's life
+    and hands the unused part back when it ends."""
+    from nucleo_trio_redis import RedisAccounts
+
+    lease = not args.no_lease
+    async with RedisAccounts(
+        args.url, namespace=args.namespace, worker=args.worker, lease_ttl=args.ttl
+    ) as redis:
+        account: RateLimiter
+        if args.kind == "bucket":
+            rpm = round(args.limit * 60 / args.period)
+            account = redis.token_bucket(
+                args.name,
+                rpm=rpm,
+                tpm=rpm * TOKENS_PER_REQUEST_CAP,
+                burst=args.limit,
+                lease=lease,
+                grant_log=args.grant_log,
+            )
+        elif args.kind == "window":
+            account = redis.elastic_window(
+                args.name,
+                max_requests=args.limit,
+                window=args.period,
+                lease=lease,
+                grant_log=args.grant_log,
+            )
+        else:
+            account = redis.counting_gate(
+                args.name, args.limit, lease=lease, grant_log=args.grant_log
+            )
+        yield account
+
+
+@asynccontextmanager
+async def open_account(args: argparse.Namespace) -> AsyncIterator[RateLimiter]:
+    """The account the worker's jobs need: shared on Redis, or local with ``--local``."""
+    if args.local:
+        yield local_account(args)
+        return
+    async with open_shared_account(args) as account:
+        yield account
+
+
+class Call(Tool[None]):
+    """One request against the quota: logged on the server's clock as it starts and ends."""
+
+    timeout = 600.0
+
+    def __init__(self, parent: Any, worker: Worker) -> None:
+        super().__init__(parent)
+        self._worker = worker
+
+    def requirements(self) -> JobRequirements:
+        return JobRequirements().require_rate_limiter(self._worker.account, self._worker.amount)
+
+    async def execute(self, context: JobContext) -> None:
+        await self._worker.log("start", self.job_id)
+        self._worker.started += 1
+        if self._worker.hold > 0:
+            await trio.sleep(self._worker.hold)
+        await self._worker.log("end", self.job_id)
+
+
+class Worker:
+    """What the jobs of one worker share: the account, the log, and the counts."""
+
+    def __init__(self, args: argparse.Namespace, client: Any, account: Any) -> None:
+        self.name: str = args.worker
+        self.account: RateLimiter = account
+        self.amount: Any = None if args.kind == "gate" and args.amount == 1 else args.amount
+        self.hold: float = args.hold
+        self._client = client
+        self._script = client.register_script(UPSTREAM_LOG_SCRIPT)
+        self._log_key: str = args.log
+        self.submitted = 0
+        self.started = 0
+
+    def summary(self, status: str) -> dict[str, Any]:
+        """The line the worker prints at the end."""
+        return {
+            "event": "done",
+            "worker": self.name,
+            "submitted": self.submitted,
+            "started": self.started,
+            "status": status,
+        }
+
+    async def log(self, event: str, job: str) -> None:
+        amount = 1 if self.amount is None else self.amount
+        await self._script(keys=[self._log_key], args=[self.name, event, job, amount])
+
+
+async def start_together(args: argparse.Namespace, client: Any, name: str) -> None:
+    """Say ``ready``, then sleep until the start instant (given, or read from stdin)."""
+    print(json.dumps({"event": "ready", "worker": name}), flush=True)
+    start_at = args.start_at
+    if start_at is None:  # the parent starts every worker, then tells them all when
+        start_at = int(await trio.to_thread.run_sync(sys.stdin.readline))
+    await trio.sleep(max(0.0, (start_at - await redis_now_us(client)) / MICROS))
+
+
+async def run_limits(args: argparse.Namespace) -> dict[str, Any]:
+    """The same load on ``limits``' moving window: every request asks ``hit`` and, refused,
+    sleeps until the window says a slot frees (``limits`` has no line to wait in, so each
+    refused request asks again then, and the first to ask wins)."""
+    from limits import RateLimitItemPerSecond
+    from limits.aio.strategies import MovingWindowRateLimiter
+    from limits.storage import storage_from_string
+
+    if not float(args.period).is_integer():
+        raise SystemExit(f"--kind limits: --period must be whole seconds, got {args.period}")
+    item = RateLimitItemPerSecond(args.limit, int(args.period))
+    storage: Any = storage_from_string("async+" + args.url)
+    client = coredis.Redis.from_url(args.url, decode_responses=True)
+    async with client, storage.bridge.storage:
+        limiter = MovingWindowRateLimiter(storage)
+        worker = Worker(args, client, None)
+        await start_together(args, client, worker.name)
+
+        async def request(job: str) -> None:
+            while not await limiter.hit(item, args.name):
+                stats = await limiter.get_window_stats(item, args.name)
+                await trio.sleep(max(0.001, stats.reset_time - time.time()))
+            await worker.log("start", job)
+            worker.started += 1
+            if worker.hold > 0:
+                await trio.sleep(worker.hold)
+            await worker.log("end", job)
+
+        async with trio.open_nursery() as nursery:
+            await submit_for_the_duration(
+                args,
+                worker,
+                lambda: nursery.start_soon(request, f"{worker.name}-{worker.submitted}"),
+            )
+            nursery.cancel_scope.cancel()
+    return worker.summary("limits moving window")
+
+
+async def submit_for_the_duration(
+    args: argparse.Namespace, worker: Worker, submit: Callable[[], object]
+) -> None:
+    """Call ``submit`` ``--rate`` times a second (at most ``--jobs`` times) until
+    ``--duration`` seconds have passed."""
+    limit = args.jobs if args.jobs is not None else math.inf
+    began = trio.current_time()
+    while worker.submitted < limit:
+        submit()
+        worker.submitted += 1
+        due = began + worker.submitted / args.rate
+        if due - began >= args.duration:
+            break
+        await trio.sleep_until(due)
+    await trio.sleep_until(began + args.duration)
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Wait for the start, submit for the duration, then cancel what waits; the counts."""
+    if args.kind == "limits":
+        return await run_limits(args)
+    client = coredis.Redis.from_url(args.url, decode_responses=True)
+    async with client, open_account(args) as account:
+        worker = Worker(args, client, account)
+        with trio.CancelScope() as scope:
+            async with open_dispatcher() as dispatcher:
+                await start_together(args, client, worker.name)
+                root = workflow(worker.name, "quota")
+                await submit_for_the_duration(
+                    args, worker, lambda: dispatcher.submit(Call(root, worker))
+                )
+                scope.cancel()  # what still waits for the quota goes; the block settles it
+        status = account.status()
+    summary = worker.summary(getattr(status, "summary", str(status)))
+    summary["grant_log"] = getattr(account, "grant_log_key", None)
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    summary = trio.run(run, args)
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
