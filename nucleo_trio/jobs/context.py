@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..errors import CancellationRequested
-from .snapshot import JobSnapshot
+from .snapshot import JobSnapshot, class_facts
 from .state import JobState
 
 if TYPE_CHECKING:
@@ -227,20 +227,18 @@ class JobContext:
     def snapshot(self) -> JobSnapshot:
         """The job as it stands now, named by the naming rule (ID-08)."""
         job = self.job
-        cls = type(job)
-        name = job.display_name or getattr(cls, "__nucleo_display_name__", None) or cls.__name__
-        description = self.description or getattr(cls, "__nucleo_description__", None)
+        facts = class_facts(type(job))
         return JobSnapshot(
             job_id=job.job_id,
             workflow_id=job.workflow_id,
             parent_job_id=job.parent_job_id,
             user_id=self.user_id,
-            job_class=cls.__name__,
-            job_class_qualname=f"{cls.__module__}.{cls.__qualname__}",
+            job_class=facts.name,
+            job_class_qualname=facts.qualname,
             kind=job.job_type,
-            name=name,
-            action=getattr(cls, "__nucleo_action__", ""),
-            description=description,
+            name=job.display_name or facts.display_name,
+            action=facts.action,
+            description=self.description or facts.description,
             state=self._state,
             attempt_number=self.attempt,
             priority=job.priority,

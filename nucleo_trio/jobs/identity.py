@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import random
 import secrets
 from typing import Protocol, runtime_checkable
 
@@ -27,9 +29,16 @@ class Identifiable(Protocol):
     def user_id(self) -> str: ...
 
 
+# Ids name jobs, they guard nothing: a generator seeded from the OS once per process draws
+# them without a system call each. A forked child reseeds, so two worker processes started
+# from one parent never draw the same sequence.
+_tails = random.Random(secrets.randbits(128))
+os.register_at_fork(after_in_child=lambda: _tails.seed(secrets.randbits(128)))
+
+
 def mint_id(prefix: str) -> str:
     """``<prefix>-<random tail>``: 12 hex digits of randomness, unique in practice."""
-    return f"{prefix}-{secrets.token_hex(6)}"
+    return f"{prefix}-{_tails.getrandbits(48):012x}"
 
 
 def _non_blank(instance: object, attribute: attrs.Attribute[str], value: object) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from .guarded import GuardedExecution
 from .identity import Identifiable, mint_id
 from .requirements import JobRequirements
+from .snapshot import forget_class_facts
 from .state import JobType
 
 if TYPE_CHECKING:
@@ -197,6 +198,7 @@ def display_name(name: str, action: str = "") -> Callable[[J], J]:
     def mark(cls: J) -> J:
         setattr(cls, "__nucleo_display_name__", name)  # noqa: B010 - a dunder mypy cannot see
         setattr(cls, "__nucleo_action__", action)  # noqa: B010
+        forget_class_facts()
         return cls
 
     return mark
@@ -207,6 +209,7 @@ def tool_description(text: str) -> Callable[[J], J]:
 
     def mark(cls: J) -> J:
         setattr(cls, "__nucleo_description__", text)  # noqa: B010
+        forget_class_facts()
         return cls
 
     return mark

@@ -70,3 +70,33 @@ class JobSnapshot:
 
     def with_metadata(self, metadata: Mapping[str, Any]) -> JobSnapshot:
         return attrs.evolve(self, metadata=metadata)
+
+
+class _ClassFacts:
+    """What a snapshot reads from a job's class, read once per class; the naming decorators
+    (``@display_name``, ``@tool_description``) forget what was read when they mark a class."""
+
+    __slots__ = ("action", "description", "display_name", "name", "qualname")
+
+    def __init__(self, cls: type) -> None:
+        self.name = cls.__name__
+        self.qualname = f"{cls.__module__}.{cls.__qualname__}"
+        self.display_name: str = getattr(cls, "__nucleo_display_name__", None) or cls.__name__
+        self.action: str = getattr(cls, "__nucleo_action__", "")
+        self.description: str | None = getattr(cls, "__nucleo_description__", None)
+
+
+_CLASS_FACTS: dict[type, _ClassFacts] = {}
+
+
+def class_facts(cls: type) -> _ClassFacts:
+    """The class-level facts of a snapshot of a ``cls`` job, read once per class."""
+    facts = _CLASS_FACTS.get(cls)
+    if facts is None:
+        facts = _CLASS_FACTS[cls] = _ClassFacts(cls)
+    return facts
+
+
+def forget_class_facts() -> None:
+    """Read every class afresh: a decorator just marked one (its subclasses read it too)."""
+    _CLASS_FACTS.clear()
