@@ -1,0 +1,305 @@
+"""A dispatcher's metrics through the OpenTelemetry metrics API.
+
+Counters and histograms are fed from the bus's events as they are delivered (OBS-24, OBS-25):
+
+========================== ============ ==================================================
+instrument                 kind         attributes
+========================== ============ ==================================================
+``nucleo.limiter.acquire`` counter      ``limiter.name``, ``limiter.category``, ``outcome``
+                                        (``immediate`` or ``held``)
+``nucleo.limiter.reject``  counter      ``limiter.name``, ``limiter.category``, ``reason``
+``nucleo.limiter.wait``    histogram, s ``limiter.name``, ``limiter.category``
+``nucleo.job.started``     counter      ``job.type``
+``nucleo.job.completed``   counter      ``job.type``
+``nucleo.job.failed``      counter      ``job.type``, ``error.type`` (the exception's class
+                                        name, ``timeout`` or ``cancelled``)
+``nucleo.job.duration``    histogram, s ``job.type``, ``outcome``
+========================== ============ ==================================================
+
+and observable gauges are read from the dispatcher's live state
+(:meth:`~nucleo_trio.dispatch.JobDispatcher.health`) each time the SDK collects:
+
+============================= ==========================================================
+``nucleo.limiter.in_use``     what each account has out, by ``limiter.name`` and
+                              ``limiter.category``
+``nucleo.limiter.capacity``   each account's capacity, same attributes
+``nucleo.admission.parked``   jobs parked in admission
+``nucleo.dispatcher.queued``  jobs waiting in each lane, by ``lane`` (``standard``, ``fast``)
+``nucleo.jobs.running``       jobs running, by ``job.type`` (every type, zero included)
+============================= ==========================================================
+
+No attribute names a job or a workflow: every attribute takes a bounded set of values.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Final
+
+import trio
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from nucleo_trio.admission import LimiterEventType
+from nucleo_trio.bus import (
+    DependencyFailureEvent,
+    JobCancelled,
+    JobCompletedEvent,
+    JobEvent,
+    JobFailedEvent,
+    JobStartedEvent,
+    JobTimedOut,
+    LimiterEvent,
+)
+from nucleo_trio.jobs import JobType
+from nucleo_trio.observability import HealthSnapshot
+
+if TYPE_CHECKING:
+    from nucleo_trio.dispatch import JobDispatcher
+
+__all__ = ["HEALTH_READ_TIMEOUT", "DispatcherMetrics"]
+
+log = logging.getLogger(__name__)
+
+HEALTH_READ_TIMEOUT: Final = 1.0
+"""Seconds a collection from another thread waits for the trio thread to read the dispatcher's
+state; past it the gauges report nothing for that collection rather than hold the exporter."""
+
+_NAME: Final = "nucleo_trio"  # the same scope as the tracer (observer.INSTRUMENTATION_NAME)
+_VERSION: Final = "0.1.0"
+
+
+class DispatcherMetrics:
+    """The instruments of one dispatcher, on the meter of ``meter_provider`` (the global meter
+    provider when ``None``).
+
+    :meth:`record` feeds the counters and histograms one event at a time; the gauges read the
+    dispatcher when the SDK collects. A collection on the trio thread (an in-memory reader read
+    from a test) reads at once; one from the SDK's export thread asks the trio thread and waits
+    at most :data:`HEALTH_READ_TIMEOUT` seconds. A dispatcher that is not running reports no
+    gauge values.
+    """
+
+    def __init__(
+        self, dispatcher: JobDispatcher, *, meter_provider: metrics.MeterProvider | None = None
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._trio_token: trio.lowlevel.TrioToken | None = None
+        self._trio_thread: int | None = None
+        self.bind_to_trio()
+        meter = metrics.get_meter(_NAME, _VERSION, meter_provider=meter_provider)
+        self._acquire = meter.create_counter(
+            "nucleo.limiter.acquire", unit="{grant}", description="Admission grants per account"
+        )
+        self._reject = meter.create_counter(
+            "nucleo.limiter.reject", unit="{refusal}", description="Admission refusals per account"
+        )
+        self._wait = meter.create_histogram(
+            "nucleo.limiter.wait", unit="s", description="Time a job was held on an account"
+        )
+        self._started = meter.create_counter(
+            "nucleo.job.started", unit="{job}", description="Jobs whose first attempt started"
+        )
+        self._completed = meter.create_counter(
+            "nucleo.job.completed", unit="{job}", description="Jobs that completed"
+        )
+        self._failed = meter.create_counter(
+            "nucleo.job.failed",
+            unit="{job}",
+            description="Jobs that failed, timed out or were cancelled",
+        )
+        self._duration = meter.create_histogram(
+            "nucleo.job.duration", unit="s", description="Jobs' time from start to end"
+        )
+        _gauges_of(meter_provider or metrics.get_meter_provider(), meter).observe(self)
+
+    def bind_to_trio(self) -> None:
+        """Remember the trio run this is called in: collections from other threads read the
+        dispatcher through it. Done at construction when that happens inside trio."""
+        try:
+            self._trio_token = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            return
+        self._trio_thread = threading.get_ident()
+
+    # -- counters and histograms ----------------------------------------------------------------
+
+    def record(self, event: JobEvent) -> None:
+        """Count ``event``: a limiter transition or a job's start or end; others are ignored."""
+        if isinstance(event, LimiterEvent):
+            self._limiter(event)
+            return
+        snapshot = event.snapshot
+        if snapshot is None:
+            return
+        job_type = {"job.type": snapshot.kind.value}
+        if isinstance(event, JobStartedEvent):
+            if event.attempt == 1:
+                self._started.add(1, job_type)
+            return
+        if isinstance(event, JobCompletedEvent):
+            self._completed.add(1, job_type)
+            outcome = "completed"
+        elif isinstance(event, JobTimedOut):
+            self._failed.add(1, {**job_type, "error.type": "timeout"})
+            outcome = "timed_out"
+        elif isinstance(event, JobCancelled):
+            self._failed.add(1, {**job_type, "error.type": "cancelled"})
+            outcome = "cancelled"
+        elif isinstance(event, JobFailedEvent | DependencyFailureEvent):
+            error = event.error
+            error_type = type(error).__name__ if error is not None else "unknown"
+            self._failed.add(1, {**job_type, "error.type": error_type})
+            outcome = "failed"
+        else:
+            return
+        if snapshot.started_at is not None:
+            ended = getattr(event, "completion_time", event.timestamp)
+            self._duration.record(
+                max(0.0, ended - snapshot.started_at), {**job_type, "outcome": outcome}
+            )
+
+    def _limiter(self, event: LimiterEvent) -> None:
+        account = {"limiter.name": event.limiter_name, "limiter.category": event.limiter_category}
+        kind = event.type
+        if kind is LimiterEventType.GRANTED_IMMEDIATE:
+            self._acquire.add(1, {**account, "outcome": "immediate"})
+        elif kind is LimiterEventType.GRANTED_FROM_HOLD:
+            self._acquire.add(1, {**account, "outcome": "held"})
+            self._wait.record(event.wait, account)
+        elif kind is LimiterEventType.REJECTED:
+            self._reject.add(1, {**account, "reason": event.reject_reason or "unknown"})
+            if event.wait > 0:
+                self._wait.record(event.wait, account)
+
+    # -- gauges ---------------------------------------------------------------------------------
+
+    def read_health(self) -> HealthSnapshot | None:
+        """The dispatcher's health now, or ``None`` when it is not running or cannot be read."""
+        dispatcher = self._dispatcher
+        if threading.get_ident() == self._trio_thread:
+            return dispatcher.health() if dispatcher.is_running else None
+        token = self._trio_token
+        if token is None:
+            return None
+        answer: list[HealthSnapshot | None] = []
+        done = threading.Event()
+
+        def read() -> None:
+            try:
+                answer.append(dispatcher.health() if dispatcher.is_running else None)
+            except Exception:
+                log.exception("reading the dispatcher's health for the gauges failed")
+            finally:
+                done.set()
+
+        try:
+            token.run_sync_soon(read)
+        except trio.RunFinishedError:
+            return None
+        if not done.wait(HEALTH_READ_TIMEOUT):
+            log.warning(
+                "the trio thread did not answer within %s s; the gauges skip this collection",
+                HEALTH_READ_TIMEOUT,
+            )
+            return None
+        return answer[0] if answer else None
+
+
+class _Gauges:
+    """The observable gauges of one meter provider, reading every dispatcher observed on it.
+
+    The SDK keeps the callbacks of the first registration of an instrument name, so the gauges
+    are registered once per provider and each callback walks the live dispatchers' metrics.
+    """
+
+    def __init__(self, meter: Meter) -> None:
+        self._observed: weakref.WeakSet[DispatcherMetrics] = weakref.WeakSet()
+        meter.create_observable_gauge(
+            "nucleo.limiter.in_use",
+            callbacks=[self._each(_in_use)],
+            unit="1",
+            description="What each account has out",
+        )
+        meter.create_observable_gauge(
+            "nucleo.limiter.capacity",
+            callbacks=[self._each(_capacity)],
+            unit="1",
+            description="Each account's capacity",
+        )
+        meter.create_observable_gauge(
+            "nucleo.admission.parked",
+            callbacks=[self._each(_parked)],
+            unit="{job}",
+            description="Jobs parked in admission",
+        )
+        meter.create_observable_gauge(
+            "nucleo.dispatcher.queued",
+            callbacks=[self._each(_queued)],
+            unit="{job}",
+            description="Jobs waiting in each lane",
+        )
+        meter.create_observable_gauge(
+            "nucleo.jobs.running",
+            callbacks=[self._each(_running)],
+            unit="{job}",
+            description="Jobs running, by type",
+        )
+
+    def observe(self, dispatcher_metrics: DispatcherMetrics) -> None:
+        self._observed.add(dispatcher_metrics)
+
+    def _each(
+        self, observe: Callable[[HealthSnapshot], Iterator[Observation]]
+    ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def callback(options: CallbackOptions) -> Iterable[Observation]:
+            observations: list[Observation] = []
+            for observed in list(self._observed):
+                health = observed.read_health()
+                if health is not None:
+                    observations.extend(observe(health))
+            return observations
+
+        return callback
+
+
+def _in_use(health: HealthSnapshot) -> Iterator[Observation]:
+    for row in health.limiters:
+        yield Observation(row.used, {"limiter.name": row.name, "limiter.category": row.category})
+
+
+def _capacity(health: HealthSnapshot) -> Iterator[Observation]:
+    for row in health.limiters:
+        yield Observation(
+            row.capacity, {"limiter.name": row.name, "limiter.category": row.category}
+        )
+
+
+def _parked(health: HealthSnapshot) -> Iterator[Observation]:
+    yield Observation(health.queues.parked)
+
+
+def _queued(health: HealthSnapshot) -> Iterator[Observation]:
+    yield Observation(health.queues.standard, {"lane": "standard"})
+    yield Observation(health.queues.fast, {"lane": "fast"})
+
+
+def _running(health: HealthSnapshot) -> Iterator[Observation]:
+    counts = dict(health.running)
+    for kind in JobType:
+        yield Observation(counts.get(kind, 0), {"job.type": kind.value})
+
+
+_BY_PROVIDER: weakref.WeakKeyDictionary[metrics.MeterProvider, _Gauges] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _gauges_of(provider: metrics.MeterProvider, meter: Meter) -> _Gauges:
+    gauges = _BY_PROVIDER.get(provider)
+    if gauges is None:
+        gauges = _BY_PROVIDER[provider] = _Gauges(meter)
+    return gauges
