@@ -67,7 +67,8 @@ POLL = (
     _COMMON
     + """
 -- ARGV: now (the Heart's instant), token, claim TTL in ms.
--- Answers {id, run_at, row, fired mark, head changed, recovered...}; id '' when nothing is due.
+-- Answers {id, run_at, row, fired mark, head changed, then id, run_at, put back (1 or 0) of
+-- each claim that ran out}; id '' when nothing is due.
 local now, token, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local before = head()
 local t = now_ms()
@@ -89,12 +90,15 @@ if #expired > 0 then
       else
         redis.call('HDEL', claim, id)
         redis.call('ZREM', untl, id)
+        local put_back = 0
         if not redis.call('ZSCORE', due, id) then
           redis.call('HSET', entry, id, row)
           redis.call('ZADD', due, at, id)
-          table.insert(recovered, id)
-          table.insert(recovered, at)
+          put_back = 1
         end
+        table.insert(recovered, id)
+        table.insert(recovered, at)
+        table.insert(recovered, put_back)
       end
     end
   end

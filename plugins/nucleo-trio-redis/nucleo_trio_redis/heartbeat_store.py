@@ -237,13 +237,16 @@ class RedisHeartbeatStore:
                 raise
             heartbeat_id, run_at, row, mark, changed, *recovered = answer
             self._told(changed)
-            for index in range(0, len(recovered), 2):
+            for index in range(0, len(recovered), 3):
                 log.warning(
                     "heartbeat %r: the claim on its slot at %s ran out before its fire was "
-                    "recorded (the worker holding it died or lost %s); the slot is due again",
+                    "recorded (the worker holding it died or lost %s); %s",
                     recovered[index],
                     recovered[index + 1],
                     self._where,
+                    "the slot is due again"
+                    if recovered[index + 2]
+                    else "the id was rebound meanwhile, and the rebinding stands",
                 )
             if not heartbeat_id:
                 return None
