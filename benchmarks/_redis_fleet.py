@@ -61,6 +61,13 @@ class WorkerProcess:
         self.lines.append(parsed)
         return parsed
 
+    async def next_event(self, event: str) -> dict[str, Any]:
+        """The next line of the worker's that reports ``event``, skipping any others."""
+        while True:
+            line = await self.next_line()
+            if line.get("event") == event:
+                return line
+
     async def send(self, text: str) -> None:
         stdin = self.process.stdin
         assert stdin is not None
@@ -75,19 +82,23 @@ class Fleet:
         self.workers = workers
         self.killed: set[str] = set()
 
-    async def go(self, lead: float = 0.3) -> int:
-        """Wait until every worker is ready, then start them all ``lead`` seconds from now on
-        the server's clock; the start instant (µs of Redis time)."""
-        for worker in self.workers.values():
-            line = await worker.next_line()
-            if line.get("event") != "ready":
-                raise RuntimeError(f"worker {worker.name} said {line!r} instead of ready")
+    async def go(self, lead: float = 0.3, names: Sequence[str] | None = None) -> int:
+        """Wait until every worker (or those in ``names``) is ready, then start them all
+        ``lead`` seconds from now on the server's clock; the start instant (µs of Redis time).
+        Starting some first lets a test put them in place before the others begin."""
+        chosen = [self.workers[name] for name in (names if names is not None else self.workers)]
+        for worker in chosen:
+            await worker.next_event("ready")
         client = coredis.Redis.from_url(self.url)
         async with client:
             start_us = await redis_now_us(client) + round(lead * MICROS)
-        for worker in self.workers.values():
+        for worker in chosen:
             await worker.send(str(start_us))
         return start_us
+
+    async def stop(self, name: str) -> None:
+        """Tell one worker to end its run now, as if its duration had passed."""
+        await self.workers[name].send("stop")
 
     async def kill(self, name: str) -> None:
         """SIGKILL one worker, as a crash would, and wait until it is gone."""
@@ -103,7 +114,7 @@ class Fleet:
         for name, worker in self.workers.items():
             if name in self.killed:
                 continue
-            line = await worker.next_line()
+            line = await worker.next_event("done")
             status = await worker.process.wait()
             if status != 0 or line.get("event") != "done":
                 raise RuntimeError(f"worker {name} ended with {status}: {line!r}")

@@ -108,7 +108,8 @@ async def read_grant_log(client: Any, key: str) -> list[tuple[int, float]]:
     """
     entries: Sequence[Any] = await client.xrange(key)  # coredis StreamEntry tuples
     found: list[tuple[int, float]] = []
-    for entry_id, fields in (tuple(entry) for entry in entries):
+    for entry in entries:
+        entry_id, fields = entry.identifier, entry.field_values
         decoded = {_text(k): _text(v) for k, v in fields.items()}
         if "at_us" in decoded:
             at_us = int(decoded["at_us"])

@@ -5,10 +5,10 @@ Run as ``python -m tests.programs.redis_worker URL --worker w1 --kind bucket ...
 prints a ``ready`` line, then waits until ``--start-at`` (microseconds on the Redis server's
 clock, read from its first line of stdin when not given, so a parent can start every worker and
 then tell them all one instant), then submits jobs at ``--rate`` a second for ``--duration`` seconds (or ``--jobs`` of
-them). Each job needs ``--amount`` of the account; as it starts and as it ends it appends a
+them, or until a ``stop`` line on stdin). Each job needs ``--amount`` of the account; as it starts and as it ends it appends a
 line to the upstream log (``--log``, a Redis list) stamped by the server
 (:data:`benchmarks._redis_quota.UPSTREAM_LOG_SCRIPT`), which is what a provider behind the quota
-would see. At the end the worker cancels what is still waiting, closes the account (a shared
+would see; each start is also a ``started`` line on stdout. At the end the worker cancels what is still waiting, closes the account (a shared
 one hands its unused lease back) and prints one JSON line: how many jobs it submitted and
 started, and the account's status.
 
@@ -206,8 +206,12 @@ class Worker:
         }
 
     async def log(self, event: str, job: str) -> None:
+        """Stamp the job's start or end in the upstream log; a start is also announced on
+        stdout (``{"event": "started"}``), so a parent can act once jobs hold the account."""
         amount = 1 if self.amount is None else self.amount
         await self._script(keys=[self._log_key], args=[self.name, event, job, amount])
+        if event == "start":
+            print(json.dumps({"event": "started", "job": job}), flush=True)
 
 
 async def start_together(args: argparse.Namespace, client: Any, name: str) -> None:
@@ -261,17 +265,28 @@ async def submit_for_the_duration(
     args: argparse.Namespace, worker: Worker, submit: Callable[[], object]
 ) -> None:
     """Call ``submit`` ``--rate`` times a second (at most ``--jobs`` times) until
-    ``--duration`` seconds have passed."""
+    ``--duration`` seconds have passed, or until a ``stop`` line arrives on stdin."""
     limit = args.jobs if args.jobs is not None else math.inf
     began = trio.current_time()
-    while worker.submitted < limit:
-        submit()
-        worker.submitted += 1
-        due = began + worker.submitted / args.rate
-        if due - began >= args.duration:
-            break
-        await trio.sleep_until(due)
-    await trio.sleep_until(began + args.duration)
+
+    async def until_stop(scope: trio.CancelScope) -> None:
+        while True:
+            line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+            if line.strip() == "stop" or not line:
+                scope.cancel()
+                return
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(until_stop, nursery.cancel_scope)
+        while worker.submitted < limit:
+            submit()
+            worker.submitted += 1
+            due = began + worker.submitted / args.rate
+            if due - began >= args.duration:
+                break
+            await trio.sleep_until(due)
+        await trio.sleep_until(began + args.duration)
+        nursery.cancel_scope.cancel()
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
