@@ -18,6 +18,7 @@ from .lanes import (
     PRIORITY_LANE_MAX_TIMEOUT as PRIORITY_LANE_MAX_TIMEOUT,
     grace_period as grace_period,
 )
+from .lifecycle import DispatcherState as DispatcherState
 from .seams import (
     DemandAssembler as DemandAssembler,
     GuardrailEnforcer as GuardrailEnforcer,
@@ -33,6 +34,7 @@ __all__ = [
     "DelayedSubmission",
     "DemandAssembler",
     "DispatcherConfig",
+    "DispatcherState",
     "GuardrailEnforcer",
     "HeartbeatConfig",
     "JobDispatcher",

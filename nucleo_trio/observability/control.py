@@ -82,6 +82,7 @@ MAX_REQUEST_BYTES: Final = 1024
 """The longest request line the server reads; a longer one is refused and the client dropped."""
 MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
 """The longest answer :func:`request_snapshot` accepts."""
+_DRAIN_BYTES = 64 * MAX_REQUEST_BYTES
 CLIENT_TIMEOUT: Final = 5.0
 """Seconds a client has to send its line and take its answer before it is dropped."""
 RECENT_FAILURES: Final = 20
@@ -512,6 +513,12 @@ class ControlServer:
                 answer = self._answer(request)
                 self.served += 1
                 await stream.send_all(answer)
+                if request is None:
+                    # The rest of an overlong request is still coming: closing on unread bytes
+                    # would reset the connection and lose the answer, so take (a bounded amount
+                    # of) it first.
+                    await stream.send_eof()
+                    await _discard(stream, _DRAIN_BYTES)
             if window.cancelled_caught:
                 log.debug(
                     "Control socket: dropped a client slower than %.1f s", self.client_timeout
@@ -563,6 +570,15 @@ async def _read_line(stream: trio.abc.ReceiveStream, limit: int) -> bytes | None
             return None
 
 
+async def _discard(stream: trio.SocketStream, limit: int) -> None:
+    taken = 0
+    while taken < limit:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            return
+        taken += len(chunk)
+
+
 # -- the client -----------------------------------------------------------------------------------
 async def request_snapshot(
     path: str | os.PathLike[str], *, within: float = CLIENT_TIMEOUT
@@ -599,7 +615,8 @@ async def request_snapshot(
         raise ControlSocketError(f"{where}: the answer is not JSON: {exc}") from exc
     if not isinstance(data, dict) or data.get("ok") is not True:
         error = data.get("error") if isinstance(data, dict) else None
-        raise ControlSocketError(f"{where}: refused: {error or answer[:200]!r}")
+        said = error if isinstance(error, str) and error else repr(answer[:200])
+        raise ControlSocketError(f"{where}: refused: {said}")
     if data.get("protocol") != PROTOCOL:
         raise ControlSocketError(
             f"{where}: answers protocol {data.get('protocol')!r}; this client reads {PROTOCOL}"

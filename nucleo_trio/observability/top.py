@@ -123,30 +123,27 @@ def _status_style(status: str | None) -> str:
 
 
 def _accounts(snapshot: LiveSnapshot) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, expand=False, title="Accounts", title_justify="left")
-    table.add_column("account", no_wrap=True, max_width=_layout.NAME_WIDTH)
+    table = Table(box=box.SIMPLE_HEAD, title="Accounts", title_justify="left")
+    table.add_column("account", no_wrap=True, overflow="ellipsis", max_width=_layout.NAME_WIDTH)
     table.add_column("use", no_wrap=True, width=_layout.BAR_CELLS)
-    table.add_column("%", justify="right", no_wrap=True)
-    table.add_column("used", justify="right", no_wrap=True)
-    table.add_column("total", justify="right", no_wrap=True)
-    table.add_column("unit", no_wrap=True)
+    table.add_column("%", justify="right", no_wrap=True, min_width=5)
+    table.add_column("used/total", justify="right", no_wrap=True, min_width=10)
     table.add_column("waiters", justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
     for row in snapshot.health.limiters:
         share = row.utilisation
         style = _status_style(row.status)
+        unit = f" {row.unit}" if row.unit else ""
         table.add_row(
             Text(row.name, style=style),
             ProgressBar(total=1.0, completed=max(0.0, min(1.0, share)), width=_layout.BAR_CELLS),
             f"{share * 100:.1f}",
-            _layout.short_count(row.used),
-            _layout.short_count(row.capacity),
-            row.unit,
+            f"{_layout.short_count(row.used)}/{_layout.short_count(row.capacity)}{unit}",
             str(row.waiters),
             Text(row.status or "", style=style),
         )
     if not snapshot.health.limiters:
-        table.add_row("(none active)", "", "", "", "", "", "", "")
+        table.add_row("(none active)", "", "", "", "", "")
     return table
 
 
