@@ -25,6 +25,7 @@ from . import (
     loop_stall,
     memory_pressure,
     rate_accuracy,
+    redis_accounts,
     soak,
 )
 from ._harness import Row, format_table, machine_line, progress
@@ -37,6 +38,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     rate_accuracy,
     memory_pressure,
     loop_stall,
+    redis_accounts,
     soak,
 )
 
