@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from .._clock import trio_now_or_none
+from .._watch import AsyncValue
 from ..errors import UncorrectableError
 from .demand import amount_problem
 from .limiter import AbstractRateLimiter
@@ -116,10 +117,17 @@ class CountingGate(AbstractRateLimiter):
     and never runs the wake: admission wakes itself after settling, so a second wake would only
     cost a pass. Raising the capacity with :meth:`set_capacity` does wake, since parked jobs
     may now fit.
+
+    :attr:`use` is ``in_use`` as a value tasks can wait on
+    (``await gate.use.wait_value(lambda n: n == 0)``).
     """
 
     _capacity_parameter: ClassVar[str] = "capacity"
     """The constructor parameter a subclass takes the capacity as, so its errors name it."""
+
+    # Made on the first read of ``use``; until then a take or a give pays one attribute test.
+    # A class-level default keeps it valid for subclasses that skip ``super().__init__``.
+    _use: AsyncValue[int] | None = None
 
     def __init__(self, name: str, capacity: int) -> None:
         owner = type(self).__name__
@@ -148,6 +156,20 @@ class CountingGate(AbstractRateLimiter):
     @property
     def in_use(self) -> int:
         return self._in_use
+
+    @property
+    def use(self) -> AsyncValue[int]:
+        """The permits in use, as a trio-util ``AsyncValue`` that tasks can wait on.
+
+        ``await gate.use.wait_value(lambda n: n == 0)`` returns once every permit is back;
+        ``async for n in gate.use.eventual_values(): ...`` follows it. It is made on the first
+        read, and from then on every take and give sets it; ``in_use`` reads the same number
+        without it.
+        """
+        use = self._use
+        if use is None:
+            use = self._use = AsyncValue(self._in_use)
+        return use
 
     @property
     def available(self) -> int:
@@ -206,6 +228,8 @@ class CountingGate(AbstractRateLimiter):
             return False
         self._in_use += asked
         self._last_activity = trio_now_or_none()
+        if self._use is not None:
+            self._use.value = self._in_use
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
@@ -218,6 +242,8 @@ class CountingGate(AbstractRateLimiter):
             )
         self._in_use -= returned
         self._last_activity = trio_now_or_none()
+        if self._use is not None:
+            self._use.value = self._in_use
 
     def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
         self._permits(mine, "earliest_fit")

@@ -65,6 +65,7 @@ import attrs
 import trio
 
 from .._clock import whole_ms
+from .._watch import AsyncValue
 from ..errors import UncorrectableError
 from .limiter import AbstractRateLimiter, LimiterIdentity
 from .memory_reader import MemoryReader, MemoryReading, ProcessMemoryReader
@@ -288,7 +289,13 @@ class MemoryPressureGate(AbstractRateLimiter):
     ``capacity`` and ``in_use`` are the limit and the bytes in use as of the last look (they do
     not read memory again, so the figures a limiter event carries are the ones the transition
     was decided on).
+
+    :attr:`zone` is the gate's :class:`~nucleo_trio.admission.MemoryZone` as a value tasks can
+    wait on (``await gate.zone.wait_value(MemoryZone.GREEN)``).
     """
+
+    # Made on the first read of ``zone``; until then nothing pays for it.
+    _zone: AsyncValue[MemoryZone] | None = None
 
     def __init__(
         self,
@@ -373,6 +380,36 @@ class MemoryPressureGate(AbstractRateLimiter):
     @property
     def in_use(self) -> int:
         return self._last_reading().used_bytes
+
+    @property
+    def zone(self) -> AsyncValue[MemoryZone]:
+        """The zone as a trio-util ``AsyncValue``: ``CRITICAL`` while the latch is set,
+        ``DRAINING`` while jobs wait in memory's line, ``GREEN`` otherwise (the zone
+        :meth:`status` reports).
+
+        ``await gate.zone.wait_value(MemoryZone.GREEN)`` returns once the pressure is gone. It is
+        made on the first read; from then on it moves when a look sets or clears the latch and
+        when memory's line fills or empties (:meth:`held_changed`, which a dispatcher calls on
+        each of memory's transitions). Between looks it tells the latch as last read: memory is
+        read when admission asks, at least every 2 s while anything is paced or latched.
+        """
+        zone = self._zone
+        if zone is None:
+            zone = self._zone = AsyncValue(self._zone_now())
+        return zone
+
+    def held_changed(self) -> None:
+        """Memory's line grew or shrank: move :attr:`zone` if it is watched (cheap otherwise)."""
+        self._refresh_zone()
+
+    def _refresh_zone(self) -> None:
+        if self._zone is not None:
+            self._zone.value = self._zone_now()
+
+    def _zone_now(self) -> MemoryZone:
+        if self._latched:
+            return MemoryZone.CRITICAL
+        return MemoryZone.DRAINING if self._held() > 0 else MemoryZone.GREEN
 
     @property
     def is_latched(self) -> bool:
@@ -679,10 +716,12 @@ class MemoryPressureGate(AbstractRateLimiter):
             if ratio < RECOVERY_RATIO:
                 self._latched = False
                 log.info("Memory latch cleared: %s", self._summary(reading))
+                self._refresh_zone()
                 self._capacity_changed()
         elif ratio >= CRITICAL_RATIO:
             self._latched = True
             log.warning("Memory latch set: %s", self._summary(reading))
+            self._refresh_zone()
         return reading
 
     def _last_reading(self) -> MemoryReading:
