@@ -32,7 +32,9 @@ Keys, all under one hash tag ``{namespace}`` so one call can name many accounts 
 * ``{ns}:<name>:stamps`` (sorted set): a window's stamps (score: Redis time in seconds);
 * the grant log (stream), named by the account when it keeps one: ``XADD`` ids are Redis time.
 
-Every wake-up goes to the channel ``{ns}:wake`` with the account's name as the message.
+Wake-ups go to the channel ``{ns}:wake``: the account's name when capacity came back (a
+give-back, an expiry, a reservation served, a relaxed throttle), ``want:<name>`` when a worker
+starts waiting, so that workers holding spare give it back.
 """
 
 from __future__ import annotations
@@ -148,6 +150,9 @@ for _, c in ipairs(acc) do
         -- a bucket's expired lease is not credited back: it may have been spent
       elseif field ~= 'h:' .. c.worker then
         c.held_a, c.held_b = c.held_a + v[1], c.held_b + v[2]
+        if v[1] > 0 and (c.next_expiry == nil or v[3] < c.next_expiry) then
+          c.next_expiry = v[3]
+        end
       end
     else
       local who = string.sub(field, 3)
@@ -277,6 +282,10 @@ for _, c in ipairs(acc) do
     end
   elseif needs then
     local arrival = c.mine and c.mine[4] or now
+    if not c.mine then
+      -- a new waiter: the workers holding spare hear it and give theirs back
+      redis.call('PUBLISH', wake_channel, 'want:' .. c.name)
+    end
     redis.call('HSET', c.holders, 'w:' .. c.worker,
       fmt(c.need_a) .. ',' .. fmt(c.need_b) .. ',' .. fmt(now + c.reservation_ttl) .. ',' .. fmt(arrival))
   elseif c.mine then
@@ -357,6 +366,10 @@ for _, c in ipairs(acc) do
       end
     elseif c.grace > now then
       wait = c.grace - now
+    elseif c.next_expiry then
+      -- a gate frees permits by the clock only when a holder dies: look again when the
+      -- first holder's lifetime ends (a live holder will have renewed it by then)
+      wait = math.max(0, c.next_expiry - now)
     end
   end
   local others_a = c.held_a

@@ -123,6 +123,8 @@ class Settlement:
     successes: int
     need_a: float
     need_b: float
+    ask_a: float = 0.0
+    ask_b: float = 0.0
 
 
 class SharedAccount(AbstractRateLimiter):
@@ -163,8 +165,11 @@ class SharedAccount(AbstractRateLimiter):
         self.grant_log = grant_log
         self._spare_a = 0.0
         self._spare_b = 0.0
-        self._need_a = 0.0
-        self._need_b = 0.0
+        # The largest whole ask (mine plus the reservation ahead) found short since the last
+        # settle, and whether anyone asked since: a need nobody repeats is dropped.
+        self._ask_a = 0.0
+        self._ask_b = 0.0
+        self._noted = False
         self._taken_a = 0.0  # taken from the lease since the last settle (refundable locally)
         self._taken_b = 0.0
         self._credit_a = 0.0  # given back beyond that: credited through Redis
@@ -290,11 +295,11 @@ class SharedAccount(AbstractRateLimiter):
         if self._spare_a + _EPSILON >= a + ra and self._spare_b + _EPSILON >= b + rb:
             return a, b
         cap_a, cap_b = self._caps()
-        need_a = max(0.0, min(a + ra, cap_a) - self._spare_a)
-        need_b = max(0.0, min(b + rb, cap_b) - self._spare_b)
-        if need_a > self._need_a or need_b > self._need_b:
-            self._need_a = max(self._need_a, need_a)
-            self._need_b = max(self._need_b, need_b)
+        ask_a, ask_b = min(a + ra, cap_a), min(b + rb, cap_b)
+        self._noted = True
+        if ask_a > self._ask_a or ask_b > self._ask_b:
+            self._ask_a = max(self._ask_a, ask_a)
+            self._ask_b = max(self._ask_b, ask_b)
             self._hub.poke()
         return None
 
@@ -314,6 +319,9 @@ class SharedAccount(AbstractRateLimiter):
         self._used_b += b
         self._took(a)
         self._last_take = _now()
+        # the ask that was short is served; whoever else waits says so again when asked
+        self._ask_a = self._ask_b = 0.0
+        self._noted = False
         if self._lease and self._spare_a < self._lease_unit()[0]:
             self._hub.poke()  # top the lease up before the next ask finds it empty
         return True
@@ -388,7 +396,12 @@ class SharedAccount(AbstractRateLimiter):
 
     def settlement(self, now: float, closing: bool) -> Settlement:
         """The arguments of this account's block in the next settle; the hub calls it."""
-        need_a, need_b = (0.0, 0.0) if closing else (self._need_a, self._need_b)
+        if self._noted and not closing:
+            need_a = max(0.0, self._ask_a - self._spare_a)
+            need_b = max(0.0, self._ask_b - self._spare_b)
+        else:
+            need_a = need_b = 0.0  # nobody asked again since the last settle: the ask is gone
+        asked = (self._ask_a, self._ask_b) if need_a or need_b else (0.0, 0.0)
         ret_a, ret_b = self._credit_a, self._credit_b
         idle = (
             self._last_take is None
@@ -440,7 +453,9 @@ class SharedAccount(AbstractRateLimiter):
         )
         self._credit_a = self._credit_b = 0.0
         self._pressure = self._successes = 0
-        self._need_a = self._need_b = 0.0  # asks noted while the call flies start afresh
+        self._ask_a = self._ask_b = 0.0  # asks noted while the call flies start afresh
+        self._noted = False
+        plan.ask_a, plan.ask_b = asked
         return plan
 
     def _base_a(self) -> float:
@@ -470,14 +485,19 @@ class SharedAccount(AbstractRateLimiter):
         self._settled_kind(plan)
         granted = (plan.need_a or plan.need_b) and got_a >= plan.need_a and got_b >= plan.need_b
         if (plan.need_a or plan.need_b) and not granted:
-            # refused: the need stands (and keeps this worker's place in Redis's line)
-            self._need_a = max(self._need_a, plan.need_a)
-            self._need_b = max(self._need_b, plan.need_b)
+            # Refused: the ask stands while someone repeats it (and keeps this worker's place
+            # in Redis's line). Admission, woken, asks its waiters again: a live one notes its
+            # ask anew; one that left does not, and the next settle drops its need.
+            self._ask_a = max(self._ask_a, plan.ask_a)
+            self._ask_b = max(self._ask_b, plan.ask_b)
             self._wait = None if wait < 0 else wait
+            self._capacity_changed()
         else:
             self._wait = None
-        if got_a or got_b or was_lost:
-            self._capacity_changed()
+            if got_a or got_b or was_lost:
+                self._capacity_changed()
+        if self._waiting and self.has_spare() and not self.waits():
+            self._hub.poke()  # another worker waits: the next settle gives the spare back
 
     def _settled_kind(self, plan: Settlement) -> None:
         """A kind's own bookkeeping once a settle landed."""
@@ -490,20 +510,32 @@ class SharedAccount(AbstractRateLimiter):
         self._spare_a = self._spare_b = 0.0
         self._taken_a = self._taken_b = 0.0
         self._credit_a = self._credit_b = 0.0
-        self._need_a = self._need_b = 0.0
+        self._ask_a = self._ask_b = 0.0
+        self._noted = False
         self._wait = None
         if first:
             self._capacity_changed()
 
+    def wanted(self) -> None:
+        """Another worker started waiting (heard on the wake channel): spare goes back at the
+        next settle, and a give-back settles at once."""
+        self._waiting = max(self._waiting, 1)
+        if self.has_spare() and not self.waits():
+            self._hub.poke()
+
+    def has_spare(self) -> bool:
+        """Whether this worker holds spare it could give back."""
+        return self._spare_a > 0 or self._spare_b > 0
+
     def waits(self) -> bool:
         """Whether a need of this worker waits on the account (a wake-up may help it)."""
-        return bool(self._need_a or self._need_b)
+        return self._ask_a > self._spare_a or self._ask_b > self._spare_b
 
     def next_settle(self, now: float) -> float:
         """The trio instant this account next needs a settle (``inf``: only when poked)."""
         ttl = self._hub.lease_ttl
         due = _INF
-        if self._need_a or self._need_b:
+        if self.waits():
             refresh = (self._settled_at or now) + self._hub.reservation_ttl / 2
             due = refresh if self._wait is None else min(refresh, now + self._wait)
         if self._holds_anything():

@@ -1,7 +1,8 @@
 """The Lua scripts of the Redis heartbeat store: each operation is one script, so one round trip
 and atomic on the server.
 
-Every script gets the same five keys, all under one hash tag so they live in one cluster slot:
+Every script gets the same keys, all under one hash tag so they live in one cluster slot, and
+the calling store's token as its first argument:
 
 * ``due``: a sorted set, heartbeat id scored by its run instant (ties ordered by id, as Redis
   orders equal scores by member): the schedule;
@@ -10,12 +11,15 @@ Every script gets the same five keys, all under one hash tag so they live in one
   yet: ``token \\n run_at \\n boot \\n row`` (the claimant's token, the slot's instant, the
   ``run_id`` of the Redis process that granted it, and the row to put back);
 * ``until``: a sorted set, heartbeat id scored by the Redis-clock millisecond its claim runs out;
-* ``fired``: a hash, heartbeat id to the latest run instant of it that fired.
+* ``fired``: a hash, heartbeat id to the latest run instant of it that fired;
+* ``changed``: not a key but the pub/sub channel a script announces a move of the schedule's
+  head on, with the token of the store that moved it.
 
 Instants travel as decimal strings a double reads back exactly (Python's ``repr`` going in,
 Redis's own formatting of a score coming out) and are compared as numbers. The scripts read the
 clock with ``TIME`` (the server's clock, never a worker's) and answer whether the head of the
-schedule changed, so the calling store can tell its change listeners.
+schedule changed, so the calling store can tell its change listeners; the other stores hear it
+on the channel.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ __all__ = [
 ]
 
 _COMMON = """
-local due, entry, claim, untl, fired = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local due, entry, claim, untl, fired, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local token = ARGV[1]
 
 local function head()
   local h = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
@@ -57,8 +62,12 @@ local function split_claim(v)
     string.sub(v, c + 1)
 end
 
+-- Whether the head moved since ``before``; when it did, other workers hear it on the channel.
 local function changed(before)
-  if before ~= head() then return 1 end
+  if before ~= head() then
+    redis.call('PUBLISH', channel, token)
+    return 1
+  end
   return 0
 end
 """
@@ -66,10 +75,10 @@ end
 POLL = (
     _COMMON
     + """
--- ARGV: now (the Heart's instant), token, claim TTL in ms.
+-- ARGV: token, now (the Heart's instant), claim TTL in ms.
 -- Answers {id, run_at, row, fired mark, head changed, then id, run_at, put back (1 or 0) of
 -- each claim that ran out}; id '' when nothing is due.
-local now, token, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local now, ttl = ARGV[2], tonumber(ARGV[3])
 local before = head()
 local t = now_ms()
 local recovered = {}
@@ -132,12 +141,11 @@ return answer
 SETTLE = (
     _COMMON
     + """
--- ARGV: id, token, claimed run_at ('' for none), fired ('1' or '0'), next run_at ('' for none),
--- next row. Records the claimed slot as fired (when it was), lets go of the claim when it is
+-- ARGV: token, id, claimed run_at ('' for none), fired ('1' or '0'), next run_at ('' for
+-- none), next row. Records the claimed slot as fired (when it was), lets go of the claim when it is
 -- still this token's, and stores the next entry when the id is free (no entry, no claim).
 -- Answers {owned, stored, head changed}.
-local id, token, at, was_fired, next_at, next_row =
-  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local id, at, was_fired, next_at, next_row = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local before = head()
 if was_fired == '1' and at ~= '' then
   local mark = redis.call('HGET', fired, id)
@@ -168,8 +176,8 @@ return {owned, stored, changed(before)}
 ENQUEUE = (
     _COMMON
     + """
--- ARGV: id, run_at, row. Answers {displaced row or '', head changed}.
-local id, at, row = ARGV[1], ARGV[2], ARGV[3]
+-- ARGV: token, id, run_at, row. Answers {displaced row or '', head changed}.
+local id, at, row = ARGV[2], ARGV[3], ARGV[4]
 local before = head()
 local old = redis.call('HGET', entry, id) or ''
 redis.call('HSET', entry, id, row)
@@ -181,8 +189,9 @@ return {old, changed(before)}
 CANCEL = (
     _COMMON
     + """
--- ARGV: id. Removes the entry and any claim on the id. Answers {removed row or '', changed}.
-local id = ARGV[1]
+-- ARGV: token, id. Removes the entry and any claim on the id. Answers {removed row or '',
+-- head changed}.
+local id = ARGV[2]
 local before = head()
 local old = redis.call('HGET', entry, id) or ''
 redis.call('ZREM', due, id)
@@ -232,7 +241,6 @@ RELEASE_MINE = (
 -- ARGV: token, then the ids whose claims the caller knows it holds. Every other claim of this
 -- token (one granted by a poll whose answer was lost) is let go: its slot goes back on the
 -- schedule when the id is free. Answers {released ids..., head changed}.
-local token = ARGV[1]
 local known = {}
 for i = 2, #ARGV do known[ARGV[i]] = true end
 local before = head()

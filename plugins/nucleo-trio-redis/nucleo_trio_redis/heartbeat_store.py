@@ -37,10 +37,14 @@ after it fired and before it recorded the fire is, to the others, a worker that 
 fire that slot again. ``claim_ttl`` is therefore both the delay before a crashed worker's slot
 is fired by another and the longest partition that is ridden out without a duplicate.
 
-**Change listeners** hear the head changes this store makes; another worker's change is seen at
-this worker's next wake-up. :meth:`~RedisHeartbeatStore.peek_next_run_at` also answers the
-instant the earliest claim runs out, when that is sooner than the head, so a Heart wakes to take
-over a crashed worker's slot.
+**Change listeners** hear the head changes this store makes at once, and those any other store
+on the same keys makes through a pub/sub channel (each script that moves the head publishes on
+``{prefix}:changed``), which a trio system task follows from the first registration inside a
+run until :meth:`~RedisHeartbeatStore.aclose`; when that subscription comes back after losing
+Redis, the listeners are told once, for what went unheard meanwhile. So a worker wakes for a
+heartbeat another worker scheduled sooner, even if that worker stops before it falls due.
+:meth:`~RedisHeartbeatStore.peek_next_run_at` also answers the instant the earliest claim runs
+out, when that is sooner than the head, so a Heart wakes to take over a crashed worker's slot.
 
 Rows are written the way :class:`~nucleo_trio.heartbeat.SQLiteHeartbeatStore` writes them (job
 class and recurrence by import path, input and scope guard as JSON that must read back equal);
@@ -84,6 +88,9 @@ DEFAULT_CLAIM_TTL: Final = 30.0
 
 DEFAULT_TIMEOUT: Final = 5.0
 """Seconds one operation may take (connecting included) before it fails."""
+
+_BACKOFF_FIRST: Final = 0.05
+_BACKOFF_MOST: Final = 1.0
 
 _Answer = TypeVar("_Answer")
 
@@ -169,7 +176,7 @@ class RedisHeartbeatStore:
         self.timeout = _seconds(timeout, "timeout")
         tag = "{" + prefix + "}"
         self.keys: tuple[str, ...] = tuple(
-            f"{tag}:{name}" for name in ("due", "entry", "claim", "until", "fired")
+            f"{tag}:{name}" for name in ("due", "entry", "claim", "until", "fired", "changed")
         )
         self._where = f"Redis at {_redacted(url)}"
         self._token = secrets.token_hex(8)
@@ -177,6 +184,8 @@ class RedisHeartbeatStore:
         self._suspect = False  # a poll failed: Redis may hold a claim of ours we never heard of
         self._listeners = ChangeListeners()
         self._closed = False
+        self._listening: trio.lowlevel.TrioToken | None = None
+        self._listen_scope = trio.CancelScope()
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> RedisHeartbeatStore:
@@ -229,7 +238,7 @@ class RedisHeartbeatStore:
             try:
                 answer = await self._script(
                     scripts.POLL,
-                    [repr(float(now)), self._token, str(max(1, round(self.claim_ttl * 1000)))],
+                    [repr(float(now)), str(max(1, round(self.claim_ttl * 1000)))],
                     "polling",
                 )
             except NucleoSystemError:
@@ -288,7 +297,7 @@ class RedisHeartbeatStore:
             await self._catch_up()
             _, stored, changed = await self._script(
                 scripts.SETTLE,
-                [heartbeat.id, self._token, "", "0", repr(heartbeat.run_at), row],
+                [heartbeat.id, "", "0", repr(heartbeat.run_at), row],
                 f"re-enqueuing heartbeat {heartbeat.id!r}",
             )
             self._told(changed)
@@ -300,7 +309,13 @@ class RedisHeartbeatStore:
         return await self._settle(heartbeat.id, held)
 
     def on_change(self, listener: Callable[[], None]) -> Callable[[], None]:
-        return self._listeners.add(listener)
+        """Call ``listener`` after every change of the schedule's head this store makes and,
+        once registered inside a trio run, after every one another worker's store makes (heard
+        on the ``changed`` channel) and after the subscription comes back from a lost Redis.
+        Answers an unregister."""
+        unregister = self._listeners.add(listener)
+        self._start_listening()
+        return unregister
 
     async def inspect(self) -> tuple[Heartbeat, ...]:
         self._require_open()
@@ -328,6 +343,7 @@ class RedisHeartbeatStore:
             )
         finally:
             self._closed = True
+            self._listen_scope.cancel()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -346,7 +362,7 @@ class RedisHeartbeatStore:
         if self._suspect:
             *released, changed = await self._script(
                 scripts.RELEASE_MINE,
-                [self._token, *self._held],
+                list(self._held),
                 "letting go of claims whose answers were lost",
             )
             self._suspect = False
@@ -382,7 +398,6 @@ class RedisHeartbeatStore:
         and the next slot when the id is free. Answers whether the next slot was stored."""
         arguments = [
             heartbeat_id,
-            self._token,
             claimed_at,
             "1" if fired else "0",
             "" if following is None else repr(following.run_at),
@@ -409,6 +424,72 @@ class RedisHeartbeatStore:
             )
         return bool(stored)
 
+    # -- the other workers' changes ----------------------------------------------------------
+    def _start_listening(self) -> None:
+        """Subscribe to the ``changed`` channel in a trio system task, once per run; outside a
+        run there is nothing to wake, so nothing starts."""
+        try:
+            token = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            return
+        if self._closed or self._listening is token:
+            return
+        self._listening = token
+        self._listen_scope = trio.CancelScope()
+        trio.lowlevel.spawn_system_task(self._listen_in_system_task)
+
+    async def _listen_in_system_task(self) -> None:
+        try:
+            with self._listen_scope:
+                await self._listen()
+        except BaseException as exc:  # noqa: BLE001 - a system task's crash ends the whole run
+            if isinstance(exc, trio.Cancelled):
+                raise
+            if isinstance(exc, BaseExceptionGroup):
+                cancelled, rest = exc.split(trio.Cancelled)
+                if rest is None and cancelled is not None:
+                    raise cancelled from None
+            log.error(
+                "%r: the subscription to other workers' changes failed; this worker now hears "
+                "of them only at its own wake-ups",
+                self,
+                exc_info=exc,
+            )
+
+    async def _listen(self) -> None:
+        """Tell the listeners of each head change another store announces; resubscribe with a
+        backoff when Redis goes away, and tell them once when it is back (what changed
+        meanwhile went unheard)."""
+        backoff = _BACKOFF_FIRST
+        heard_before = False
+        while True:
+            try:
+                client: coredis.Redis[str] = coredis.Redis.from_url(
+                    self.url, decode_responses=True, retry_policy=coredis.retry.NoRetryPolicy()
+                )
+                async with (
+                    client,
+                    client.pubsub(
+                        channels=[self.keys[5]], ignore_subscribe_messages=True
+                    ) as pubsub,
+                ):
+                    backoff = _BACKOFF_FIRST
+                    if heard_before:
+                        self._listeners.notify()
+                    heard_before = True
+                    async for message in pubsub:
+                        if message.get("data") != self._token:
+                            self._listeners.notify()
+            except BaseExceptionGroup as group:
+                cancelled, _ = group.split(trio.Cancelled)
+                if cancelled is not None:
+                    raise cancelled from None
+                log.debug("%r: the subscription ended (%r); resubscribing", self, group)
+            except Exception as exc:  # noqa: BLE001 - resubscribing is the whole answer
+                log.debug("%r: the subscription ended (%r); resubscribing", self, exc)
+            await trio.sleep(backoff)
+            backoff = min(_BACKOFF_MOST, backoff * 2)
+
     # -- plumbing -------------------------------------------------------------------------------
     def _require_open(self) -> None:
         if self._closed:
@@ -434,7 +515,7 @@ class RedisHeartbeatStore:
 
         async def run(client: coredis.Redis[str]) -> Any:
             script = client.register_script(source)
-            return await script(keys=list(self.keys), args=list(arguments))
+            return await script(keys=list(self.keys), args=[self._token, *arguments])
 
         return await self._call(run, doing)
 

@@ -326,12 +326,11 @@ class RedisAccounts:
                         await self.settle(client)
                         backoff = _BACKOFF_FIRST
                         await self._wait_for_reason()
-            except _LOST as exc:
-                self._lose(exc)
-            except coredis.exceptions.RedisError as exc:
-                if not _is_connection_trouble(exc):
+            except BaseException as exc:  # noqa: BLE001 - sorted right below
+                trouble = _connection_trouble(exc)
+                if trouble is None:
                     raise
-                self._lose(exc)
+                self._lose(trouble)
             await trio.sleep(backoff)
             backoff = min(_BACKOFF_MOST, backoff * 2)
 
@@ -368,10 +367,12 @@ class RedisAccounts:
         self.round_trips += 1
         try:
             reply = await self._eval(client, keys, args)
-        except BaseException:
-            if not closing:
+        except BaseException as exc:
+            # A cancelled call is no loss (the hub is closing, and its give-back says what it
+            # holds, absolutely); anything else leaves the lease unknown: drop it.
+            if not closing and not _only_cancelled(exc):
                 for account in accounts:
-                    account.lose("a settle did not complete")
+                    account.lose(f"a settle failed: {type(exc).__name__}")
             raise
         at = trio.current_time()
         was_lost = any(account.lost for account in accounts)
@@ -408,7 +409,10 @@ class RedisAccounts:
         try:
             async with self._client() as client:
                 await self.settle(client, closing=True)
-        except (*_LOST, coredis.exceptions.RedisError) as exc:
+        except BaseException as exc:  # noqa: BLE001 - sorted right below
+            trouble = _connection_trouble(exc)
+            if trouble is None and not isinstance(exc, coredis.exceptions.RedisError):
+                raise
             log.warning("%r: could not give the leases back (%s); they expire", self, exc)
 
     async def _listen(self) -> None:
@@ -424,9 +428,15 @@ class RedisAccounts:
                 ):
                     backoff = _BACKOFF_FIRST
                     async for message in pubsub:
-                        name = message.get("data")
-                        account = self.accounts.get(name) if isinstance(name, str) else None
-                        if account is not None and account.waits():
+                        data = message.get("data")
+                        if not isinstance(data, str):
+                            continue
+                        account = self.accounts.get(data.removeprefix("want:"))
+                        if account is None:
+                            continue
+                        if data.startswith("want:"):
+                            account.wanted()
+                        elif account.waits():
                             self.poke()
             except BaseExceptionGroup as group:
                 cancelled, _ = group.split(trio.Cancelled)
@@ -441,9 +451,30 @@ class RedisAccounts:
             backoff = min(_BACKOFF_MOST, backoff * 2)
 
 
-def _is_connection_trouble(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    return "loading" in text or "connection" in text or "closed" in text
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return False
+
+
+def _connection_trouble(exc: BaseException) -> BaseException | None:
+    """The failure that says Redis is out of reach, when ``exc`` is only that (coredis may
+    wrap it in a group from its connection's task group); ``None`` for anything else, a
+    cancellation included."""
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = [_connection_trouble(inner) for inner in exc.exceptions]
+        if not leaves or any(leaf is None for leaf in leaves):
+            return None
+        return leaves[0]
+    if isinstance(exc, _LOST):
+        return exc
+    if isinstance(exc, coredis.exceptions.RedisError):
+        text = str(exc).lower()
+        if "loading" in text or "connection" in text or "closed" in text:
+            return exc
+    return None
 
 
 def _rows(reply: Any) -> list[Any]:
