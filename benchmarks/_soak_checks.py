@@ -236,10 +236,18 @@ def live_checks(batch: Batch, baseline: Counter[str], violations: Violations) ->
         left.append(f"queued_jobs={dispatcher.queued_jobs}")
     if dispatcher.admission.queue_size:
         left.append(f"admission.queue_size={dispatcher.admission.queue_size}")
-    for name in ("_live", "_running", "_edges", "_submitted_waiters"):
+    for name in ("_live", "_running"):
         held = getattr(dispatcher, name, None)
         if held:
             left.append(f"{name}={len(held)}")
+    graph = getattr(dispatcher, "_graph", None)
+    if graph is None:
+        violations.add(
+            "the soak cannot see the dispatcher's dependency graph (harness: update _soak_checks)",
+            f"{tag}: JobDispatcher has no _graph",
+        )
+    else:
+        left.extend(f"dependency {table}={n}" for table, n in graph.held().items() if n)
     if left:
         violations.add("job bookkeeping left after the batch", f"{tag}: " + ", ".join(left))
     if getattr(dispatcher, "_jobs", None) is None or getattr(dispatcher, "_system", None) is None:

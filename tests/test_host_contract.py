@@ -442,11 +442,11 @@ async def test_a_cancelled_wait_for_a_never_submitted_dependency_leaves_nothing_
         never = Echo(workflow("u", "never"))
         waiting = d.submit(Echo(workflow("u", "waiting")), dependencies=[never])
         await settle()
-        assert never.job_id in d._submitted_waiters
+        assert d._graph.awaits_submission(never.job_id)
         waiting.cancel("not needed")
         with pytest.raises(errors.JobCancelledError):
             await waiting.result()
-        assert d._submitted_waiters == {}
+        assert d._graph.held() == {"edges": 0, "waited_on": 0, "submitted_waiters": 0}
 
 
 # -- the dependency graph at scale ----------------------------------------------------------------

@@ -1,15 +1,22 @@
-"""The dispatcher: the door every job passes, the lanes, and the one attempt in order.
+"""The dispatcher: its life, the door every job passes, the lanes, and the settle.
 
-A submission crosses the door's walls (authority, parent/thread, scope), is routed to a lane
-(or straight to a task when it declines queueing), and runs as one trio task in the
-dispatcher's job nursery. That task awaits the job's dependencies holding nothing, runs the
-input guards, captures the attempt's requirements, and asks :class:`~nucleo_trio.admission.Admission`
-for the whole demand at once. With the grant in hand it opens the job's own nursery, where a
-watchdog arms the two-phase timeout around the attempt's cancel scope, and runs
-``pre_execute``, ``execute``, the limiter signals and the release. Then the output guards,
-``post_execute``, the terminal event, the workflow event, the teardown, and last of all the
-handle settles. Upstream signals re-run the attempt with jittered pacing against the job's own
-budget.
+A job's route, in the order of the modules that hold each step:
+
+1. **The door** (:meth:`JobDispatcher.submit`, here): the walls (authority, parent/thread,
+   scope), the cycle check (:mod:`.dependencies`), the requirements captured for routing. A
+   refusal is a handle born failed.
+2. **The lane** (:mod:`.lanes`): the priority lane for short timeouts, the FIFO lane for the
+   rest; a relay of tasks lets the jobs go in order, one scheduler step each.
+3. **The job's task** (``_run_job``, here) opens the job's own nursery, whose cancel scope is
+   what a shutdown and phase two of the timeout cancel.
+4. **The execution** (:mod:`.attempt`): dependencies awaited holding nothing, input guards,
+   the attempts (admission of the whole demand, the two-phase timeout of :mod:`.deadline`,
+   the handles, ``execute``, the limiter signals, the close), re-runs, output guards.
+5. **The settle** (``_finish``, here, with :mod:`.verdicts`): one verdict, the terminal event,
+   the workflow event, the teardown, and last of all the handle.
+
+The dispatcher's life (start, the stop in the seed's order, Ctrl-C and outer cancellation)
+is here too; what crosses the boundary to the program around it is in :mod:`._boundary`.
 """
 
 from __future__ import annotations
@@ -17,19 +24,17 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any, TypeVar, cast
 
-import attrs
 import pluggy
 import trio
 
 from .._watch import AsyncValue
-from ..admission import Admission, Grant, HttpConnectionGate
+from ..admission import Admission, HttpConnectionGate
 from ..admission.limiter import LimiterEventType, LimiterIdentity, RateLimiter
 from ..admission.memory_gate import MemoryPressureGate
 from ..admission.memory_reader import memory_reader_from
@@ -37,24 +42,8 @@ from ..admission.registry import RateLimiterRegistry
 from ..bus import events as ev
 from ..bus.bus import MessageBus
 from ..errors import (
-    MAX_PACING_SECONDS,
-    CancellationRequested,
     ConfigError,
-    DependencyFailedError,
-    ExternalServiceError,
-    JobCancelledError,
-    JobTimeoutError,
-    LLMReadableError,
     NucleoSystemError,
-    OutputTruncationRetry,
-    RateLimitRetry,
-    RerunSignal,
-    ResponseCorrectionRetry,
-    UncorrectableError,
-    UpstreamFailure,
-    UpstreamRetry,
-    add_suppressed,
-    is_fatal_crash,
     log_failure,
 )
 from ..guardrails import (
@@ -67,12 +56,11 @@ from ..heartbeat import Heart, Heartbeat, HeartbeatStore, ScheduleHeartbeat, hea
 from ..jobs.context import OBS_CALLER_CLASS, JobContext, _current, current_job
 from ..jobs.handle import JobHandle
 from ..jobs.job import AbstractJob, ScopeAuthority, check_job_settings
-from ..jobs.requirements import JobRequirements
 from ..jobs.snapshot import JobSnapshot
 from ..jobs.state import JobState
 from ..jobs.stoppable import AbstractStoppable
 from ..models.envelope import ComplianceEnvelope
-from ..models.runtime import ModelDemandAssembler, ModelRuntime, binding_accounts
+from ..models.runtime import ModelDemandAssembler, ModelRuntime
 from ..models.spend import SpendGate
 from ..observability.control import ControlServer
 from ..observability.event_logger import EventLogger
@@ -88,9 +76,6 @@ from ..plugins.manager import (
 from ..resources import (
     DBResourceProvider,
     DBResourceProviders,
-    GrantReleaseError,
-    JobResources,
-    ResourceCloseError,
 )
 from ._boundary import (
     _boundary_error,
@@ -101,11 +86,23 @@ from ._boundary import (
     _StartedRelay,
     _where_stuck,
 )
+from .attempt import MAX_CORRECTION_RETRIES, execute
 from .config import DispatcherConfig
-from .lanes import PRIORITY_LANE_MAX_TIMEOUT, Lane, QueuedJob, grace_period
+from .dependencies import DependencyGraph
+from .lanes import PRIORITY_LANE_MAX_TIMEOUT, Lane, QueuedJob
 from .lifecycle import DispatcherState
 from .seams import DemandAssembler, GuardrailEnforcer
-from .timekeeper import Timekeeper, TimerHandle
+from .timekeeper import Timekeeper
+from .verdicts import (
+    Verdict,
+    cancelled,
+    forced,
+    is_cancellation,
+    terminal_event,
+    timed_out,
+    verdict_for,
+    workflow_event,
+)
 
 __all__ = [
     "MAX_CORRECTION_RETRIES",
@@ -120,29 +117,12 @@ log = logging.getLogger("nucleo_trio.dispatcher")
 R = TypeVar("R")
 
 
-MAX_CORRECTION_RETRIES = 4
-"""The dispatcher's backstop behind a job's own correction budget (EXEC-16)."""
-
-MAX_TRUNCATION_RETRIES = 1
-
 DATABASE_CLOSE_WINDOW = 10.0
 """Seconds shutdown gives each configured database provider to close its idle connections."""
 
 INTERRUPT_WINDOW = 10.0
 """Seconds shutdown waits for interrupted jobs to end (and each stoppable to stop) before it
 goes on without them (:attr:`JobDispatcher.interrupt_window`)."""
-
-
-@attrs.define
-class _Verdict:
-    """How one execution ended, before anything is published."""
-
-    state: JobState
-    result: Any = None
-    error: BaseException | None = None
-    dependency_failure: bool = False
-    cancel_message: str | None = None
-    forced: bool = False
 
 
 class DelayedSubmission:
@@ -225,7 +205,6 @@ class JobDispatcher:
         self._standard = Lane("standard", prioritized=False)
         self._live: dict[str, QueuedJob] = {}
         self._running: dict[str, QueuedJob] = {}
-        self._edges: dict[str, tuple[str, ...]] = {}
         self._stoppables: list[AbstractStoppable] = [self.models]
         self._started = False
         self._stopping = False
@@ -239,10 +218,7 @@ class JobDispatcher:
         self._idle = trio.Event()
         self._idle.set()
         self._closed = trio.Event()
-        self._submitted_waiters: dict[str, list[trio.Event]] = {}
-        self._waited_on: dict[str, int] = {}
-        """How many live jobs name each job id as a dependency: only such an id can close a
-        cycle when it is submitted."""
+        self._graph = DependencyGraph()
         # The stop: requested by shutdown(), an exception or cancellation around the dispatcher,
         # or a fatal exception inside it; carried out by the run task (_stop_in_order).
         self._serving = True
@@ -522,10 +498,10 @@ class JobDispatcher:
         for queued in list(self._running.values()):
             if not queued.handle.done:
                 log.warning(self._stuck_report(queued))
-                self._finish(queued, self._forced(queued))
+                self._finish(queued, forced(queued))
         for lane in (self._fast, self._standard):
             for queued in lane.drain():
-                self._finish(queued, self._cancelled(queued, "Cancelled by shutdown"))
+                self._finish(queued, cancelled(queued, "Cancelled by shutdown"))
         for stoppable in self._stoppables:
             try:
                 with trio.move_on_after(self.interrupt_window) as window:
@@ -570,14 +546,6 @@ class JobDispatcher:
         for queued in list(self._live.values()):
             queued.cancel_message = queued.cancel_message or "Cancelled by shutdown"
             queued.context.cancel("Cancelled by shutdown")
-
-    def _forced(self, queued: QueuedJob) -> _Verdict:
-        """A job interrupted (by the stop) before it could say how it ended. One whose commit
-        was sent says what the commit did, so a committed job is never taken for one that
-        was rolled back."""
-        verdict = self._cancelled(queued, None, _commit_cause(queued))
-        verdict.forced = True
-        return verdict
 
     @trio.lowlevel.enable_ki_protection
     async def _warn_while_stuck(self) -> None:
@@ -690,7 +658,7 @@ class JobDispatcher:
                 raise TypeError(
                     f"{job.name}: a dependency must be a JobHandle or a job, got {type(dep).__name__}"
                 )
-        self._refuse_cycle(job, deps)
+        self._graph.refuse_cycle(job, deps)
 
         caller = current_job()
         context = JobContext(
@@ -705,8 +673,7 @@ class JobDispatcher:
         handle: JobHandle[R] = JobHandle(job, context)
         handle._canceller = self._cancel_job
         context.handle = handle
-        for waiter in self._submitted_waiters.pop(job.job_id, ()):
-            waiter.set()
+        self._graph.submitted(job.job_id)
 
         try:
             check_job_settings(job)  # a knob set past its setter: refused before anything else
@@ -743,7 +710,7 @@ class JobDispatcher:
         queued = QueuedJob(job, context, handle, deps, requirements)
         self._live[job.job_id] = queued
         if deps:
-            self._track_edges(job.job_id, tuple(self._id_of(d) for d in deps))
+            self._graph.track(job.job_id, deps)
         if self.bus.has_listeners(job.workflow_id):
             self.bus.publish(
                 ev.JobScheduled(
@@ -826,58 +793,6 @@ class JobDispatcher:
             )
         return self.guardrails.judge_submission(job, caller, context.metadata)
 
-    @staticmethod
-    def _id_of(dep: JobHandle[Any] | AbstractJob[Any]) -> str:
-        return dep.job_id
-
-    def _refuse_cycle(self, job: AbstractJob[Any], deps: tuple[Any, ...]) -> None:
-        """A dependency list that closes a cycle is refused with the cycle spelled out.
-
-        A job being submitted has no dependents yet except live jobs that named it (by its job
-        object) before it was submitted, so the walk runs only when such a job exists; then it
-        is one iterative search over the live graph, each job visited once.
-        """
-        target = job.job_id
-        ids = [self._id_of(dep) for dep in deps]
-        if target not in self._waited_on:
-            if target in ids:
-                raise ValueError(_cycle_message(target, [target]))
-            return
-        came_from: dict[str, str | None] = {}
-        stack: list[str] = []
-        for dep_id in ids:
-            if dep_id not in came_from:
-                came_from[dep_id] = None
-                stack.append(dep_id)
-        while stack:
-            node = stack.pop()
-            if node == target:
-                path: list[str] = []
-                step: str | None = node
-                while step is not None:
-                    path.append(step)
-                    step = came_from[step]
-                raise ValueError(_cycle_message(target, path[::-1]))
-            for nxt in self._edges.get(node, ()):
-                if nxt not in came_from:
-                    came_from[nxt] = node
-                    stack.append(nxt)
-
-    def _track_edges(self, job_id: str, dep_ids: tuple[str, ...]) -> None:
-        self._edges[job_id] = dep_ids
-        waited_on = self._waited_on
-        for dep_id in dep_ids:
-            waited_on[dep_id] = waited_on.get(dep_id, 0) + 1
-
-    def _untrack_edges(self, job_id: str) -> None:
-        waited_on = self._waited_on
-        for dep_id in self._edges.pop(job_id, ()):
-            left = waited_on.get(dep_id, 0) - 1
-            if left > 0:
-                waited_on[dep_id] = left
-            else:
-                waited_on.pop(dep_id, None)
-
     def _born_failed(
         self, context: JobContext, handle: JobHandle[Any], error: BaseException
     ) -> None:
@@ -912,7 +827,7 @@ class JobDispatcher:
         if self._stopping:
             # A job still queued at shutdown is settled as cancelled, never started into a
             # closed admission.
-            self._finish(queued, self._cancelled(queued, "Cancelled by shutdown"))
+            self._finish(queued, cancelled(queued, "Cancelled by shutdown"))
             return
         await self._run_job(queued)
 
@@ -952,7 +867,7 @@ class JobDispatcher:
                 log.error("%s ended without a verdict; settling it as failed", queued.job.name)
                 self._finish(
                     queued,
-                    _Verdict(
+                    Verdict(
                         JobState.FAILED,
                         error=NucleoSystemError(
                             "dispatcher", f"{queued.job.name} ended without a verdict"
@@ -960,14 +875,14 @@ class JobDispatcher:
                     ),
                 )
 
-    async def _run_in_own_nursery(self, queued: QueuedJob) -> _Verdict:
-        outcome: list[_Verdict] = []
+    async def _run_in_own_nursery(self, queued: QueuedJob) -> Verdict:
+        outcome: list[Verdict] = []
         try:
             async with trio.open_nursery() as job_nursery:
                 queued.nursery = job_nursery
                 if queued.interrupted:
                     job_nursery.cancel_scope.cancel()
-                outcome.append(await self._execute(queued))
+                outcome.append(await execute(self, queued))
         except BaseException as exc:  # noqa: BLE001 - what the job's nursery let through
             fatal = _fatal_in(exc)
             if fatal is not None:
@@ -976,337 +891,19 @@ class JobDispatcher:
                 self._escalate(fatal)
                 queued.cancel_message = queued.cancel_message or "Cancelled by shutdown"
                 queued.context.cancel("Cancelled by shutdown")
-                return self._forced(queued)
-            if _is_cancellation(exc) and not queued.interrupted:
+                return forced(queued)
+            if is_cancellation(exc) and not queued.interrupted:
                 raise
-            return self._verdict_for(queued, exc)
+            return verdict_for(queued, exc)
         if outcome:
             return outcome[0]
         if queued.context.timed_out and not queued.interrupted:
             # Phase two cancelled the job at the grace's end: the timeout is the verdict, and
             # what the attempt had already failed with (a commit's error) is not lost.
-            return _timed_out(queued.job, queued.failure)
-        return self._forced(queued)  # shutdown interrupted the job
+            return timed_out(queued.job, queued.failure)
+        return forced(queued)  # shutdown interrupted the job
 
     # -- one execution --------------------------------------------------------------------------
-    async def _execute(self, queued: QueuedJob) -> _Verdict:
-        job, context = queued.job, queued.context
-        hooks = _hooks_of(type(job))
-        guardrails = self.guardrails
-        # Steps that have nothing to do are answered synchronously rather than awaited: no
-        # dependencies, no guard on a side (the standard enforcer answers that at once), the
-        # default pre/post hooks. Same answers, fewer coroutines.
-        # Exactly the standard enforcer answers at once: a subclass may override the seats.
-        standard = guardrails if type(guardrails) is StandardGuardrailEnforcer else None
-        try:
-            if queued.dependencies:
-                await self._await_dependencies(queued)
-            if standard is None or not standard.input_settled_now(job, context):
-                await guardrails.before_resources(job, context)
-            result = await self._run_attempts(queued, hooks)
-            context.set_result(result)
-            if standard is None or not standard.output_settled_now(job, context):
-                await guardrails.after_release(job, context, result)
-            if hooks.post_execute:
-                await job.post_execute(context)
-        except BaseException as exc:  # noqa: BLE001 - every failure becomes the job's verdict
-            if _is_cancellation(exc) or _fatal_in(exc) is not None:
-                raise
-            return self._verdict_for(queued, exc)
-        return self._settled_verdict(queued, _Verdict(JobState.COMPLETED, result=result))
-
-    def _settled_verdict(self, queued: QueuedJob, verdict: _Verdict) -> _Verdict:
-        """A cancel or a timeout that landed while the job ran outranks what it returned."""
-        context = queued.context
-        if context.timed_out:
-            return _timed_out(queued.job, None)
-        if context.is_cancelled:
-            return self._cancelled(queued, None, _commit_cause(queued))
-        return verdict
-
-    def _verdict_for(self, queued: QueuedJob, exc: BaseException) -> _Verdict:
-        context = queued.context
-        if context.timed_out:
-            return _timed_out(queued.job, exc)
-        if context.is_cancelled or isinstance(exc, CancellationRequested):
-            cause = exc if isinstance(exc, CancellationRequested) else None
-            return self._cancelled(queued, None, cause)
-        if isinstance(exc, DependencyFailedError):
-            return _Verdict(JobState.FAILED, error=exc, dependency_failure=True)
-        if is_fatal_crash(exc):
-            error: BaseException = NucleoSystemError(
-                "job", f"{queued.job.name} crashed with {type(exc).__name__}: {exc}", exc
-            )
-            return _Verdict(JobState.FAILED, error=error)
-        return _Verdict(JobState.FAILED, error=exc)
-
-    def _cancelled(
-        self, queued: QueuedJob, message: str | None, cause: CancellationRequested | None = None
-    ) -> _Verdict:
-        context = queued.context
-        reason = context.cancel_reason or message or "Job cancelled"
-        if cause is None:
-            cause = CancellationRequested(reason)
-        return _Verdict(
-            JobState.CANCELLED,
-            error=JobCancelledError(f"{queued.job.name} was cancelled: {reason}", cause=cause),
-            cancel_message=message or queued.cancel_message,
-        )
-
-    async def _wait_holding_nothing(self, context: JobContext, event: trio.Event) -> None:
-        """Wait for ``event``; a cancel of the job ends the wait with CancellationRequested."""
-        with trio.CancelScope() as scope:
-            unregister = context.on_cancel(scope.cancel)
-            try:
-                await event.wait()
-            finally:
-                unregister()
-        if scope.cancelled_caught:
-            raise CancellationRequested(context.cancel_reason or "Job cancelled")
-
-    async def _await_dependencies(self, queued: QueuedJob) -> None:
-        """Wait for each dependency holding nothing; key the outcomes by final snapshot."""
-        if not queued.dependencies:
-            return
-        context = queued.context
-        results: dict[JobSnapshot, Any] = {}
-        errors: dict[JobSnapshot, BaseException] = {}
-        for dep in queued.dependencies:
-            dep_handle = dep if isinstance(dep, JobHandle) else await self._handle_of(context, dep)
-            await self._wait_holding_nothing(context, dep_handle._settled)
-            snapshot = dep_handle.context.snapshot()
-            if dep_handle.error is None:
-                results[snapshot] = dep_handle._result
-                continue
-            if not queued.job.tolerates_dependency_failures:
-                raise DependencyFailedError(dep_handle.job_id, dep_handle.error)
-            results[snapshot] = None
-            errors[snapshot] = dep_handle.error
-        context.set_dependency_outcomes(results, errors)
-
-    async def _handle_of(self, context: JobContext, job: AbstractJob[Any]) -> JobHandle[Any]:
-        """A dependency named by its job: wait until it is submitted, then use its handle."""
-        while job._context is None or job._context.handle is None:
-            submitted = trio.Event()
-            waiters = self._submitted_waiters.setdefault(job.job_id, [])
-            waiters.append(submitted)
-            try:
-                await self._wait_holding_nothing(context, submitted)
-            finally:
-                if not submitted.is_set():  # cancelled: forget this waiter
-                    waiters.remove(submitted)
-                    if not waiters and self._submitted_waiters.get(job.job_id) is waiters:
-                        del self._submitted_waiters[job.job_id]
-        handle = job._context.handle
-        assert handle is not None
-        return handle
-
-    async def _run_attempts(self, queued: QueuedJob, hooks: _Hooks) -> Any:
-        """Attempts until one answers, re-running on the three signals within their budgets."""
-        job, context = queued.job, queued.context
-        upstream = truncations = corrections = 0
-        first_truncation: OutputTruncationRetry | None = None
-        while True:
-            context.check_cancellation()
-            # The door's capture served routing; every attempt captures afresh (SUB-10).
-            requirements = job.requirements()
-            try:
-                return await self._attempt(queued, requirements, hooks)
-            except RerunSignal as signal:
-                if context.timed_out or context.is_cancelled:
-                    raise  # a cancellation or a timeout is never re-run (SIG-06)
-                if isinstance(signal, UpstreamRetry):
-                    upstream += 1
-                    budget = job.upstream_retries
-                    if upstream > budget:
-                        raise UncorrectableError(
-                            f"{job.name} exhausted its transparent retry budget ({budget}) on "
-                            f"upstream signals; the last one: {signal}",
-                            cause=signal,
-                        ) from signal
-                    delay = type(signal).pacing_delay(upstream, self._rng)
-                    if signal.retry_after is not None:
-                        delay = min(max(delay, signal.retry_after), MAX_PACING_SECONDS)
-                    self._publish_retry(context, signal, delay)
-                    await self._pace(context, delay)
-                elif isinstance(signal, OutputTruncationRetry):
-                    truncations += 1
-                    if truncations > MAX_TRUNCATION_RETRIES:
-                        first = first_truncation.model if first_truncation else None
-                        if first is not None and signal.model is not None and signal.model != first:
-                            how = f"after failover from {first}"
-                        else:
-                            how = "after the job rebuilt its conversation at the escalated budget"
-                        raise UncorrectableError(
-                            f"{job.name}: the model's output was truncated again {how}",
-                            cause=signal,
-                        ) from signal
-                    first_truncation = signal
-                    self._publish_retry(context, signal, None)
-                else:
-                    corrections += 1
-                    if corrections > MAX_CORRECTION_RETRIES:
-                        raise UncorrectableError(
-                            f"{job.name}: Exceeded max response correction retries "
-                            f"({MAX_CORRECTION_RETRIES}); the last: {signal}",
-                            cause=signal,
-                        ) from signal
-                    self._publish_retry(context, signal, None)
-
-    async def _pace(self, context: JobContext, delay: float) -> None:
-        """The pacing sleep between re-runs, holding nothing; a cancel ends it."""
-        done = trio.Event()
-        with trio.move_on_after(delay):
-            await self._wait_holding_nothing(context, done)
-
-    def _publish_retry(self, context: JobContext, signal: RerunSignal, delay: float | None) -> None:
-        snapshot = context.snapshot()
-        event: ev.JobEvent
-        attempt = context.attempt + 1  # the attempt the signal is about to run
-        if isinstance(signal, RateLimitRetry):
-            event = ev.RateLimitRetryEvent(
-                snapshot=snapshot, attempt=attempt, delay=delay, reason=str(signal)
-            )
-        elif isinstance(signal, UpstreamRetry):
-            event = ev.TransientErrorRetryEvent(
-                snapshot=snapshot, attempt=attempt, delay=delay, reason=str(signal)
-            )
-        elif isinstance(signal, OutputTruncationRetry):
-            event = ev.OutputTruncationRetryEvent(
-                snapshot=snapshot,
-                attempt=attempt,
-                reason=str(signal),
-                model=signal.model,
-                previous_budget=signal.previous_max_tokens,
-                new_budget=signal.escalated_max_tokens,
-            )
-        else:
-            assert isinstance(signal, ResponseCorrectionRetry)
-            event = ev.ResponseCorrectionRetryEvent(
-                snapshot=snapshot, attempt=attempt, reason=str(signal), model=signal.model
-            )
-        self.bus.publish(event)
-
-    async def _attempt(
-        self, queued: QueuedJob, requirements: JobRequirements, hooks: _Hooks
-    ) -> Any:
-        """One attempt: admit, arm the timeout, open the handles, run (inside a transaction
-        when asked), signal, close."""
-        job, context = queued.job, queued.context
-        providers = self._providers_of(requirements)
-        demand = self.demand_assembler.assemble(requirements, context, self.http_gate, providers)
-        context.attempt += 1
-        # The synchronous half first: a grant at once costs no scheduler step, and a job that
-        # must wait joins the line and parks holding nothing.
-        entered = self.admission.enter(demand, context)
-        grant = entered if isinstance(entered, Grant) else await self.admission.wait(entered)
-        context.record_admission_wait(grant.wall_wait_ms)
-        for account, ms in grant.wait_times_ms.items():
-            context.record_resource_wait(account, ms)
-        resources = JobResources(
-            self.admission,
-            grant,
-            providers,
-            context=context,
-            read_only=requirements.read_only,
-            spawn=self._spawn_system,
-        )
-        outcome: Any = None
-        failure: BaseException | None = None
-        assert queued.nursery is not None
-        scope = queued.nursery.cancel_scope
-        deadline: _Deadline | None = None
-        try:
-            if job.timeout is not None:
-                deadline = self._arm_timeout(queued, scope, resources, job.timeout)
-            context.is_executing_job_with_resources = not demand.is_empty
-            if providers:
-                await resources.materialize()  # a failure rolls the grant back; never runs
-            context.resources = resources
-            transactional = requirements.requires_transaction and resources.has_database
-            try:
-                if hooks.pre_execute:
-                    await job.pre_execute(context)
-                if not context.try_transition(JobState.RUNNING):
-                    context.check_cancellation()
-                if self.bus.has_listeners(job.workflow_id):
-                    self.bus.publish(
-                        ev.JobStartedEvent(snapshot=context.snapshot(), attempt=context.attempt)
-                    )
-                resources.executed = True
-                if transactional:
-                    await resources.begin_all()
-                outcome = await job.execute(context)
-                if transactional and not context.timed_out and not context.is_cancelled:
-                    transactional = False  # commit_all rolls back what it could not commit
-                    # Once sent, the commit's answer is the outcome (EXEC-03, JR-15): commit_all
-                    # is shielded, a cancel or an interrupt gives it the commit window to
-                    # answer, and a deadline that lands meanwhile waits for it (_arm_timeout).
-                    unwatch = _stop_requests_to(resources, queued)
-                    try:
-                        await resources.commit_all()
-                    finally:
-                        unwatch()
-                    if deadline is not None:
-                        deadline.cancel()  # committed: the work is durable, its deadline met
-            except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
-                if _is_cancellation(exc):
-                    raise
-                failure = exc
-            if resources.commit_sent:
-                queued.committing = resources
-            queued.failure = failure
-            if transactional and (failure is not None or context.timed_out or context.is_cancelled):
-                await _roll_back_onto(resources, failure)
-            if failure is None and not context.timed_out and not context.is_cancelled:
-                for limiter in _signalled(requirements):
-                    self._signal(limiter.on_success, limiter)
-            elif failure is not None and not context.is_cancelled:
-                if _upstream_in_chain(failure):
-                    upstream = UpstreamFailure.from_exception(failure)
-                    for limiter in _signalled(requirements):
-                        self._signal(partial(limiter.on_rate_limit_error, upstream), limiter)
-        finally:
-            context.is_executing_job_with_resources = False
-            if deadline is not None:
-                deadline.cancel()
-            try:
-                if scope.cancel_called:
-                    # Phase two or shutdown: no checkpoint may replace the job's own verdict,
-                    # so what is still open is aborted, and closed in the background before
-                    # its permits go back.
-                    resources.force_close()
-                elif not resources.close_now():  # no handles: settled without a step
-                    await resources.aclose()
-            except ResourceCloseError as close_failure:
-                if failure is None:
-                    failure = close_failure
-                else:
-                    add_suppressed(failure, close_failure)
-            except GrantReleaseError as fault:
-                _account_fault(fault, failure)  # the job keeps its verdict and result (ADM-45)
-            finally:
-                context.resources = None
-        if (
-            resources.commit_sent
-            and (scope.cancel_called or context.is_cancelled)
-            and not context.timed_out
-        ):
-            raise _stopped_after_commit(context, resources, failure)
-        if failure is not None:
-            raise failure
-        if context.timed_out:
-            raise JobTimeoutError(_budget(job))
-        return outcome
-
-    def _providers_of(self, requirements: JobRequirements) -> tuple[DBResourceProvider, ...]:
-        """The declared databases, names resolved against :attr:`databases`."""
-        if not requirements.databases:
-            return ()
-        return tuple(
-            self.databases.provider(p) if isinstance(p, str) else p for p in requirements.databases
-        )
-
     def _spawn_system(self, fn: Callable[[], Awaitable[None]]) -> None:
         """Run clean-up that must outlive the job (a forced close's handle closes, then its
         permits). Raises RuntimeError when the system nursery is gone, so the caller falls
@@ -1351,44 +948,8 @@ class JobDispatcher:
                 self.interrupt_window,
             )
 
-    def _arm_timeout(
-        self,
-        queued: QueuedJob,
-        scope: trio.CancelScope,
-        resources: JobResources,
-        budget: float,
-    ) -> _Deadline:
-        """The two-phase timeout, on the job's own nursery.
-
-        Phase one is a timekeeper call at the job's deadline: it sets the timeout and cancel
-        flags, runs the callbacks, closes the resources on a task of their own in the job's
-        nursery, and sets the nursery's cancel-scope deadline to the end of the grace. Phase two
-        is that deadline: trio cancels the job, and a timekeeper call force-closes (aborts) what
-        a job that does not unwind still holds. A job that finishes in time costs one heap
-        entry. Returns the armed deadline, which the attempt cancels when it ends.
-
-        A deadline that lands while the job's commit is in flight waits for the commit's answer,
-        for at most the commit window (:data:`~nucleo_trio.resources.COMMIT_WINDOW`; past it
-        the commit is aborted and its fate unknown). The job's work was done and sent before
-        its deadline, and the database decides the outcome: committed, the job met its deadline
-        and ends COMPLETED with its result (reporting TIMED_OUT would invite a retry of work
-        that is durable; what is left of the attempt is the close, which the commit window
-        bounds); not committed, phase one runs at once and the caller gets the commit's own
-        error, which says what was rolled back (TMO-04, TMO-05)."""
-        return _Deadline(self._timekeeper, queued, scope, resources, budget)
-
-    @staticmethod
-    def _signal(call: Any, limiter: RateLimiter) -> None:
-        try:
-            call()
-        except Exception:
-            log.exception(
-                "limiter %s raised from its upstream signal",
-                getattr(limiter, "limiter_name", limiter),
-            )
-
     # -- endings --------------------------------------------------------------------------------
-    def _finish(self, queued: QueuedJob, verdict: _Verdict) -> None:
+    def _finish(self, queued: QueuedJob, verdict: Verdict) -> None:
         """Terminal event, workflow event, teardown, and last the handle; once per job (a job
         the stop settled before its task ended is not settled again)."""
         job, context, handle = queued.job, queued.context, queued.handle
@@ -1396,7 +957,7 @@ class JobDispatcher:
             return
         if context.state.is_terminal and context.state is not verdict.state:
             if context.state is JobState.CANCELLED:
-                verdict = self._cancelled(queued, verdict.cancel_message)
+                verdict = cancelled(queued, verdict.cancel_message)
         else:
             context.try_transition(verdict.state)
         if verdict.state is JobState.COMPLETED:
@@ -1405,38 +966,16 @@ class JobDispatcher:
             log_failure(log, verdict.error, job=job.name)
         if self.bus.has_listeners(job.workflow_id):
             snapshot = context.snapshot()
-            self.bus.publish(self._terminal_event(queued, verdict, snapshot))
+            self.bus.publish(terminal_event(queued, verdict, snapshot))
             if snapshot.is_root:
-                self.bus.publish(_workflow_event(snapshot, verdict))
+                self.bus.publish(workflow_event(snapshot, verdict))
         # teardown: out of the live set, conversations released, recorded calls released
         self._live.pop(job.job_id, None)
         if queued.dependencies:
-            self._untrack_edges(job.job_id)
+            self._graph.untrack(job.job_id)
         context.release_conversations()
         context.clear_completion_data()
         handle._settle(result=verdict.result, error=verdict.error)
-
-    @staticmethod
-    def _terminal_event(queued: QueuedJob, verdict: _Verdict, snapshot: JobSnapshot) -> ev.JobEvent:
-        context = queued.context
-        if verdict.dependency_failure:
-            return ev.DependencyFailureEvent(snapshot=snapshot, error=verdict.error)
-        common: dict[str, Any] = {
-            "snapshot": snapshot,
-            "attempts": context.attempt,
-            "llm_responses": tuple(context.llm_responses),
-            "metadata": dict(context.metadata),
-            "completion_time": context.completed_at or time.time(),
-        }
-        if verdict.state is JobState.COMPLETED:
-            return ev.JobCompletedEvent(result=verdict.result, **common)
-        if verdict.state is JobState.TIMED_OUT:
-            return ev.JobTimedOut(timeout=queued.job.timeout or 0.0, **common)
-        if verdict.state is JobState.CANCELLED:
-            if verdict.cancel_message is None:
-                return ev.JobCancelled(force=verdict.forced, **common)
-            return ev.JobCancelled(message=verdict.cancel_message, **common)
-        return ev.JobFailedEvent(error=verdict.error, **common)
 
     # -- cancelling -----------------------------------------------------------------------------
     def cancel(self, job_id: str, reason: str = "Job cancelled") -> bool:
@@ -1450,7 +989,7 @@ class JobDispatcher:
         if lane is not None and lane.remove(queued):
             message = f"Cancelled while queued: {reason}"
             queued.context.cancel(message)
-            self._finish(queued, self._cancelled(queued, message))
+            self._finish(queued, cancelled(queued, message))
             return True
         queued.context.cancel(reason)
         return True
@@ -1551,228 +1090,6 @@ class JobDispatcher:
                 amount=amount,
             )
         )
-
-
-def _signalled(requirements: JobRequirements) -> list[RateLimiter]:
-    """The accounts an attempt's outcome is reported to: each model binding's, then each
-    custom limiter (SIG-01, ERR-14)."""
-    if not requirements.model_bindings and not requirements.rate_limiters:
-        return []
-    return [*binding_accounts(requirements), *(n.limiter for n in requirements.limiters)]
-
-
-class _Deadline:
-    """One attempt's armed two-phase timeout (see :meth:`JobDispatcher._arm_timeout`): the
-    phase-one call at the deadline and, once phase one ran, the phase-two force-close."""
-
-    __slots__ = ("_grace", "_keeper", "_phase_one", "_phase_two", "_queued", "_resources", "_scope")
-
-    def __init__(
-        self,
-        keeper: Timekeeper,
-        queued: QueuedJob,
-        scope: trio.CancelScope,
-        resources: JobResources,
-        budget: float,
-    ) -> None:
-        context = queued.context
-        context.arm_deadline(budget)
-        assert context.deadline is not None
-        self._keeper = keeper
-        self._queued = queued
-        self._scope = scope
-        self._resources = resources
-        self._grace = grace_period(budget)
-        self._phase_two: TimerHandle | None = None
-        self._phase_one = keeper.call_at(context.deadline, self.phase_one)
-
-    def phase_one(self) -> None:
-        resources = self._resources
-        if resources.commit_in_flight:
-            resources.request_stop()
-            resources.on_commit_answer(self._after_commit)
-            return
-        if resources.commit_sent and resources.all_committed:
-            return  # committed before the deadline; the attempt has not resumed yet
-        queued = self._queued
-        queued.context.time_out()
-        assert queued.nursery is not None
-        queued.nursery.start_soon(_close_cooperatively, resources)
-        phase_two = trio.current_time() + self._grace
-        self._scope.deadline = phase_two
-        self._phase_two = self._keeper.call_at(phase_two, resources.force_close)
-
-    def _after_commit(self, committed: bool) -> None:
-        if not committed:
-            self.phase_one()
-
-    def cancel(self) -> None:
-        """The attempt ended: drop what has not run."""
-        self._phase_one.cancel()
-        if self._phase_two is not None:
-            self._phase_two.cancel()
-
-
-class _Hooks:
-    """Which of a job class's optional hooks do anything: the defaults are not awaited."""
-
-    __slots__ = ("post_execute", "pre_execute")
-
-    def __init__(self, cls: type[AbstractJob[Any]]) -> None:
-        self.pre_execute = cls.pre_execute is not AbstractJob.pre_execute
-        self.post_execute = cls.post_execute is not AbstractJob.post_execute
-
-
-_HOOKS: dict[type, _Hooks] = {}
-
-
-def _hooks_of(cls: type[AbstractJob[Any]]) -> _Hooks:
-    hooks = _HOOKS.get(cls)
-    if hooks is None:
-        hooks = _HOOKS[cls] = _Hooks(cls)
-    return hooks
-
-
-def _timed_out(job: AbstractJob[Any], casualty: BaseException | None) -> _Verdict:
-    """The one TIMED_OUT verdict: a casualty already readable by a model passes through
-    unchanged (TMO-05); anything else, or nothing, becomes a JobTimeoutError over the job's
-    budget with the casualty as its cause (TMO-01)."""
-    if isinstance(casualty, LLMReadableError) and not isinstance(casualty, CancellationRequested):
-        return _Verdict(JobState.TIMED_OUT, error=casualty)
-    return _Verdict(JobState.TIMED_OUT, error=JobTimeoutError(_budget(job), casualty))
-
-
-def _budget(job: AbstractJob[Any]) -> float:
-    return max(job.timeout or 0.0, 1e-9)
-
-
-@trio.lowlevel.enable_ki_protection
-async def _close_cooperatively(resources: JobResources) -> None:
-    """Phase one's close, on a task of its own in the job's nursery."""
-    try:
-        await resources.aclose()
-    except ResourceCloseError:
-        log.exception("closing the resources of a timed-out job failed")
-    except GrantReleaseError as fault:
-        _account_fault(fault, None)
-
-
-async def _roll_back_onto(resources: JobResources, failure: BaseException | None) -> None:
-    """Roll back a failed transactional attempt; a failed rollback rides on the job's own
-    failure as suppressed (EXEC-05), or is logged when the attempt timed out."""
-    try:
-        await resources.rollback_all()
-    except UncorrectableError as rollback_failure:
-        if failure is not None:
-            add_suppressed(failure, rollback_failure)
-        else:
-            log.error("rolling back a timed-out job failed: %s", rollback_failure)
-
-
-def _account_fault(fault: GrantReleaseError, failure: BaseException | None) -> None:
-    """An account raised as a finished attempt's grant went back (ADM-45). The grant is settled
-    and every other account has its permits; the fault is the account's, not the job's, so the
-    job keeps its verdict and its result. The fault is logged naming the account, and rides on
-    the job's own failure, if it has one, as suppressed."""
-    log.error(
-        "account %s raised while the grant of a finished job went back; the job keeps its "
-        "outcome: %s",
-        fault.account or "(unknown)",
-        fault,
-        exc_info=fault,
-    )
-    if failure is not None:
-        add_suppressed(failure, fault)
-
-
-def _stop_requests_to(resources: JobResources, queued: QueuedJob) -> Callable[[], None]:
-    """While the commit is in flight, a cancel of the job or an interrupt of its nursery (phase
-    two, a shutdown) asks the commit to answer within its window. Returns the call that stops
-    listening."""
-    unregister = queued.context.on_cancel(resources.request_stop)
-    listening = trio.CancelScope()
-    assert queued.nursery is not None
-    queued.nursery.start_soon(_request_stop_when_interrupted, resources, listening)
-
-    def unwatch() -> None:
-        unregister()
-        listening.cancel()
-
-    return unwatch
-
-
-@trio.lowlevel.enable_ki_protection
-async def _request_stop_when_interrupted(
-    resources: JobResources, listening: trio.CancelScope
-) -> None:
-    with listening:
-        try:
-            await trio.sleep_forever()
-        finally:
-            if not listening.cancel_called:  # the job's nursery was cancelled, not this task
-                resources.request_stop()
-
-
-def _stopped_after_commit(
-    context: JobContext, resources: JobResources, failure: BaseException | None
-) -> CancellationRequested:
-    """What a job cancelled (or interrupted) once its commit was sent tells its caller: the
-    cancel outranks the outcome (ST-03, ST-06), so the job ends CANCELLED, but its cause
-    (a CancelledAfterCommit) says what the commit did and names the databases committed, so a
-    committed job is never taken for one that was rolled back."""
-    return resources.cancelled_after_commit(
-        context.cancel_reason or "the job was interrupted", failure
-    )
-
-
-def _cycle_message(target: str, path: list[str]) -> str:
-    return (
-        f"Cycle detected: submitting {target} with these dependencies closes the cycle "
-        + " -> ".join([target, *path])
-    )
-
-
-def _workflow_event(snapshot: JobSnapshot, verdict: _Verdict) -> ev.WorkflowCompleteEvent:
-    if verdict.state is JobState.COMPLETED:
-        return ev.WorkflowCompleteEvent(snapshot=snapshot, successful=True)
-    reason = f"Workflow ended {verdict.state.value}: {verdict.error}"
-    return ev.WorkflowCompleteEvent(snapshot=snapshot, successful=False, reason=reason)
-
-
-def _is_cancellation(exc: BaseException) -> bool:
-    """trio's own cancellation, bare or inside a group from a nursery: never swallowed."""
-    if isinstance(exc, trio.Cancelled):
-        return True
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.split(trio.Cancelled)[0] is not None
-    return False
-
-
-def _upstream_in_chain(exc: BaseException) -> bool:
-    seen: set[int] = set()
-    stack = [exc]
-    while stack:
-        link = stack.pop()
-        if id(link) in seen:
-            continue
-        seen.add(id(link))
-        if isinstance(link, ExternalServiceError | UpstreamRetry):
-            return True
-        if isinstance(link, BaseExceptionGroup):
-            stack.extend(link.exceptions)
-        for nxt in (link.__cause__, link.__context__):
-            if nxt is not None:
-                stack.append(nxt)
-    return False
-
-
-def _commit_cause(queued: QueuedJob) -> CancellationRequested | None:
-    """For a job cancelled once its commit was sent (during its close, its output guards or
-    ``post_execute``): what the commit did, so a committed job is never taken for one that was
-    rolled back."""
-    if queued.committing is None:
-        return None
-    return _stopped_after_commit(queued.context, queued.committing, queued.failure)
 
 
 def _set_on_answer(event: trio.Event, committed: bool) -> None:

@@ -82,6 +82,11 @@ class Heart:
         self._running = False
         self._ended = trio.Event()
 
+    def published_request(self, context: JobContext, data: object) -> ev.HeartbeatEvent | None:
+        """What ``context.publish(data)`` sends for a heartbeat request, or ``None`` for
+        anything else (see :func:`published_request`)."""
+        return published_request(context, data)
+
     # -- life -----------------------------------------------------------------------------------
     @property
     def is_stopping(self) -> bool:

@@ -393,10 +393,11 @@ class JobContext:
         A heartbeat request is not progress: a ``ScheduleHeartbeat`` from an orchestrator is
         minted with its user and sealed scope guard and goes to the Heart (any other job is
         refused, "Only orchestrators may schedule"), and a ``CancelHeartbeat`` goes to the bus.
+        The dispatcher's Heart tells them apart; a context built outside any dispatcher has no
+        Heart, and what it publishes is progress.
         """
-        from ..heartbeat.heart import published_request
-
-        request = published_request(self, data)
+        heart = None if self.dispatcher is None else self.dispatcher.heart
+        request = None if heart is None else heart.published_request(self, data)
         if request is not None:
             self._emit(request)
             return

@@ -38,7 +38,7 @@ from ..jobs.state import JobType
 from ..models.binding import ModelBinding
 from ..models.grades import Depth, Grade
 from .answers import RawResponse, ResponseHandler
-from .clients import LLMResponse, ToolSpec
+from .clients import LLMResponse, ObservableLLMClient, ToolSpec
 from .conversation import Conversation
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ class LLMCall(Tool[T], Generic[T]):
         assert self.binding is not None, "the dispatcher resolves the binding before execute"
         spec = self.binding.model
         models = context.dispatcher.models
-        client = models.llm_client(spec, context)
+        client = ObservableLLMClient(models.provider_client(spec), context)
         request = self.conversation.request_for(
             spec, tools=self.tools, output_schema=self.answer.output_schema()
         )

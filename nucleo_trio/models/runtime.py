@@ -11,8 +11,8 @@ process share no picker, no envelope and no frozen embeddings seat. It does thre
 * through :class:`ModelDemandAssembler` it turns an attempt's bindings into the first entries of
   the attempt's demand: resolved, priced, judged by every spend gate, then one token reservation
   on each entry's bucket, or one permit on its gate (JR-02, JR-06, EXEC-14);
-* it hands a job the client of a resolved entry, wrapped so every call lands on the job's
-  context (:meth:`ModelRuntime.llm_client`).
+* it keeps the client each resolved entry's provider built (:meth:`ModelRuntime.provider_client`),
+  one per entry, which the LLM layer wraps so every call lands on the job's context.
 
 The catalog is loaded on first use, not at start, so a dispatcher that never calls a model
 needs no catalog.
@@ -24,12 +24,11 @@ import logging
 import random
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..admission import Demand
 from ..errors import ModelResolutionError, UncorrectableError
 from ..jobs.stoppable import AbstractStoppable
-from ..llm.clients.rate_limit_info import RateLimitType
 from ..resources.job_resources import demand_of
 from .binding import ModelBinding
 from .catalog import ModelCatalog, ModelSpec, load_catalog
@@ -52,7 +51,7 @@ if TYPE_CHECKING:
     from ..dispatch.dispatcher import JobDispatcher
     from ..jobs.context import JobContext
     from ..jobs.requirements import JobRequirements
-    from ..llm.clients import LLMResponse, ObservableEmbeddingsClient, ObservableLLMClient
+    from ..llm.clients import EmbeddingsClient, LLMClient, LLMResponse
     from ..resources.provider import DBResourceProvider
 
 __all__ = ["ModelDemandAssembler", "ModelRuntime", "binding_accounts"]
@@ -88,8 +87,8 @@ class ModelRuntime(AbstractStoppable):
         self._attempts: weakref.WeakKeyDictionary[JobContext, list[Attempt]] = (
             weakref.WeakKeyDictionary()
         )
-        self._clients: dict[str, Any] = {}
-        self._embedding_clients: dict[str, Any] = {}
+        self._clients: dict[str, LLMClient] = {}
+        self._embedding_clients: dict[str, EmbeddingsClient] = {}
         self._dispatcher: JobDispatcher | None = None
         self._accounts: RateLimiterRegistry | None = None
 
@@ -198,7 +197,7 @@ class ModelRuntime(AbstractStoppable):
         info = response.rate_limit_info if response is not None else None
         if (
             info is None
-            or info.kind is not RateLimitType.CAPACITY
+            or not info.describes_capacity
             or self._accounts is None
             or spec.max_concurrent is not None
             or spec.tpm is None
@@ -354,32 +353,29 @@ class ModelRuntime(AbstractStoppable):
             )
 
     # -- clients ------------------------------------------------------------------------------------
-    def llm_client(self, spec: ModelSpec, context: JobContext | None = None) -> ObservableLLMClient:
-        """The client of ``spec``'s provider, recording every call on ``context`` (or on the
-        current job). One delegate per entry, built on first use by the provider."""
-        from ..llm.clients import ObservableLLMClient
-
+    def provider_client(self, spec: ModelSpec) -> LLMClient:
+        """The client ``spec``'s provider built for it: one per entry, built on first use and
+        closed when the dispatcher stops. Callers wrap it
+        (:class:`~nucleo_trio.llm.clients.ObservableLLMClient`) so each call is recorded on
+        the job that made it."""
         delegate = self._clients.get(spec.id)
         if delegate is None:
             provider = self.providers.get(spec.provider_key)
             if provider is None or provider.llm is None:
                 raise UncorrectableError(f"{spec.id}: {self.providers.missing(spec.provider_key)}")
             delegate = self._clients[spec.id] = provider.llm(spec)
-        return ObservableLLMClient(delegate, context)
+        return delegate
 
-    def embeddings_client(
-        self, spec: ModelSpec, context: JobContext | None = None
-    ) -> ObservableEmbeddingsClient:
-        """The embeddings client of ``spec``'s provider, recording on ``context``."""
-        from ..llm.clients import ObservableEmbeddingsClient
-
+    def provider_embeddings_client(self, spec: ModelSpec) -> EmbeddingsClient:
+        """The embeddings client ``spec``'s provider built for it, as :meth:`provider_client`
+        (wrapped by :class:`~nucleo_trio.llm.clients.ObservableEmbeddingsClient`)."""
         delegate = self._embedding_clients.get(spec.id)
         if delegate is None:
             provider = self.providers.get(spec.provider_key)
             if provider is None or provider.embeddings is None:
                 raise UncorrectableError(f"{spec.id}: {self.providers.missing(spec.provider_key)}")
             delegate = self._embedding_clients[spec.id] = provider.embeddings(spec)
-        return ObservableEmbeddingsClient(delegate, context)
+        return delegate
 
     async def do_stop(self) -> None:
         """Close every client the providers built, then what the providers hold."""

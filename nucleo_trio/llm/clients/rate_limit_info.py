@@ -131,6 +131,11 @@ class RateLimitInfo:
     captured_at: float | None = attrs.field(factory=trio_now_or_none)
 
     @property
+    def describes_capacity(self) -> bool:
+        """Whether this is a CAPACITY reading: the provider's published caps (RLI-03)."""
+        return self.kind is RateLimitType.CAPACITY
+
+    @property
     def tokens_per_minute(self) -> int:
         """The token cap a minute, 0 when the provider did not publish it (RLI-03)."""
         return self.token_limit if self.token_limit is not None else 0

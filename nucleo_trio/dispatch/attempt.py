@@ -1,0 +1,379 @@
+"""One execution of a job, inside its own nursery: guards, attempts, re-runs.
+
+The route a job's task takes once its lane let it go (``JobDispatcher._run_job``):
+:func:`execute` waits for the dependencies holding nothing, runs the input guards, then
+:func:`run_attempts`, then the output guards and ``post_execute``. Each :func:`attempt`
+captures the requirements afresh, asks admission for the whole demand (a grant at once, or a
+place in the line, holding nothing), arms the two-phase :class:`~.deadline.Deadline`, opens
+the database handles, runs ``pre_execute`` and ``execute`` (inside a transaction when asked),
+signals the limiters, and closes. An upstream signal re-runs the attempt with jittered pacing
+against the job's own budget; a truncation or a correction re-runs it at once, within theirs.
+Steps with nothing to do (no dependencies, no guards, the default hooks, no handles) are
+answered synchronously rather than awaited.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..admission import Grant
+from ..admission.limiter import RateLimiter
+from ..bus import events as ev
+from ..errors import (
+    MAX_PACING_SECONDS,
+    JobTimeoutError,
+    OutputTruncationRetry,
+    RateLimitRetry,
+    RerunSignal,
+    ResponseCorrectionRetry,
+    UncorrectableError,
+    UpstreamFailure,
+    UpstreamRetry,
+    add_suppressed,
+)
+from ..guardrails import StandardGuardrailEnforcer
+from ..jobs.job import AbstractJob
+from ..jobs.state import JobState
+from ..models.runtime import binding_accounts
+from ..resources import (
+    DBResourceProvider,
+    DBResourceProviders,
+    GrantReleaseError,
+    JobResources,
+    ResourceCloseError,
+)
+from ._boundary import _fatal_in
+from .deadline import Deadline, stop_requests_to
+from .dependencies import await_dependencies, wait_holding_nothing
+from .verdicts import (
+    Verdict,
+    account_fault,
+    budget_of,
+    is_cancellation,
+    settled_verdict,
+    stopped_after_commit,
+    upstream_in_chain,
+    verdict_for,
+)
+
+if TYPE_CHECKING:
+    from ..bus.bus import MessageBus
+    from ..jobs.context import JobContext
+    from ..jobs.requirements import JobRequirements
+    from .dispatcher import JobDispatcher
+    from .lanes import QueuedJob
+
+__all__ = [
+    "MAX_CORRECTION_RETRIES",
+    "MAX_TRUNCATION_RETRIES",
+    "Hooks",
+    "attempt",
+    "execute",
+    "hooks_of",
+    "run_attempts",
+]
+
+log = logging.getLogger("nucleo_trio.dispatcher")
+
+MAX_CORRECTION_RETRIES = 4
+"""The dispatcher's backstop behind a job's own correction budget (EXEC-16)."""
+
+MAX_TRUNCATION_RETRIES = 1
+"""A truncated answer is re-run once at the escalated budget (or on the failover model)."""
+
+
+async def execute(dispatcher: JobDispatcher, queued: QueuedJob) -> Verdict:
+    job, context = queued.job, queued.context
+    hooks = hooks_of(type(job))
+    guardrails = dispatcher.guardrails
+    # Steps that have nothing to do are answered synchronously rather than awaited: no
+    # dependencies, no guard on a side (the standard enforcer answers that at once), the
+    # default pre/post hooks. Same answers, fewer coroutines.
+    # Exactly the standard enforcer answers at once: a subclass may override the seats.
+    standard = guardrails if type(guardrails) is StandardGuardrailEnforcer else None
+    try:
+        if queued.dependencies:
+            await await_dependencies(dispatcher._graph, queued)
+        if standard is None or not standard.input_settled_now(job, context):
+            await guardrails.before_resources(job, context)
+        result = await run_attempts(dispatcher, queued, hooks)
+        context.set_result(result)
+        if standard is None or not standard.output_settled_now(job, context):
+            await guardrails.after_release(job, context, result)
+        if hooks.post_execute:
+            await job.post_execute(context)
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes the job's verdict
+        if is_cancellation(exc) or _fatal_in(exc) is not None:
+            raise
+        return verdict_for(queued, exc)
+    return settled_verdict(queued, Verdict(JobState.COMPLETED, result=result))
+
+
+async def run_attempts(dispatcher: JobDispatcher, queued: QueuedJob, hooks: Hooks) -> Any:
+    """Attempts until one answers, re-running on the three signals within their budgets."""
+    job, context = queued.job, queued.context
+    upstream = truncations = corrections = 0
+    first_truncation: OutputTruncationRetry | None = None
+    while True:
+        context.check_cancellation()
+        # The door's capture served routing; every attempt captures afresh (SUB-10).
+        requirements = job.requirements()
+        try:
+            return await attempt(dispatcher, queued, requirements, hooks)
+        except RerunSignal as signal:
+            if context.timed_out or context.is_cancelled:
+                raise  # a cancellation or a timeout is never re-run (SIG-06)
+            if isinstance(signal, UpstreamRetry):
+                upstream += 1
+                budget = job.upstream_retries
+                if upstream > budget:
+                    raise UncorrectableError(
+                        f"{job.name} exhausted its transparent retry budget ({budget}) on "
+                        f"upstream signals; the last one: {signal}",
+                        cause=signal,
+                    ) from signal
+                delay = type(signal).pacing_delay(upstream, dispatcher._rng)
+                if signal.retry_after is not None:
+                    delay = min(max(delay, signal.retry_after), MAX_PACING_SECONDS)
+                publish_retry(dispatcher.bus, context, signal, delay)
+                await pace(context, delay)
+            elif isinstance(signal, OutputTruncationRetry):
+                truncations += 1
+                if truncations > MAX_TRUNCATION_RETRIES:
+                    first = first_truncation.model if first_truncation else None
+                    if first is not None and signal.model is not None and signal.model != first:
+                        how = f"after failover from {first}"
+                    else:
+                        how = "after the job rebuilt its conversation at the escalated budget"
+                    raise UncorrectableError(
+                        f"{job.name}: the model's output was truncated again {how}",
+                        cause=signal,
+                    ) from signal
+                first_truncation = signal
+                publish_retry(dispatcher.bus, context, signal, None)
+            else:
+                corrections += 1
+                if corrections > MAX_CORRECTION_RETRIES:
+                    raise UncorrectableError(
+                        f"{job.name}: Exceeded max response correction retries "
+                        f"({MAX_CORRECTION_RETRIES}); the last: {signal}",
+                        cause=signal,
+                    ) from signal
+                publish_retry(dispatcher.bus, context, signal, None)
+
+
+async def pace(context: JobContext, delay: float) -> None:
+    """The pacing sleep between re-runs, holding nothing; a cancel ends it."""
+    done = trio.Event()
+    with trio.move_on_after(delay):
+        await wait_holding_nothing(context, done)
+
+
+def publish_retry(
+    bus: MessageBus, context: JobContext, signal: RerunSignal, delay: float | None
+) -> None:
+    snapshot = context.snapshot()
+    event: ev.JobEvent
+    attempt = context.attempt + 1  # the attempt the signal is about to run
+    if isinstance(signal, RateLimitRetry):
+        event = ev.RateLimitRetryEvent(
+            snapshot=snapshot, attempt=attempt, delay=delay, reason=str(signal)
+        )
+    elif isinstance(signal, UpstreamRetry):
+        event = ev.TransientErrorRetryEvent(
+            snapshot=snapshot, attempt=attempt, delay=delay, reason=str(signal)
+        )
+    elif isinstance(signal, OutputTruncationRetry):
+        event = ev.OutputTruncationRetryEvent(
+            snapshot=snapshot,
+            attempt=attempt,
+            reason=str(signal),
+            model=signal.model,
+            previous_budget=signal.previous_max_tokens,
+            new_budget=signal.escalated_max_tokens,
+        )
+    else:
+        assert isinstance(signal, ResponseCorrectionRetry)
+        event = ev.ResponseCorrectionRetryEvent(
+            snapshot=snapshot, attempt=attempt, reason=str(signal), model=signal.model
+        )
+    bus.publish(event)
+
+
+async def attempt(
+    dispatcher: JobDispatcher, queued: QueuedJob, requirements: JobRequirements, hooks: Hooks
+) -> Any:
+    """One attempt: admit, arm the timeout, open the handles, run (inside a transaction
+    when asked), signal, close."""
+    job, context = queued.job, queued.context
+    providers = providers_of(dispatcher.databases, requirements)
+    demand = dispatcher.demand_assembler.assemble(
+        requirements, context, dispatcher.http_gate, providers
+    )
+    context.attempt += 1
+    # The synchronous half first: a grant at once costs no scheduler step, and a job that
+    # must wait joins the line and parks holding nothing.
+    entered = dispatcher.admission.enter(demand, context)
+    grant = entered if isinstance(entered, Grant) else await dispatcher.admission.wait(entered)
+    context.record_admission_wait(grant.wall_wait_ms)
+    for account, ms in grant.wait_times_ms.items():
+        context.record_resource_wait(account, ms)
+    resources = JobResources(
+        dispatcher.admission,
+        grant,
+        providers,
+        context=context,
+        read_only=requirements.read_only,
+        spawn=dispatcher._spawn_system,
+    )
+    outcome: Any = None
+    failure: BaseException | None = None
+    assert queued.nursery is not None
+    scope = queued.nursery.cancel_scope
+    deadline: Deadline | None = None
+    try:
+        if job.timeout is not None:
+            deadline = Deadline(dispatcher._timekeeper, queued, scope, resources, job.timeout)
+        context.is_executing_job_with_resources = not demand.is_empty
+        if providers:
+            await resources.materialize()  # a failure rolls the grant back; never runs
+        context.resources = resources
+        transactional = requirements.requires_transaction and resources.has_database
+        try:
+            if hooks.pre_execute:
+                await job.pre_execute(context)
+            if not context.try_transition(JobState.RUNNING):
+                context.check_cancellation()
+            if dispatcher.bus.has_listeners(job.workflow_id):
+                dispatcher.bus.publish(
+                    ev.JobStartedEvent(snapshot=context.snapshot(), attempt=context.attempt)
+                )
+            resources.executed = True
+            if transactional:
+                await resources.begin_all()
+            outcome = await job.execute(context)
+            if transactional and not context.timed_out and not context.is_cancelled:
+                transactional = False  # commit_all rolls back what it could not commit
+                # Once sent, the commit's answer is the outcome (EXEC-03, JR-15): commit_all
+                # is shielded, a cancel or an interrupt gives it the commit window to
+                # answer, and a deadline that lands meanwhile waits for it (_arm_timeout).
+                unwatch = stop_requests_to(resources, queued)
+                try:
+                    await resources.commit_all()
+                finally:
+                    unwatch()
+                if deadline is not None:
+                    deadline.cancel()  # committed: the work is durable, its deadline met
+        except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
+            if is_cancellation(exc):
+                raise
+            failure = exc
+        if resources.commit_sent:
+            queued.committing = resources
+        queued.failure = failure
+        if transactional and (failure is not None or context.timed_out or context.is_cancelled):
+            await roll_back_onto(resources, failure)
+        if failure is None and not context.timed_out and not context.is_cancelled:
+            for limiter in signalled(requirements):
+                signal_limiter(limiter.on_success, limiter)
+        elif failure is not None and not context.is_cancelled:
+            if upstream_in_chain(failure):
+                upstream = UpstreamFailure.from_exception(failure)
+                for limiter in signalled(requirements):
+                    signal_limiter(partial(limiter.on_rate_limit_error, upstream), limiter)
+    finally:
+        context.is_executing_job_with_resources = False
+        if deadline is not None:
+            deadline.cancel()
+        try:
+            if scope.cancel_called:
+                # Phase two or shutdown: no checkpoint may replace the job's own verdict,
+                # so what is still open is aborted, and closed in the background before
+                # its permits go back.
+                resources.force_close()
+            elif not resources.close_now():  # no handles: settled without a step
+                await resources.aclose()
+        except ResourceCloseError as close_failure:
+            if failure is None:
+                failure = close_failure
+            else:
+                add_suppressed(failure, close_failure)
+        except GrantReleaseError as fault:
+            account_fault(fault, failure)  # the job keeps its verdict and result (ADM-45)
+        finally:
+            context.resources = None
+    if (
+        resources.commit_sent
+        and (scope.cancel_called or context.is_cancelled)
+        and not context.timed_out
+    ):
+        raise stopped_after_commit(context, resources, failure)
+    if failure is not None:
+        raise failure
+    if context.timed_out:
+        raise JobTimeoutError(budget_of(job))
+    return outcome
+
+
+def providers_of(
+    databases: DBResourceProviders, requirements: JobRequirements
+) -> tuple[DBResourceProvider, ...]:
+    """The declared databases, names resolved against :attr:`databases`."""
+    if not requirements.databases:
+        return ()
+    return tuple(databases.provider(p) if isinstance(p, str) else p for p in requirements.databases)
+
+
+def signal_limiter(call: Any, limiter: RateLimiter) -> None:
+    try:
+        call()
+    except Exception:
+        log.exception(
+            "limiter %s raised from its upstream signal",
+            getattr(limiter, "limiter_name", limiter),
+        )
+
+
+def signalled(requirements: JobRequirements) -> list[RateLimiter]:
+    """The accounts an attempt's outcome is reported to: each model binding's, then each
+    custom limiter (SIG-01, ERR-14)."""
+    if not requirements.model_bindings and not requirements.rate_limiters:
+        return []
+    return [*binding_accounts(requirements), *(n.limiter for n in requirements.limiters)]
+
+
+class Hooks:
+    """Which of a job class's optional hooks do anything: the defaults are not awaited."""
+
+    __slots__ = ("post_execute", "pre_execute")
+
+    def __init__(self, cls: type[AbstractJob[Any]]) -> None:
+        self.pre_execute = cls.pre_execute is not AbstractJob.pre_execute
+        self.post_execute = cls.post_execute is not AbstractJob.post_execute
+
+
+_HOOKS: dict[type, Hooks] = {}
+
+
+def hooks_of(cls: type[AbstractJob[Any]]) -> Hooks:
+    """The class's :class:`Hooks`, worked out once per class."""
+    hooks = _HOOKS.get(cls)
+    if hooks is None:
+        hooks = _HOOKS[cls] = Hooks(cls)
+    return hooks
+
+
+async def roll_back_onto(resources: JobResources, failure: BaseException | None) -> None:
+    """Roll back a failed transactional attempt; a failed rollback rides on the job's own
+    failure as suppressed (EXEC-05), or is logged when the attempt timed out."""
+    try:
+        await resources.rollback_all()
+    except UncorrectableError as rollback_failure:
+        if failure is not None:
+            add_suppressed(failure, rollback_failure)
+        else:
+            log.error("rolling back a timed-out job failed: %s", rollback_failure)

@@ -1,0 +1,127 @@
+"""The two-phase timeout, on the job's own nursery.
+
+Phase one is a timekeeper call at the job's deadline: it sets the timeout and cancel
+flags, runs the callbacks, closes the resources on a task of their own in the job's
+nursery, and sets the nursery's cancel-scope deadline to the end of the grace. Phase two
+is that deadline: trio cancels the job, and a timekeeper call force-closes (aborts) what
+a job that does not unwind still holds. A job that finishes in time costs one heap
+entry. The attempt arms one :class:`Deadline` and cancels it when it ends.
+
+A deadline that lands while the job's commit is in flight waits for the commit's answer,
+for at most the commit window (:data:`~nucleo_trio.resources.COMMIT_WINDOW`; past it
+the commit is aborted and its fate unknown). The job's work was done and sent before
+its deadline, and the database decides the outcome: committed, the job met its deadline
+and ends COMPLETED with its result (reporting TIMED_OUT would invite a retry of work
+that is durable; what is left of the attempt is the close, which the commit window
+bounds); not committed, phase one runs at once and the caller gets the commit's own
+error, which says what was rolled back (TMO-04, TMO-05).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from ..resources import GrantReleaseError, JobResources, ResourceCloseError
+from .lanes import QueuedJob, grace_period
+from .timekeeper import Timekeeper, TimerHandle
+from .verdicts import account_fault
+
+__all__ = ["Deadline", "close_cooperatively", "stop_requests_to"]
+
+log = logging.getLogger("nucleo_trio.dispatcher")
+
+
+class Deadline:
+    """One attempt's armed two-phase timeout, on the job's own nursery: the phase-one call at
+    the deadline and, once phase one ran, the phase-two force-close. :meth:`cancel` drops what
+    has not run when the attempt ends."""
+
+    __slots__ = ("_grace", "_keeper", "_phase_one", "_phase_two", "_queued", "_resources", "_scope")
+
+    def __init__(
+        self,
+        keeper: Timekeeper,
+        queued: QueuedJob,
+        scope: trio.CancelScope,
+        resources: JobResources,
+        budget: float,
+    ) -> None:
+        context = queued.context
+        context.arm_deadline(budget)
+        assert context.deadline is not None
+        self._keeper = keeper
+        self._queued = queued
+        self._scope = scope
+        self._resources = resources
+        self._grace = grace_period(budget)
+        self._phase_two: TimerHandle | None = None
+        self._phase_one = keeper.call_at(context.deadline, self.phase_one)
+
+    def phase_one(self) -> None:
+        """The deadline: time the job out, unless its commit decides (see the module)."""
+        resources = self._resources
+        if resources.commit_in_flight:
+            resources.request_stop()
+            resources.on_commit_answer(self._after_commit)
+            return
+        if resources.commit_sent and resources.all_committed:
+            return  # committed before the deadline; the attempt has not resumed yet
+        queued = self._queued
+        queued.context.time_out()
+        assert queued.nursery is not None
+        queued.nursery.start_soon(close_cooperatively, resources)
+        phase_two = trio.current_time() + self._grace
+        self._scope.deadline = phase_two
+        self._phase_two = self._keeper.call_at(phase_two, resources.force_close)
+
+    def _after_commit(self, committed: bool) -> None:
+        if not committed:
+            self.phase_one()
+
+    def cancel(self) -> None:
+        """The attempt ended: drop what has not run."""
+        self._phase_one.cancel()
+        if self._phase_two is not None:
+            self._phase_two.cancel()
+
+
+@trio.lowlevel.enable_ki_protection
+async def close_cooperatively(resources: JobResources) -> None:
+    """Phase one's close, on a task of its own in the job's nursery."""
+    try:
+        await resources.aclose()
+    except ResourceCloseError:
+        log.exception("closing the resources of a timed-out job failed")
+    except GrantReleaseError as fault:
+        account_fault(fault, None)
+
+
+def stop_requests_to(resources: JobResources, queued: QueuedJob) -> Callable[[], None]:
+    """While the commit is in flight, a cancel of the job or an interrupt of its nursery (phase
+    two, a shutdown) asks the commit to answer within its window. Returns the call that stops
+    listening."""
+    unregister = queued.context.on_cancel(resources.request_stop)
+    listening = trio.CancelScope()
+    assert queued.nursery is not None
+    queued.nursery.start_soon(_request_stop_when_interrupted, resources, listening)
+
+    def unwatch() -> None:
+        unregister()
+        listening.cancel()
+
+    return unwatch
+
+
+@trio.lowlevel.enable_ki_protection
+async def _request_stop_when_interrupted(
+    resources: JobResources, listening: trio.CancelScope
+) -> None:
+    with listening:
+        try:
+            await trio.sleep_forever()
+        finally:
+            if not listening.cancel_called:  # the job's nursery was cancelled, not this task
+                resources.request_stop()
