@@ -82,6 +82,18 @@ EXPECTED: dict[str, list[str]] = {
         r"^4 refused: The output of Fetch contains personal data \(email address\)",
         r"^Fetch ran 2 times; the desk is sealed to ScopeGuard\[TenantScope\[tenant_id=acme\]\]$",
     ],
+    "otel_console.py": [
+        r"^span 'handle request' UNSET \[\]$",
+        r"^-- metrics while the third fetch waits:$",
+        r"^metric nucleo\.admission\.parked\{\} 1$",
+        r"^metric nucleo\.jobs\.running\{job\.type=TOOL\} 2$",
+        r"^metric nucleo\.limiter\.in_use\{limiter\.category=semaphore,limiter\.name=api\} 2$",
+        r"^span 'fetch faq' OK TOOL attempt 1 "
+        r"\[limiter\.held, limiter\.granted_from_hold, limiter\.released\]$",
+        r"^-- metrics at exit \(the dispatcher has stopped: no gauges\):$",
+        r"^metric nucleo\.job\.completed\{job\.type=TOOL\} 3$",
+        r"^metric nucleo\.limiter\.acquire\{.*limiter\.name=api,outcome=held\} 1$",
+    ],
     "openai_compatible.py": [
         r"^endpoint: local fake server at http://127\.0\.0\.1:\d+/v1$",
         r"^model: small -> gpt-4o-mini, 2 attempts$",

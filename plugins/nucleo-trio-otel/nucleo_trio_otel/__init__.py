@@ -18,12 +18,10 @@ reports through it (the entry point is :mod:`nucleo_trio_otel.plugin`)::
 
 from .metrics import (
     HEALTH_READ_TIMEOUT as HEALTH_READ_TIMEOUT,
+    INSTRUMENTATION_NAME as INSTRUMENTATION_NAME,
     DispatcherMetrics as DispatcherMetrics,
 )
-from .observer import (
-    INSTRUMENTATION_NAME as INSTRUMENTATION_NAME,
-    OpenTelemetryObserver as OpenTelemetryObserver,
-)
+from .observer import OpenTelemetryObserver as OpenTelemetryObserver
 from .plugin import OpenTelemetryPlugin as OpenTelemetryPlugin, is_configured as is_configured
 
 __all__ = [

@@ -2,31 +2,26 @@
 
 Counters and histograms are fed from the bus's events as they are delivered (OBS-24, OBS-25):
 
-========================== ============ ==================================================
-instrument                 kind         attributes
-========================== ============ ==================================================
-``nucleo.limiter.acquire`` counter      ``limiter.name``, ``limiter.category``, ``outcome``
-                                        (``immediate`` or ``held``)
-``nucleo.limiter.reject``  counter      ``limiter.name``, ``limiter.category``, ``reason``
-``nucleo.limiter.wait``    histogram, s ``limiter.name``, ``limiter.category``
-``nucleo.job.started``     counter      ``job.type``
-``nucleo.job.completed``   counter      ``job.type``
-``nucleo.job.failed``      counter      ``job.type``, ``error.type`` (the exception's class
-                                        name, ``timeout`` or ``cancelled``)
-``nucleo.job.duration``    histogram, s ``job.type``, ``outcome``
-========================== ============ ==================================================
+- ``nucleo.limiter.acquire`` (counter): grants, by ``limiter.name``, ``limiter.category`` and
+  ``outcome`` (``immediate`` or ``held``);
+- ``nucleo.limiter.reject`` (counter): refusals, by ``limiter.name``, ``limiter.category`` and
+  ``reason``;
+- ``nucleo.limiter.wait`` (histogram, seconds): how long a job was held on an account, by
+  ``limiter.name`` and ``limiter.category``;
+- ``nucleo.job.started`` and ``nucleo.job.completed`` (counters), by ``job.type``;
+- ``nucleo.job.failed`` (counter), by ``job.type`` and ``error.type`` (the exception's class
+  name, ``timeout`` or ``cancelled``);
+- ``nucleo.job.duration`` (histogram, seconds), by ``job.type`` and ``outcome``.
 
-and observable gauges are read from the dispatcher's live state
+Observable gauges read the dispatcher's live state
 (:meth:`~nucleo_trio.dispatch.JobDispatcher.health`) each time the SDK collects:
 
-============================= ==========================================================
-``nucleo.limiter.in_use``     what each account has out, by ``limiter.name`` and
-                              ``limiter.category``
-``nucleo.limiter.capacity``   each account's capacity, same attributes
-``nucleo.admission.parked``   jobs parked in admission
-``nucleo.dispatcher.queued``  jobs waiting in each lane, by ``lane`` (``standard``, ``fast``)
-``nucleo.jobs.running``       jobs running, by ``job.type`` (every type, zero included)
-============================= ==========================================================
+- ``nucleo.limiter.in_use`` and ``nucleo.limiter.capacity``: each account's use and capacity,
+  by ``limiter.name`` and ``limiter.category``;
+- ``nucleo.admission.parked``: the jobs parked in admission;
+- ``nucleo.dispatcher.queued``: the jobs waiting in each lane, by ``lane`` (``standard``,
+  ``fast``);
+- ``nucleo.jobs.running``: the jobs running, by ``job.type`` (every type, zero included).
 
 No attribute names a job or a workflow: every attribute takes a bounded set of values.
 """
@@ -60,7 +55,7 @@ from nucleo_trio.observability import HealthSnapshot
 if TYPE_CHECKING:
     from nucleo_trio.dispatch import JobDispatcher
 
-__all__ = ["HEALTH_READ_TIMEOUT", "DispatcherMetrics"]
+__all__ = ["HEALTH_READ_TIMEOUT", "INSTRUMENTATION_NAME", "DispatcherMetrics"]
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +63,10 @@ HEALTH_READ_TIMEOUT: Final = 1.0
 """Seconds a collection from another thread waits for the trio thread to read the dispatcher's
 state; past it the gauges report nothing for that collection rather than hold the exporter."""
 
-_NAME: Final = "nucleo_trio"  # the same scope as the tracer (observer.INSTRUMENTATION_NAME)
-_VERSION: Final = "0.1.0"
+INSTRUMENTATION_NAME: Final = "nucleo_trio_otel"
+"""The instrumentation scope the tracer and the meter are obtained under (this package's name)."""
+
+INSTRUMENTATION_VERSION: Final = "0.1.0"
 
 
 class DispatcherMetrics:
@@ -90,7 +87,9 @@ class DispatcherMetrics:
         self._trio_token: trio.lowlevel.TrioToken | None = None
         self._trio_thread: int | None = None
         self.bind_to_trio()
-        meter = metrics.get_meter(_NAME, _VERSION, meter_provider=meter_provider)
+        meter = metrics.get_meter(
+            INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, meter_provider=meter_provider
+        )
         self._acquire = meter.create_counter(
             "nucleo.limiter.acquire", unit="{grant}", description="Admission grants per account"
         )

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context, metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
@@ -46,19 +46,14 @@ from nucleo_trio.bus import (
 )
 from nucleo_trio.jobs import JobSnapshot, current_job
 
-from .metrics import DispatcherMetrics
+from .metrics import INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, DispatcherMetrics
 
 if TYPE_CHECKING:
     from nucleo_trio.dispatch import JobDispatcher
 
-__all__ = ["INSTRUMENTATION_NAME", "OpenTelemetryObserver"]
+__all__ = ["OpenTelemetryObserver"]
 
 log = logging.getLogger(__name__)
-
-INSTRUMENTATION_NAME: Final = "nucleo_trio"
-"""The instrumentation scope name the tracer and the meter are obtained under."""
-
-_VERSION: Final = "0.1.0"
 
 
 def _ns(seconds: float) -> int:
@@ -197,7 +192,7 @@ class OpenTelemetryObserver(JobObserver[JobEvent]):
             )
         self._dispatcher = dispatcher
         self._tracer = trace.get_tracer(
-            INSTRUMENTATION_NAME, _VERSION, tracer_provider=tracer_provider
+            INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, tracer_provider=tracer_provider
         )
         self.metrics = DispatcherMetrics(dispatcher, meter_provider=meter_provider)
         """The dispatcher's instruments (see :class:`~nucleo_trio_otel.metrics.DispatcherMetrics`)."""
