@@ -24,6 +24,7 @@ from nucleo_trio.dispatch import DispatcherConfig, HeartbeatConfig, JobDispatche
 from nucleo_trio.heartbeat import (
     FixedInterval,
     HeartbeatFired,
+    HeartbeatScheduled,
     ScheduleHeartbeat,
     heartbeat_now,
 )
@@ -143,3 +144,25 @@ async def test_catch_up_after_every_worker_was_down_fires_each_missed_slot_once(
     assert len(missed) == 8, missed  # fast: 3.0 to 5.5, slow: 3.75 and 5.25
 
     assert all(instant == back_at for instant in fired_at[before : before + len(missed)])
+
+
+async def test_a_worker_wakes_for_a_heartbeat_another_worker_scheduled(redis_server: Any) -> None:
+    """On the real clock (the wake-up travels over Redis pub/sub, which a virtual clock would
+    not wait for): worker B sleeps on an empty schedule; worker A schedules a heartbeat 0.4 s
+    away and stops at once. B hears of the new head on the store's channel and fires it."""
+    prefix = f"test-hb-wake-{next(_PREFIXES)}"
+    fired: list[tuple[str, str, float]] = []
+    config = redis_config(redis_server.url, prefix)
+    b = Worker("b", fired)
+    async with open_dispatcher(config, bus=b.bus):
+        await trio.sleep(0.2)  # B has looked at the empty schedule and sleeps with no deadline
+        scheduled = trio.Event()
+        a_bus = MessageBus()
+        a_bus.subscribe(lambda event: scheduled.set(), event_type=HeartbeatScheduled)
+        async with open_dispatcher(config, bus=a_bus) as a:
+            due = heartbeat_now() + 0.4
+            a.schedule_heartbeat(ScheduleHeartbeat(Beat, "once", due), "ops")
+            with trio.fail_after(5):
+                await scheduled.wait()
+        await trio.sleep(0.8)
+    assert fired == [("b", "once", due)]

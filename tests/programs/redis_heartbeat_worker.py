@@ -2,7 +2,7 @@
 the Redis heartbeat store, and the schedule every worker publishes at its start.
 
 Run as ``python -m tests.programs.redis_heartbeat_worker URL --prefix P --period S --log FILE``.
-Once its imports are done the worker prints ``ready`` and reads one line from stdin: three epoch
+Once its dispatcher is up the worker prints ``ready`` and reads one line from stdin: three epoch
 instants, ``ANCHOR UNTIL STALL_AFTER`` (``inf`` for no stall), so a parent can start every
 worker and then give them all the same instants, however long each took to start. It then
 publishes the heartbeat ``pulse`` (anchored at ``ANCHOR``, every ``--period`` seconds) and runs
@@ -78,7 +78,7 @@ def _arguments(argv: Sequence[str]) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def _run(arguments: argparse.Namespace, anchor: float, until: float) -> None:
+async def _run(arguments: argparse.Namespace) -> None:
     config = DispatcherConfig(
         heartbeat=HeartbeatConfig(
             kind="redis",
@@ -99,6 +99,10 @@ async def _run(arguments: argparse.Namespace, anchor: float, until: float) -> No
     try:
         async with open_dispatcher(config) as dispatcher:
             dispatcher.bus.subscribe(note, event_type=HeartbeatFired)
+            print("ready", flush=True)
+            line = await trio.to_thread.run_sync(sys.stdin.readline)
+            anchor, until, stall_after = (float(word) for word in line.split())
+            STALL["after"] = stall_after
             dispatcher.schedule_heartbeat(
                 ScheduleHeartbeat(
                     Pulse, "pulse", anchor, recurrence=FixedInterval(arguments.period)
@@ -111,15 +115,12 @@ async def _run(arguments: argparse.Namespace, anchor: float, until: float) -> No
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Parse the arguments, say ``ready``, read the instants, and run the worker until the
-    last of them."""
+    """Parse the arguments, start the dispatcher, say ``ready``, read the instants, and run
+    the worker until the last of them."""
     arguments = _arguments(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
-    print("ready", flush=True)
-    anchor, until, stall_after = (float(word) for word in sys.stdin.readline().split())
     STALL["marker"] = arguments.stall_marker
-    STALL["after"] = stall_after
-    trio.run(_run, arguments, anchor, until)
+    trio.run(_run, arguments)
 
 
 if __name__ == "__main__":
