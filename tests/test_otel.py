@@ -568,3 +568,42 @@ def test_bad_providers_are_refused_naming_the_argument() -> None:
         OpenTelemetryPlugin(meter_provider=3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"OpenTelemetryObserver\(tracer_provider=.*got object"):
         OpenTelemetryObserver(JobDispatcher(), tracer_provider=object())  # type: ignore[arg-type]
+
+
+async def test_installed_but_unconfigured_it_adds_no_subscriber(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With the plugin installed (its entry point loaded) and no SDK configured, a dispatcher's
+    bus has no one listening for job events: publishers skip building them, as without it."""
+    assert not nucleo_trio_otel.is_configured()
+    async with open_dispatcher() as dispatcher:
+        assert dispatcher.plugins is not None and entry_point in dispatcher.plugins.get_plugins()
+        handle = dispatcher.submit(Echo(workflow("u", "wf"), 1))
+        assert not dispatcher.bus.has_listeners(handle.job.workflow_id)
+        assert await handle.result() == 1
+
+
+async def test_a_collection_while_the_trio_thread_is_blocked_gives_up_in_bounded_time(
+    autojump_clock: trio.testing.MockClock, telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program that shuts the SDK down from the trio thread blocks it while the export thread
+    collects: the gauges wait at most HEALTH_READ_TIMEOUT for the trio thread, then report
+    nothing for that collection instead of deadlocking; the counters are still collected."""
+    import threading
+
+    from nucleo_trio_otel import metrics as otel_metrics
+
+    monkeypatch.setattr(otel_metrics, "HEALTH_READ_TIMEOUT", 0.05)
+    async with open_dispatcher(plugin_manager=telemetry.plugins()) as dispatcher:
+        await dispatcher.submit(Echo(workflow("u", "wf"))).result()
+        await _delivered()
+        collected: list[MetricsData | None] = []
+        collector = threading.Thread(
+            target=lambda: collected.append(telemetry.reader.get_metrics_data())
+        )
+        collector.start()
+        collector.join(timeout=10)  # the trio thread blocked, as a synchronous shutdown does
+        assert not collector.is_alive()
+        [data] = collected
+        assert telemetry.points("nucleo.jobs.running", data) == {}
+        assert telemetry.points("nucleo.job.completed", data) == {(("job.type", "TOOL"),): 1}

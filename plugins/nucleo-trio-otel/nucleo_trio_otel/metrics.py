@@ -217,6 +217,8 @@ class _Gauges:
 
     def __init__(self, meter: Meter) -> None:
         self._observed: weakref.WeakSet[DispatcherMetrics] = weakref.WeakSet()
+        # The trio thread adds dispatchers while the SDK's export thread may be walking them.
+        self._lock = threading.Lock()
         meter.create_observable_gauge(
             "nucleo.limiter.in_use",
             callbacks=[self._each(_in_use)],
@@ -249,14 +251,17 @@ class _Gauges:
         )
 
     def observe(self, dispatcher_metrics: DispatcherMetrics) -> None:
-        self._observed.add(dispatcher_metrics)
+        with self._lock:
+            self._observed.add(dispatcher_metrics)
 
     def _each(
         self, observe: Callable[[HealthSnapshot], Iterator[Observation]]
     ) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def callback(options: CallbackOptions) -> Iterable[Observation]:
             observations: list[Observation] = []
-            for observed in list(self._observed):
+            with self._lock:
+                observing = list(self._observed)
+            for observed in observing:
                 health = observed.read_health()
                 if health is not None:
                     observations.extend(observe(health))
