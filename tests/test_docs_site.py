@@ -222,6 +222,24 @@ def test_every_page_under_docs_is_in_the_nav_and_every_nav_entry_exists() -> Non
     assert not twice, "mkdocs.yml's nav lists a page twice: " + ", ".join(twice)
 
 
+def test_the_readme_and_the_docs_index_link_every_page_of_the_guide() -> None:
+    """A reader starts at the README or at docs/index.md; each links every guide page and every
+    top-level page of docs/ (the reference pages are reached from docs/reference/index.md)."""
+    pages = sorted([*DOCS.glob("*.md"), *DOCS.glob("guide/*.md")])
+    for start, base in ((ROOT / "README.md", ROOT), (DOCS / "index.md", DOCS)):
+        text = FENCE.sub("", start.read_text(encoding="utf-8"))
+        linked = {
+            (base / target).resolve()
+            for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)\s]*)?\)", text)
+        }
+        unlinked = [
+            str(page.relative_to(ROOT))
+            for page in pages
+            if page.resolve() not in linked and page.resolve() != start.resolve()
+        ]
+        assert not unlinked, f"{start.relative_to(ROOT)} does not link: " + ", ".join(unlinked)
+
+
 def test_every_exported_name_has_a_reference_entry() -> None:
     """Every name in a public ``__all__`` has a ``:::`` directive in docs/reference/ under one
     of the public paths it is exported at; the failure lists each missing one."""
