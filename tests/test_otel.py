@@ -607,3 +607,33 @@ async def test_a_collection_while_the_trio_thread_is_blocked_gives_up_in_bounded
         [data] = collected
         assert telemetry.points("nucleo.jobs.running", data) == {}
         assert telemetry.points("nucleo.job.completed", data) == {(("job.type", "TOOL"),): 1}
+
+
+async def test_a_job_that_called_models_carries_the_totals_at_its_end(
+    autojump_clock: trio.testing.MockClock, traced: JobDispatcher, telemetry: Telemetry
+) -> None:
+    """OBS-23: at the end the span carries llm.calls and the token, latency and model totals of
+    the responses the job recorded; a job that called no model has none of them."""
+    from nucleo_trio.llm import LLMResponse, Usage
+
+    async def two_calls(context: JobContext) -> None:
+        for model, read, wrote in (("small", 10, 5), ("large", 30, 7)):
+            usage = Usage(input_tokens=read, output_tokens=wrote)
+            context.record_llm_response(
+                LLMResponse(content="ok", usage=usage, model=model, started_at=1.0, ended_at=1.25)
+            )
+
+    await traced.submit(Named(workflow("u", "wf"), two_calls, name="thinks")).result()
+    await traced.submit(Named(workflow("u", "wf"), naps(), name="quiet")).result()
+    await _delivered()
+    attributes = dict(telemetry.span("thinks").attributes or {})
+    assert {key: value for key, value in attributes.items() if key.startswith("llm.")} == {
+        "llm.calls": 2,
+        "llm.input_tokens": 40,
+        "llm.output_tokens": 12,
+        "llm.cache_read_tokens": 0,
+        "llm.cache_creation_tokens": 0,
+        "llm.latency_ms": 500.0,
+        "llm.models": ("small", "large"),
+    }
+    assert not any(key.startswith("llm.") for key in telemetry.span("quiet").attributes or {})
