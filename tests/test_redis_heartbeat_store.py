@@ -313,6 +313,8 @@ async def test_bad_settings_are_refused_by_name(redis_server: Any) -> None:
     (store,) = stores(redis_server.url, 1)
     with pytest.raises(ValueError, match="poll_due needs a finite instant, got nan"):
         await store.poll_due(math.nan)
+    with pytest.raises(TypeError, match="poll_due needs an instant in epoch seconds, got '1'"):
+        await store.poll_due("1")  # type: ignore[arg-type]
     await store.aclose()
     with pytest.raises(RuntimeError, match="is closed"):
         await store.peek_next_run_at()

@@ -231,7 +231,9 @@ class RedisHeartbeatStore:
         return self._restored(old, "cancelled") if old else None
 
     async def poll_due(self, now: float) -> Heartbeat | None:
-        if isinstance(now, bool) or not isinstance(now, int | float) or not math.isfinite(now):
+        if isinstance(now, bool) or not isinstance(now, int | float):
+            raise TypeError(f"poll_due needs an instant in epoch seconds, got {now!r}")
+        if not math.isfinite(now):
             raise ValueError(f"poll_due needs a finite instant, got {now!r}")
         await self._catch_up()
         while True:
@@ -334,7 +336,8 @@ class RedisHeartbeatStore:
         except NucleoSystemError as exc:
             log.error(
                 "closing the Redis heartbeat store: %s; the slots %s stay claimed until their "
-                "claims run out (claim_ttl %s s), then another worker fires them again",
+                "claims run out (claim_ttl %s s), then another worker fires them (a second "
+                "time for those this worker had fired)",
                 exc,
                 sorted(
                     f"{held.heartbeat.id}@{held.heartbeat.run_at!r}" for held in self._held.values()
