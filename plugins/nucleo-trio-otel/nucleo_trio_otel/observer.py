@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
+import trio
 from opentelemetry import context as otel_context, metrics, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
@@ -199,6 +201,7 @@ class OpenTelemetryObserver(JobObserver[JobEvent]):
         self._submitted: dict[str, otel_context.Context] = {}
         self._spans: dict[str, _Traced] = {}
         self._pending: dict[str, list[LimiterEvent]] = {}
+        self._attached: dict[str, tuple[trio.lowlevel.Task, Token[otel_context.Context]]] = {}
 
     # -- in the publisher's task ------------------------------------------------------------------
 
@@ -216,6 +219,8 @@ class OpenTelemetryObserver(JobObserver[JobEvent]):
         elif kind is JobStartedEvent:
             assert isinstance(event, JobStartedEvent)
             self._open(event)
+        elif self._attached and isinstance(event, TerminalEvent) and event.snapshot is not None:
+            self._detach(event.snapshot.job_id)
         return True
 
     def _parent_of(self, snapshot: JobSnapshot) -> otel_context.Context:
@@ -256,8 +261,18 @@ class OpenTelemetryObserver(JobObserver[JobEvent]):
         running = current_job()
         if running is not None and running.job_id == snapshot.job_id:
             # The job's own task: its code and the jobs it submits see the span as current.
-            # The task's context ends with the task, so nothing needs detaching.
-            otel_context.attach(trace.set_span_in_context(current))
+            token = otel_context.attach(trace.set_span_in_context(current))
+            # The first token restores what the task had before the job (a re-run's attach
+            # needs no detach of its own: resetting to before the first undoes both).
+            self._attached.setdefault(snapshot.job_id, (trio.lowlevel.current_task(), token))
+
+    def _detach(self, job_id: str) -> None:
+        """The job's terminal event is being published: if that happens in the task its span
+        was made current in, the task gets its own context back (a task that goes on to other
+        work does not carry the job's span along)."""
+        attached = self._attached.pop(job_id, None)
+        if attached is not None and attached[0] is trio.lowlevel.current_task():
+            otel_context.detach(attached[1])
 
     # -- at delivery ----------------------------------------------------------------------------
 
@@ -317,6 +332,7 @@ class OpenTelemetryObserver(JobObserver[JobEvent]):
     def _end(self, job_id: str, event: TerminalEvent) -> None:
         self._submitted.pop(job_id, None)
         self._pending.pop(job_id, None)
+        self._attached.pop(job_id, None)  # settled by another task: its context ends with it
         traced = self._spans.pop(job_id, None)
         if traced is None:
             return  # never started: no span (OBS-22)
