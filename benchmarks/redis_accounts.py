@@ -155,7 +155,7 @@ def _cost_rows(url: str, quick: bool) -> list[Row]:
         rows.append(
             Row(
                 NAME,
-                f"{name}: round trips per grant",
+                f"{name}: round trips per grant ({trips:,} in {grants:,} grants)",
                 per_grant,
                 "",
                 f"<= {TARGET_ROUND_TRIPS}" if leased else "",
