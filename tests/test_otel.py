@@ -637,3 +637,31 @@ async def test_a_job_that_called_models_carries_the_totals_at_its_end(
         "llm.models": ("small", "large"),
     }
     assert not any(key.startswith("llm.") for key in telemetry.span("quiet").attributes or {})
+
+
+async def test_two_dispatchers_on_one_meter_provider_add_up(
+    autojump_clock: trio.testing.MockClock, telemetry: Telemetry
+) -> None:
+    """The SDK keeps the callbacks of an instrument's first registration only: the gauges are
+    registered once per provider and read every dispatcher observed on it, adding them up."""
+    release = trio.Event()
+
+    class Waits(Orchestrator[None]):
+        async def execute(self, context: JobContext) -> None:
+            await release.wait()
+
+    async with (
+        open_dispatcher(plugin_manager=telemetry.plugins()) as first,
+        open_dispatcher(plugin_manager=telemetry.plugins()) as second,
+    ):
+        handles = [
+            first.submit(Waits(workflow("u", "a"))),
+            second.submit(Waits(workflow("u", "b"))),
+        ]
+        handles.append(second.submit(Waits(workflow("u", "c"))))
+        await trio.sleep(1.0)
+        assert telemetry.points("nucleo.jobs.running")[(("job.type", "DOER"),)] == 3
+        release.set()
+        for handle in handles:
+            await handle.result()
+    assert telemetry.points("nucleo.job.completed") == {(("job.type", "DOER"),): 3}

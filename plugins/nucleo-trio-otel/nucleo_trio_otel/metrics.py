@@ -32,7 +32,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 from opentelemetry import metrics
@@ -71,7 +71,8 @@ INSTRUMENTATION_VERSION: Final = "0.1.0"
 
 class DispatcherMetrics:
     """The instruments of one dispatcher, on the meter of ``meter_provider`` (the global meter
-    provider when ``None``).
+    provider when ``None``). Several dispatchers measured through one provider share its
+    instruments: their counts add up, and so do their gauges' values.
 
     :meth:`record` feeds the counters and histograms one event at a time; the gauges read the
     dispatcher when the SDK collects. A collection on the trio thread (an in-memory reader read
@@ -258,14 +259,19 @@ class _Gauges:
         self, observe: Callable[[HealthSnapshot], Iterator[Observation]]
     ) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def callback(options: CallbackOptions) -> Iterable[Observation]:
-            observations: list[Observation] = []
+            # Several dispatchers on one provider add up: the process's parked jobs, its
+            # running tools. (An attribute set observed twice would otherwise keep one value.)
+            totals: dict[tuple[tuple[str, Any], ...], float] = {}
             with self._lock:
                 observing = list(self._observed)
             for observed in observing:
                 health = observed.read_health()
-                if health is not None:
-                    observations.extend(observe(health))
-            return observations
+                if health is None:
+                    continue
+                for observation in observe(health):
+                    key = tuple(sorted((observation.attributes or {}).items()))
+                    totals[key] = totals.get(key, 0) + observation.value
+            return [Observation(value, dict(key)) for key, value in totals.items()]
 
         return callback
 
