@@ -6,8 +6,9 @@ runs real worker processes (``tests/programs/redis_worker.py``, each its own ``t
 dispatcher) against a real ``redis-server``, on a quota scaled down so a run takes seconds:
 
 * four workers with uneven load on one shared token bucket never let the upstream see more
-  than the burst plus the refill in any span, by the jobs' own log and by the account's grant
-  log, and use at least 95 % of what the quota allowed;
+  than the burst plus the refill in any span, and four on one shared window never more than
+  its count in any window, by the jobs' own log and by the account's grant log; each quota is
+  used to at least 95 % of what it allowed;
 * a worker SIGKILLed while it holds counting-gate permits: they come back within the TTL and
   not before it died, and the others go on.
 """
@@ -136,52 +137,66 @@ async def test_the_round_trip_counter_counts_what_clients_send_not_what_scripts_
 # -- real worker processes -----------------------------------------------------------------------
 
 BURST, PER_SECOND, SECONDS = 20, 10, 5  # a bucket of 20 at once and 10 a second, for 5 s
-UNEVEN = {"w1": 15, "w2": 8, "w3": 3, "w4": 1}  # calls a second: 27 against a quota of 10
+WINDOW = 2.0  # and a window of 20 calls in any 2 s
+UNEVEN = {"1": 15, "2": 8, "3": 3, "4": 1}  # calls a second: 27 against a quota of 10
 STAMP_LAG = 0.05
 """Seconds a job's stamp may trail its grant in the upstream log (the job's first step is the
 round trip that stamps it). The grant log, stamped inside the grant itself, gets no such slack."""
 
 
-def _bucket_args(namespace: str, rate: float, *, local: bool = False) -> list[str]:
-    arguments = [
-        "--kind", "bucket", "--namespace", namespace, "--limit", str(BURST),
-        "--period", str(BURST / PER_SECOND), "--log", f"{{{namespace}}}:upstream",
-        "--rate", str(rate), "--duration", str(SECONDS),
+def _quota_args(kind: str, rate: float) -> list[str]:
+    namespace = f"workers-{kind}"
+    return [
+        "--kind", kind, "--namespace", namespace, "--limit", str(BURST), "--period", str(WINDOW),
+        "--log", f"{{{namespace}}}:upstream", "--rate", str(rate), "--duration", str(SECONDS),
+        "--grant-log",
     ]  # fmt: skip
-    return [*arguments, "--local"] if local else [*arguments, "--grant-log"]
 
 
-async def _run_bucket_fleet(url: str, namespace: str, *, local: bool) -> tuple[int, Any, Any]:
-    """Four workers with uneven load on one bucket; (the start, the upstream log, the summaries)."""
-    workers = {name: _bucket_args(namespace, rate, local=local) for name, rate in UNEVEN.items()}
-    with trio.fail_after(90):
+async def test_four_workers_on_a_shared_bucket_and_four_on_a_window_keep_to_them_and_use_them(
+    redis_server: Any,
+) -> None:
+    """Eight processes at once: four with uneven load on one shared bucket, four on one shared
+    window. In no span does the upstream see more than the bucket's burst plus its refill, or
+    more than the window's count in any window, by the grant log (exact) or by the jobs' own
+    stamps (allowing their lag); each quota was used to at least 95 % of what it allowed over
+    the run, and every worker, the slow one too, got some of it."""
+    kinds = ("bucket", "window")
+    workers = {f"{kind}{n}": _quota_args(kind, r) for kind in kinds for n, r in UNEVEN.items()}
+    url = redis_server.url
+    with trio.fail_after(120):
         async with open_fleet(url, workers) as fleet:
             start_us = await fleet.go(lead=0.3)
             summaries = await fleet.finish()
     client = coredis.Redis.from_url(url, decode_responses=True)
     async with client:
-        lines = await read_upstream_log(client, f"{{{namespace}}}:upstream")
-        grants = await read_grant_log(client, summaries["w1"]["grant_log"]) if not local else []
-    return start_us, (lines, grants), summaries
-
-
-async def test_four_workers_on_one_shared_bucket_keep_to_it_and_use_it(redis_server: Any) -> None:
-    """Uneven load from four processes: in no span does the upstream see more than the burst
-    plus the refill, by the grant log (exact) or by the jobs' own stamps (allowing their lag);
-    at least 95 % of what the quota allowed over the run was used."""
-    start_us, (lines, grants), summaries = await _run_bucket_fleet(
-        redis_server.url, "workers-shared", local=False
-    )
-    starts = points(lines)
-    assert sum(summary["started"] for summary in summaries.values()) == len(starts)
-    by_grants = bucket_worst(grants, rate=PER_SECOND, burst=BURST)
-    assert by_grants is not None and by_grants.excess <= 1e-9, by_grants
-    by_stamps = bucket_worst(starts, rate=PER_SECOND, burst=BURST + PER_SECOND * STAMP_LAG)
-    assert by_stamps is not None and by_stamps.excess <= 1e-9, by_stamps
-    allowed = BURST + PER_SECOND * SECONDS
-    used = sum(per_window(starts, start_us, SECONDS, 1))
-    assert used >= 0.95 * allowed, (used, allowed, summaries)
-    assert {line.worker for line in lines} == set(UNEVEN)  # the slow worker got its share too
+        runs = {
+            kind: (
+                await read_upstream_log(client, f"{{workers-{kind}}}:upstream"),
+                await read_grant_log(client, summaries[f"{kind}1"]["grant_log"]),
+            )
+            for kind in kinds
+        }
+    bucket_lines, bucket_grants = runs["bucket"]
+    window_lines, window_grants = runs["window"]
+    checks = {
+        "bucket by its grant log": bucket_worst(bucket_grants, PER_SECOND, BURST),
+        "bucket by the stamps": bucket_worst(
+            points(bucket_lines), PER_SECOND, BURST + PER_SECOND * STAMP_LAG
+        ),
+        "window by its grant log": window_worst(window_grants, BURST, WINDOW),
+        "window by the stamps": window_worst(points(window_lines), BURST, WINDOW - STAMP_LAG),
+    }
+    for check, worst in checks.items():
+        assert worst is not None and worst.excess <= 1e-9, (check, worst)
+    allowed = {"bucket": BURST + PER_SECOND * SECONDS, "window": BURST * SECONDS / WINDOW}
+    for kind, (lines, _) in runs.items():
+        starts = points(lines)
+        started = sum(summaries[f"{kind}{n}"]["started"] for n in UNEVEN)
+        assert started == len(starts)
+        used = sum(per_window(starts, start_us, SECONDS, 1))
+        assert used >= 0.95 * allowed[kind], (kind, used, allowed[kind])
+        assert {line.worker for line in lines} == {f"{kind}{n}" for n in UNEVEN}
 
 
 CAPACITY, TTL = 4, 1.0  # a gate of four permits; a worker's permits live 1 s unless renewed
