@@ -5,7 +5,8 @@ paragraph ending in ``::`` before an indented example), and the site renders Mar
 extension rewrites each docstring as griffe loads it, before mkdocstrings renders it:
 
 - a role such as ``:class:`~nucleo_trio.jobs.Tool``` becomes the code span ```Tool```
-  (``~`` keeps the last dotted part, as Sphinx does; ``text <target>`` keeps the text);
+  (``~`` keeps the last dotted part, as Sphinx does; ``text <target>`` keeps the text), linked
+  to the target's entry when the target is an object griffe knows and the site documents;
 - a hyperlink ```pluggy <https://pluggy.readthedocs.io>`_`` becomes ``[pluggy](https://...)``;
 - a paragraph ending in ``::`` ends in ``:`` and a line of ``::`` alone disappears, leaving the
   indented block after it, which Markdown shows as code as it stands;
@@ -20,9 +21,11 @@ handler's options).
 
 from __future__ import annotations
 
-import ast
+import functools
+import html
 import re
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import griffe
 
@@ -35,14 +38,26 @@ _LINK = re.compile(r"`([^`<]+?)\s*<([^>`]+)>`__?")
 _TITLED_TARGET = re.compile(r"^(.*?)\s*<([^>]+)>$", re.S)
 
 
-def _role_text(match: re.Match[str]) -> str:
+Resolver = Callable[[str], "str | None"]
+"""Finds the full dotted path of a role's target, or ``None`` when it names nothing known."""
+
+
+def _role(match: re.Match[str], resolve: Resolver | None) -> str:
+    """A role as code, and as an optional cross-reference when ``resolve`` finds its target."""
     target = match.group(1).strip()
     titled = _TITLED_TARGET.match(target)
     if titled:
-        target = titled.group(1)
+        title, target = titled.group(1), titled.group(2).strip()
     elif target.startswith("~"):
-        target = target[1:].rsplit(".", 1)[-1]
-    return f"`{target}`"
+        target = target[1:]
+        title = target.rsplit(".", 1)[-1]
+    else:
+        title = target
+    target = target.lstrip(".").removesuffix("()")
+    identifier = resolve(target) if resolve is not None and target else None
+    if identifier is None:
+        return f"`{title}`"
+    return f'<autoref identifier="{html.escape(identifier)}" optional><code>{html.escape(title)}</code></autoref>'
 
 
 def _fence_doctests(lines: list[str]) -> list[str]:
@@ -66,10 +81,11 @@ def _fence_doctests(lines: list[str]) -> list[str]:
     return fenced
 
 
-def markdown_from_rst(text: str) -> str:
-    """``text``, a docstring in the Sphinx habits, rewritten as the Markdown the site renders."""
+def markdown_from_rst(text: str, resolve: Resolver | None = None) -> str:
+    """``text``, a docstring in the Sphinx habits, rewritten as the Markdown the site renders;
+    ``resolve`` turns a role's target into the identifier it cross-references."""
     text = _LINK.sub(lambda match: f"[{match.group(1)}]({match.group(2)})", text)
-    text = _ROLE.sub(_role_text, text)
+    text = _ROLE.sub(lambda match: _role(match, resolve), text)
     lines: list[str] = []
     for line in text.split("\n"):
         stripped = line.rstrip()
@@ -82,16 +98,41 @@ def markdown_from_rst(text: str) -> str:
 
 
 class RstDocstrings(griffe.Extension):
-    """Rewrites every docstring griffe loads with :func:`markdown_from_rst`."""
+    """Rewrites every docstring of a package once griffe has loaded all of it.
 
-    def on_instance(
-        self,
-        *,
-        node: ast.AST | griffe.ObjectNode,
-        obj: griffe.Object,
-        agent: griffe.Visitor | griffe.Inspector,
-        **kwargs: Any,
-    ) -> None:
-        """Rewrite ``obj``'s docstring, if it has one, as soon as griffe creates the object."""
-        if obj.docstring is not None:
-            obj.docstring.value = markdown_from_rst(obj.docstring.value)
+    A role becomes a cross-reference when its target names an object griffe knows, looked up
+    the way Python would read the name where the docstring stands (the object's own members,
+    then its parents', then its module's imports), or as a full dotted path. The reference is
+    optional: it links when the site documents that object and stays plain code when not.
+    """
+
+    def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
+        """Rewrite the docstrings of ``pkg`` and of everything in it."""
+        collection = loader.modules_collection
+        for obj in _objects(pkg):
+            if obj.docstring is not None:
+                resolve = functools.partial(_resolve, obj, collection=collection)
+                obj.docstring.value = markdown_from_rst(obj.docstring.value, resolve)
+
+
+def _objects(obj: griffe.Object) -> Iterator[griffe.Object]:
+    """``obj`` and every object defined in it, depth first (aliases are defined elsewhere)."""
+    yield obj
+    for member in obj.members.values():
+        if not member.is_alias:
+            yield from _objects(cast("griffe.Object", member))
+
+
+def _resolve(obj: griffe.Object, target: str, collection: griffe.ModulesCollection) -> str | None:
+    """The full path of what ``target`` names in the docstring of ``obj``, or ``None``."""
+    first, _, rest = target.partition(".")
+    scope: griffe.Object | None = obj
+    while scope is not None:
+        member = scope.members.get(first)
+        if member is not None:
+            base = member.target_path if isinstance(member, griffe.Alias) else member.path
+            return f"{base}.{rest}" if rest else base
+        scope = scope.parent
+    if first in collection.members:
+        return target
+    return None

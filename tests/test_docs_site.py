@@ -397,3 +397,50 @@ def test_what_counts_as_a_directive(
     monkeypatch.setattr(sys.modules[__name__], "REFERENCE", tmp_path)
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert set(reference_directives()) == identifiers
+
+
+def _rst_docstrings() -> ModuleType:
+    """docs_tools/rst_docstrings.py, the griffe extension mkdocs.yml loads by path."""
+    path = ROOT / "docs_tools" / "rst_docstrings.py"
+    spec = importlib.util.spec_from_file_location("rst_docstrings", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("rst", "markdown"),
+    [
+        ("See :class:`Tool`.", "See `Tool`."),
+        ("See :class:`~nucleo_trio.jobs.Tool`.", "See `Tool`."),
+        ("See :py:meth:`the handle <JobHandle.result>`.", "See `the handle`."),
+        ("``literal`` stays", "``literal`` stays"),
+        (
+            "Read `pluggy <https://pluggy.readthedocs.io>`_ first",
+            "Read [pluggy](https://pluggy.readthedocs.io) first",
+        ),
+        ("Like this::\n\n    code", "Like this:\n\n    code"),
+        ("Like this:\n\n::\n\n    code", "Like this:\n\n\n    code"),
+        (
+            "Build one:\n>>> x = 1\n>>> x\n1\n\nDone.",
+            "Build one:\n\n```pycon\n>>> x = 1\n>>> x\n1\n```\n\nDone.",
+        ),
+    ],
+)
+def test_the_docstring_extension_turns_sphinx_habits_into_markdown(rst: str, markdown: str) -> None:
+    """What the reference shows for each reStructuredText habit of the docstrings."""
+    assert _rst_docstrings().markdown_from_rst(rst) == markdown
+
+
+def test_the_docstring_extension_links_a_role_whose_target_it_resolves() -> None:
+    """A resolved role is an optional cross-reference (a link when the site documents the
+    target, plain code when not); an unresolved one is code."""
+    known = {"nucleo_trio.jobs.Tool": "nucleo_trio.jobs.job.Tool"}
+    text = _rst_docstrings().markdown_from_rst(
+        "A :class:`~nucleo_trio.jobs.Tool` or a :class:`Missing`.", known.get
+    )
+    assert text == (
+        'A <autoref identifier="nucleo_trio.jobs.job.Tool" optional><code>Tool</code></autoref>'
+        " or a `Missing`."
+    )
