@@ -665,3 +665,33 @@ async def test_two_dispatchers_on_one_meter_provider_add_up(
         for handle in handles:
             await handle.result()
     assert telemetry.points("nucleo.job.completed") == {(("job.type", "DOER"),): 3}
+
+
+async def test_a_refusal_is_counted_with_its_reason_and_its_wait(
+    autojump_clock: trio.testing.MockClock, traced: JobDispatcher, telemetry: Telemetry
+) -> None:
+    """OBS-25: a job cancelled while parked is refused by admission: nucleo.limiter.reject counts
+    it by account and reason, and the 4 s it was held is a nucleo.limiter.wait measurement. It
+    never started, so it has no span."""
+    gate = CountingGate("pool", 1)
+
+    def needs_pool() -> JobRequirements:
+        return JobRequirements().require_rate_limiter(gate)
+
+    holder = traced.submit(
+        Named(workflow("u", "wf"), naps(10.0), name="holder", requirements=needs_pool)
+    )
+    parked = traced.submit(
+        Named(workflow("u", "wf"), naps(), name="parked", requirements=needs_pool)
+    )
+    await trio.sleep(4.0)
+    traced.cancel(parked.job_id, "gave up")
+    with pytest.raises(errors.JobCancelledError):
+        await parked.result()
+    await holder.result()
+    await _delivered()
+    pool = (("limiter.category", "semaphore"), ("limiter.name", "pool"))
+    assert telemetry.points("nucleo.limiter.reject") == {(*pool, ("reason", "cancelled")): 1}
+    [(count, total)] = telemetry.points("nucleo.limiter.wait").values()
+    assert count == 1 and total == pytest.approx(4.0)
+    assert [span.name for span in telemetry.spans()] == ["holder"]
