@@ -319,3 +319,38 @@ async def test_bad_settings_are_refused_by_name(redis_server: Any) -> None:
     with pytest.raises(RuntimeError, match="is closed"):
         await store.peek_next_run_at()
     assert "closed" in repr(store) and "prefix='test-hb-workers" in repr(store)
+
+
+async def test_listeners_hear_other_workers_changes_and_the_return_of_redis(
+    redis_binary: str,
+) -> None:
+    """A listener hears a head change another store makes (on the ``changed`` channel), not
+    the echo of its own store's changes twice, and is told once more when the subscription
+    comes back after Redis restarted (whatever changed meanwhile went unheard)."""
+    with running_redis(redis_binary, persistent=True) as server:
+        listening, other = stores(server.url, 2, claim_ttl=300, timeout=2)
+        heard: list[float] = []
+        told = trio.Event()
+
+        def listener() -> None:
+            heard.append(trio.current_time())
+            told.set()
+
+        listening.on_change(listener)
+        await trio.sleep(0.2)  # the subscription is up
+        await other.enqueue(beat("x", 10.0))
+        with trio.fail_after(5):
+            await told.wait()
+        assert len(heard) == 1
+        await listening.enqueue(beat("y", 5.0))  # its own change: told once, at once
+        await trio.sleep(0.2)
+        assert len(heard) == 2
+
+        told = trio.Event()
+        server.stop()
+        server.start()
+        with trio.fail_after(5):
+            await told.wait()
+        assert len(heard) == 3
+        for store in (listening, other):
+            await store.aclose()

@@ -470,10 +470,12 @@ class RedisHeartbeatStore:
                 client: coredis.Redis[str] = coredis.Redis.from_url(
                     self.url, decode_responses=True, retry_policy=coredis.retry.NoRetryPolicy()
                 )
+                # No retry policy: coredis would resubscribe on its own, unseen, and the
+                # listeners would never hear that Redis came back.
                 async with (
                     client,
                     client.pubsub(
-                        channels=[self.keys[5]], ignore_subscribe_messages=True
+                        channels=[self.keys[5]], ignore_subscribe_messages=True, retry_policy=None
                     ) as pubsub,
                 ):
                     backoff = _BACKOFF_FIRST
