@@ -139,6 +139,7 @@ class CountingGate(AbstractRateLimiter):
         self._capacity = _check_capacity(f"{owner} {name!r}", capacity, self._capacity_parameter)
         self._in_use = 0
         self._last_activity = trio_now_or_none()
+        self._use = None  # on the instance: a class attribute read through it is slower
 
     # -- identity ---------------------------------------------------------------------------------
     @property
