@@ -28,6 +28,10 @@ DISTRIBUTIONS = {
         ROOT / "plugins" / "nucleo-trio-postgres",
         ("pyproject.toml", "README.md", "LICENSE", "nucleo_trio_postgres"),
     ),
+    "nucleo-trio-otel": (
+        ROOT / "plugins" / "nucleo-trio-otel",
+        ("pyproject.toml", "README.md", "LICENSE", "nucleo_trio_otel"),
+    ),
     "nucleo-trio-testplugin": (
         ROOT / "tests" / "plugin_dist",
         ("pyproject.toml", "LICENSE", "nucleo_trio_testplugin"),
