@@ -123,12 +123,21 @@ def public_modules() -> dict[str, ModuleType]:
     return modules
 
 
+_VALUES = (int, float, complex, str, bytes, bool, type(None), tuple, frozenset)
+
+
+def _key(name: str, obj: object) -> tuple[int, str]:
+    """What makes two exports the same thing: the object, and for a plain value (which Python
+    may share between unrelated constants, such as two that are both 10) also the name."""
+    return (id(obj), name if isinstance(obj, _VALUES) else "")
+
+
 def exported_names() -> dict[str, set[str]]:
     """Each exported name, as ``module.name`` at its first public place, with every public path
     at which the same object is exported (any one of them is a valid reference entry)."""
     modules = public_modules()
-    places: dict[int, set[str]] = {}
-    first: dict[int, str] = {}
+    places: dict[tuple[int, str], set[str]] = {}
+    first: dict[tuple[int, str], str] = {}
     keep_alive = []  # ids are only unique among live objects
     for module_name, module in modules.items():
         exported = getattr(module, "__all__", None)
@@ -136,13 +145,14 @@ def exported_names() -> dict[str, set[str]]:
         for name in exported:
             obj = getattr(module, name)
             keep_alive.append(obj)
-            paths = places.setdefault(id(obj), set())
+            key = _key(name, obj)
+            paths = places.setdefault(key, set())
             paths.add(f"{module_name}.{name}")
             if inspect.ismodule(obj):
                 paths.add(obj.__name__)
             elif inspect.isclass(obj) or inspect.isfunction(obj):
                 paths.add(f"{obj.__module__}.{obj.__qualname__}")  # where it is defined
-            first.setdefault(id(obj), f"{module_name}.{name}")
+            first.setdefault(key, f"{module_name}.{name}")
     return {first[key]: paths for key, paths in places.items()}
 
 
@@ -321,12 +331,13 @@ def test_every_reference_directive_names_something_that_exists_once() -> None:
         "entries that name a function or class by a path that is also a module (use the path "
         "where it is defined, module.name):\n  " + "\n  ".join(shadowed)
     )
-    by_object: dict[int, list[str]] = {}
+    by_object: dict[tuple[int, str], list[str]] = {}
     keep_alive = []  # ids are only unique among live objects
     for identifier, places in documented.items():
         obj = _load(identifier)
         keep_alive.append(obj)
-        by_object.setdefault(id(obj), []).extend(f"{identifier} ({place})" for place in places)
+        key = _key(identifier.rpartition(".")[2], obj)
+        by_object.setdefault(key, []).extend(f"{identifier} ({place})" for place in places)
     twice = sorted(", ".join(entries) for entries in by_object.values() if len(entries) > 1)
     assert not twice, "objects documented more than once:\n  " + "\n  ".join(twice)
 
