@@ -2,19 +2,20 @@
 dispatcher, and one account on a quota several such processes share.
 
 Run as ``python -m tests.programs.redis_worker URL --worker w1 --kind bucket ...``. The worker
-prints a ``ready`` line, then waits until ``--start-at`` (microseconds on the Redis server's
-clock, read from its first line of stdin when not given, so a parent can start every worker and
-then tell them all one instant), then submits jobs at ``--rate`` a second for ``--duration`` seconds (or ``--jobs`` of
-them, or until a ``stop`` line on stdin). Each job needs ``--amount`` of the account; as it starts and as it ends it appends a
-line to the upstream log (``--log``, a Redis list) stamped by the server
-(:data:`benchmarks._redis_quota.UPSTREAM_LOG_SCRIPT`), which is what a provider behind the quota
-would see; each start is also a ``started`` line on stdout. At the end the worker cancels what is still waiting, closes the account (a shared
-one hands its unused lease back) and prints one JSON line: how many jobs it submitted and
-started, and the account's status.
+opens its account and its dispatcher, prints a ``ready`` line, and waits until ``--start-at``
+(microseconds on the Redis server's clock; read from the first line of stdin when not given, so
+a parent can start every worker and then tell them all one instant). Then it submits jobs at
+``--rate`` a second for ``--duration`` seconds (or ``--jobs`` of them, or until a ``stop``
+line arrives on stdin). Each job needs ``--amount`` of the account; as it starts and as it
+ends it appends a line to the upstream log (``--log``, a Redis list) stamped by the server
+(:data:`benchmarks._redis_quota.UPSTREAM_LOG_SCRIPT`), which is what a provider behind the
+quota would see, and each start is also a ``started`` line on stdout. At the end the worker
+cancels what still waits, closes the account (a shared one hands its unused lease back) and
+prints one JSON line: how many jobs it submitted and started, and the account's status.
 
-``--local`` gives the worker a local account with the whole quota instead of the shared one: the
-configuration that overshoots (four workers, four times the quota), kept as the control that
-shows the checks can see an overshoot.
+``--local`` gives the worker a local account with the whole quota instead of the shared one:
+what one configures without shared accounts, and what overshoots with four workers (the
+benchmark shows by how much).
 """
 
 from __future__ import annotations
@@ -58,6 +59,13 @@ def _positive(text: str) -> float:
     return value
 
 
+def _not_negative(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"a finite number >= 0, got {text!r}")
+    return value
+
+
 def _count(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -79,7 +87,9 @@ def parser() -> argparse.ArgumentParser:
         default=1.0,
         help="bucket: seconds to refill --limit; window: its length (seconds)",
     )
-    p.add_argument("--ttl", type=_positive, default=1.0, help="gate: a held permit's TTL (s)")
+    p.add_argument(
+        "--ttl", type=_positive, default=1.0, help="shared: the hub's lease_ttl (seconds)"
+    )
     p.add_argument("--local", action="store_true", help="a local account with the whole quota")
     p.add_argument("--no-lease", action="store_true", help="shared: one round trip per grant")
     p.add_argument("--grant-log", action="store_true", help="shared: keep the grant log")
@@ -94,7 +104,7 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="Redis time (µs) to start at; without it, read from the first line of stdin",
     )
-    p.add_argument("--hold", type=float, default=0.0, help="seconds a job runs")
+    p.add_argument("--hold", type=_not_negative, default=0.0, help="seconds a job runs")
     p.add_argument("--amount", type=_count, default=1, help="permits or tokens per job")
     return p
 
@@ -102,7 +112,7 @@ def parser() -> argparse.ArgumentParser:
 def local_account(args: argparse.Namespace) -> RateLimiter:
     """One process's own account with the whole quota (the ``--local`` control)."""
     if args.kind == "bucket":
-        rpm = round(args.limit * 60 / args.period)
+        rpm = int(args.limit * 60 / args.period)
         tpm = rpm * TOKENS_PER_REQUEST_CAP
         return TokenBucket(args.name, TokenBucketConfig(rpm, tpm, burst=args.limit))
     if args.kind == "window":
@@ -127,7 +137,7 @@ async def open_shared_account(args: argparse.Namespace) -> AsyncIterator[RateLim
     ) as redis:
         account: RateLimiter
         if args.kind == "bucket":
-            rpm = round(args.limit * 60 / args.period)
+            rpm = int(args.limit * 60 / args.period)
             account = redis.token_bucket(
                 args.name,
                 rpm=rpm,
@@ -231,8 +241,6 @@ async def run_limits(args: argparse.Namespace) -> dict[str, Any]:
     from limits.aio.strategies import MovingWindowRateLimiter
     from limits.storage import storage_from_string
 
-    if not float(args.period).is_integer():
-        raise SystemExit(f"--kind limits: --period must be whole seconds, got {args.period}")
     item = RateLimitItemPerSecond(args.limit, int(args.period))
     storage: Any = storage_from_string("async+" + args.url)
     client = coredis.Redis.from_url(args.url, decode_responses=True)
@@ -310,8 +318,22 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse combinations of options that would run something other than what was asked."""
+    if args.kind == "limits" and (args.local or args.no_lease or args.grant_log):
+        p.error("--kind limits takes none of --local, --no-lease, --grant-log")
+    if args.kind == "limits" and not float(args.period).is_integer():
+        p.error(f"--kind limits counts whole seconds: --period {args.period} is not")
+    if args.local and (args.no_lease or args.grant_log):
+        p.error("--local takes neither --no-lease nor --grant-log (they are shared options)")
+    if args.kind == "bucket" and not (args.limit * 60 / args.period).is_integer():
+        p.error(f"--limit {args.limit} per --period {args.period} s is no whole number a minute")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    check(p, args)
     summary = trio.run(run, args)
     print(json.dumps(summary), flush=True)
     return 0
