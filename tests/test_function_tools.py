@@ -237,6 +237,27 @@ async def test_guards_declared_in_the_decorator_judge_the_arguments_and_the_resu
             await dispatcher.submit(look_up(workflow("mallory", "guards"), "hi")).result()
 
 
+async def test_guards_are_built_once_per_job_across_its_re_runs(autojump_clock: Any) -> None:
+    built: list[str] = []
+
+    def cap(job: FunctionTool[Any]) -> PayloadSizeCapGuardrail:
+        built.append(job.job_id)
+        return PayloadSizeCapGuardrail(job, max_chars=40)
+
+    @function_tool(guards=[cap])
+    async def flaky(context: JobContext, question: str) -> int:
+        if context.attempt == 1:
+            raise errors.TransientErrorRetry("503 once")
+        return context.attempt
+
+    async with open_dispatcher(DispatcherConfig(seed=2)) as dispatcher:
+        root = workflow("alice", "rerun")
+        first, second = flaky(root, "a"), flaky(root, "b")
+        assert await dispatcher.submit(first).result() == 2
+        assert await dispatcher.submit(second).result() == 2
+    assert built == [first.job_id, second.job_id]
+
+
 async def test_a_guard_factory_that_builds_no_usable_guard_fails_the_job() -> None:
     class Answers(ValidationGuardrail):
         async def validate(self, target: Any) -> None:
