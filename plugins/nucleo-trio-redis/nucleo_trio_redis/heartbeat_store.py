@@ -22,9 +22,11 @@ every worker publish the same schedules at its start (``schedule_heartbeat`` wit
 anchor and recurrence): the rebinding re-anchors the entry, and the slots already fired are
 skipped, so catch-up after all workers were down fires each missed slot once, back to back.
 
-**Losing Redis.** Every operation is one script, done to the end once called (a cancelled
-caller still gets its answer; its cancellation arrives at its next checkpoint) and bounded by
-``timeout``. A failure is a :class:`~nucleo_trio.errors.NucleoSystemError` that names Redis, its
+**Losing Redis.** Every operation is one script, sent by a trio system task that holds the
+store's connection (one per run, ended by :meth:`~RedisHeartbeatStore.aclose`), done to the end
+once called (a cancelled caller still gets its answer; its cancellation arrives at its next
+checkpoint) and bounded by ``timeout``. A failure drops the connection and the next operation
+connects anew. A failure is a :class:`~nucleo_trio.errors.NucleoSystemError` that names Redis, its
 address (without a password) and the operation; the Heart logs it and asks again. What this store
 owes Redis is kept until Redis has it: a fire not yet recorded, and the next slot the Heart put
 back, are written at the next operation that reaches Redis, before anything else, so a
@@ -105,6 +107,31 @@ class _Held:
     following: Heartbeat | None = None
 
 
+class _Request:
+    """One operation for the connection task: the work, and its answer or failure."""
+
+    __slots__ = ("answer", "done", "failure", "work")
+
+    def __init__(self, work: Callable[[coredis.Redis[str]], Awaitable[Any]]) -> None:
+        self.work = work
+        self.answer: Any = None
+        self.failure: BaseException | None = None
+        self.done = trio.Event()
+
+    def fail(self, exc: BaseException) -> None:
+        self.failure = exc
+        self.done.set()
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is a cancellation, alone or in (nested) groups of nothing else."""
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(inner) for inner in exc.exceptions)
+    return False
+
+
 def _seconds(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(
@@ -145,8 +172,9 @@ class RedisHeartbeatStore:
     ``{"heartbeat": {"kind": "redis", "settings": {"url": "redis://host:6379/0"}}}``; the other
     settings are ``prefix`` (the keys' hash tag, :data:`DEFAULT_PREFIX`), ``claim_ttl``
     (:data:`DEFAULT_CLAIM_TTL`) and ``timeout`` (:data:`DEFAULT_TIMEOUT`). Its operations must
-    be awaited inside a trio run; each one opens its own connection, so a Redis restart
-    between two of them costs nothing but the reconnect.
+    be awaited inside a trio run, where a system task holds the store's connection and sends
+    them one after the other; a connection that sat idle is checked with a ``PING`` first, so
+    a Redis restart between two operations costs nothing but the reconnect.
     """
 
     def __init__(
@@ -186,6 +214,10 @@ class RedisHeartbeatStore:
         self._closed = False
         self._listening: trio.lowlevel.TrioToken | None = None
         self._listen_scope = trio.CancelScope()
+        self._connection_run: trio.lowlevel.TrioToken | None = None
+        self._connection_scope = trio.CancelScope()
+        self._requests: trio.MemorySendChannel[_Request]
+        self._queued: trio.MemoryReceiveChannel[_Request]
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> RedisHeartbeatStore:
@@ -347,6 +379,7 @@ class RedisHeartbeatStore:
         finally:
             self._closed = True
             self._listen_scope.cancel()
+            self._connection_scope.cancel()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -527,32 +560,16 @@ class RedisHeartbeatStore:
     async def _call(
         self, work: Callable[[coredis.Redis[str]], Awaitable[_Answer]], doing: str
     ) -> _Answer:
-        answer: list[_Answer] = []
-        failure: list[BaseException] = []
-        done = trio.Event()
-
-        async def attempt() -> None:
-            try:
-                with trio.fail_after(self.timeout):
-                    client: coredis.Redis[str] = coredis.Redis.from_url(
-                        self.url,
-                        decode_responses=True,
-                        retry_policy=coredis.retry.NoRetryPolicy(),
-                    )
-                    async with client:
-                        answer.append(await work(client))
-            except Exception as exc:
-                failure.append(exc)
-            finally:
-                done.set()
-
-        # Shielded: a script once sent is answered, so the store always knows what it holds.
+        """``work`` done by the connection task on its connection, within ``timeout``;
+        answered even if the caller is cancelled meanwhile (shielded), so a script once sent is
+        answered and the store always knows what it holds."""
+        request = _Request(work)
+        self._start_connection()
+        self._requests.send_nowait(request)
         with trio.CancelScope(shield=True):
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(attempt)
-                await wait_holding_the_clock(done)
-        if failure:
-            exc = _leaf(failure[0])
+            await wait_holding_the_clock(request.done)
+        if request.failure is not None:
+            exc = _leaf(request.failure)
             if isinstance(exc, trio.TooSlowError):
                 detail = f"no answer within {self.timeout} s"
             else:
@@ -560,7 +577,89 @@ class RedisHeartbeatStore:
             raise NucleoSystemError(
                 _COMPONENT, f"{self._where}: {doing} failed: {detail}", exc
             ) from exc
-        return answer[0]
+        answer: _Answer = request.answer
+        return answer
+
+    def _start_connection(self) -> None:
+        """Start the task that holds this store's connection, once per trio run (again if it
+        ended)."""
+        token = trio.lowlevel.current_trio_token()
+        if self._connection_run is token:
+            return
+        self._connection_run = token
+        self._connection_scope = trio.CancelScope()
+        self._requests, self._queued = trio.open_memory_channel[_Request](math.inf)
+        trio.lowlevel.spawn_system_task(self._connection_in_system_task, self._queued)
+
+    async def _connection_in_system_task(self, queued: trio.MemoryReceiveChannel[_Request]) -> None:
+        pending: list[_Request] = []
+        try:
+            with self._connection_scope:
+                await self._serve(queued, pending)
+        except BaseException as exc:  # noqa: BLE001 - a system task's crash ends the whole run
+            if not _only_cancelled(exc):
+                log.error("%r: the connection task failed", self, exc_info=exc)
+        finally:
+            # Whatever is still queued or under way is answered: no caller waits forever.
+            self._connection_run = None
+            while True:
+                try:
+                    pending.append(queued.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                    break
+            for request in pending:
+                if not request.done.is_set():
+                    request.fail(RuntimeError(f"{self!r} is closed"))
+
+    async def _serve(
+        self, queued: trio.MemoryReceiveChannel[_Request], pending: list[_Request]
+    ) -> None:
+        """Answer the requests in order over one connection. A connection that sat idle is
+        first asked for a ``PING``; when that fails nothing of the request was sent, so the
+        connection is replaced and the request goes out on the new one. Any other failure
+        answers the request it hit and drops the connection (its state is unknown); the next
+        request connects anew."""
+        while True:
+            if not pending:
+                pending.append(await queued.receive())
+            stale = False
+            try:
+                client: coredis.Redis[str] = coredis.Redis.from_url(
+                    self.url, decode_responses=True, retry_policy=coredis.retry.NoRetryPolicy()
+                )
+                async with client:
+                    idle = False
+                    while True:
+                        request = pending[0]
+                        if idle and not await _answers_ping(client, self.timeout):
+                            stale = True
+                            break
+                        with trio.fail_after(self.timeout):
+                            request.answer = await request.work(client)
+                        request.done.set()
+                        pending.pop(0)
+                        try:
+                            pending.append(queued.receive_nowait())
+                            idle = False
+                        except trio.WouldBlock:
+                            pending.append(await queued.receive())
+                            idle = True
+            except BaseException as exc:  # noqa: BLE001 - sorted below
+                if _only_cancelled(exc):
+                    raise
+                if pending and not stale:
+                    pending.pop(0).fail(exc)
+
+
+async def _answers_ping(client: coredis.Redis[str], within: float) -> bool:
+    """Whether an idle connection still answers within ``within`` seconds (a restarted Redis
+    closed it meanwhile)."""
+    try:
+        with trio.fail_after(within):
+            await client.ping()
+    except Exception:  # noqa: BLE001 - any failure means: connect anew
+        return False
+    return True
 
 
 def _after_mark(heartbeat: Heartbeat, mark: float) -> Heartbeat | None:
