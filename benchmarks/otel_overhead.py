@@ -1,7 +1,7 @@
 """What the OpenTelemetry plugin costs a dispatcher: nothing measurable when no SDK is configured,
 and the price of a span per job when one is.
 
-Three dispatchers run the same workload on the real clock, best of several rounds each: one root
+Three dispatchers run the same workload on the real clock, in interleaved rounds: one root
 orchestrator submits N trivial tools and awaits them all (N = 5,000), so the time per job is the
 dispatcher's own path (door, lane, attempt, events). The setups:
 
@@ -40,7 +40,7 @@ from nucleo_trio.jobs import JobContext, Orchestrator, Tool, workflow
 from nucleo_trio.plugins import make_plugin_manager
 
 JOBS = 5_000
-ROUNDS = 5
+ROUNDS = 7
 
 
 class Noop(Tool[None]):
@@ -77,18 +77,19 @@ async def one_round(pm: pluggy.PluginManager) -> float:
         return time.perf_counter() - started
 
 
-def per_job_us(make: Any) -> tuple[float, float]:
-    """Best and median microseconds per job over ROUNDS rounds, each with a fresh dispatcher."""
-    times = []
+def measure(setups: dict[str, Any]) -> dict[str, list[float]]:
+    """Microseconds per job of each setup, ROUNDS rounds each, the setups interleaved round by
+    round so that a machine busy with other work weighs on all of them alike."""
+    per_job: dict[str, list[float]] = {label: [] for label in setups}
     for _ in range(ROUNDS):
-        made = make()
-        pm = made[0] if isinstance(made, tuple) else made
-        times.append(trio.run(one_round, pm))
-        if isinstance(made, tuple):
-            spans = len(made[1].get_finished_spans())
-            assert spans == JOBS + 1, f"expected {JOBS + 1} spans, got {spans}"
-    per_job = [t / JOBS * 1e6 for t in times]
-    return min(per_job), statistics.median(per_job)
+        for label, make in setups.items():
+            made = make()
+            pm = made[0] if isinstance(made, tuple) else made
+            per_job[label].append(trio.run(one_round, pm) / JOBS * 1e6)
+            if isinstance(made, tuple):
+                spans = len(made[1].get_finished_spans())
+                assert spans == JOBS + 1, f"expected {JOBS + 1} spans, got {spans}"
+    return per_job
 
 
 def import_ms() -> float:
@@ -109,13 +110,14 @@ def import_ms() -> float:
 
 
 def main() -> None:
-    print(f"{JOBS} trivial jobs per round, best and median of {ROUNDS} rounds, real clock")
-    for label, make in (
-        ("without the plugin", without_plugin),
-        ("installed, no SDK", make_plugin_manager),
-        ("traced (SDK, in-memory)", traced),
-    ):
-        best, median = per_job_us(make)
+    print(f"{JOBS} trivial jobs per round, {ROUNDS} interleaved rounds, real clock")
+    setups = {
+        "without the plugin": without_plugin,
+        "installed, no SDK": make_plugin_manager,
+        "traced (SDK, in-memory)": traced,
+    }
+    for label, times in measure(setups).items():
+        best, median = min(times), statistics.median(times)
         print(f"  {label:<24} {best:7.1f} us/job best, {median:7.1f} us/job median")
     print(f"importing the entry point (opentelemetry-api included): {import_ms():.1f} ms once")
 
