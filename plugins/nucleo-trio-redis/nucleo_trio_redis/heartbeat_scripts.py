@@ -35,7 +35,8 @@ __all__ = [
 ]
 
 _COMMON = """
-local due, entry, claim, untl, fired, channel = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local due, entry, claim, untl, fired = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local channel = KEYS[6]
 local token = ARGV[1]
 
 local function head()
@@ -164,7 +165,8 @@ if at ~= '' then
   end
 end
 local stored = 0
-if next_at ~= '' and not redis.call('ZSCORE', due, id) and redis.call('HEXISTS', claim, id) == 0 then
+local free = not redis.call('ZSCORE', due, id) and redis.call('HEXISTS', claim, id) == 0
+if next_at ~= '' and free then
   redis.call('HSET', entry, id, next_row)
   redis.call('ZADD', due, next_at, id)
   stored = 1

@@ -9,11 +9,11 @@ claims it, atomically, for this store (a token of its own), with a time to live 
 clock (``TIME``, never a worker's). The Heart then fires the slot and puts the recurrence's next
 slot back with :meth:`~RedisHeartbeatStore.re_enqueue_if_absent`; that call records the claimed
 slot as fired, lets go of the claim and stores the next slot, in one script. A slot with no
-recurrence is recorded at the firing task's next poll or peek (the Heart comes back to the store
-only after its fire). A worker that dies between the claim and the record (killed mid-fire) leaves a
-claim that runs out: the next poll on any worker puts the slot back on the schedule and one of
-them fires it. While a claim lives, no other worker can take the id, even when someone rebinds
-it meanwhile.
+recurrence is recorded at the firing task's next poll or peek (the Heart comes back to the
+store only after its fire). A worker that dies between the claim and the record (killed
+mid-fire) leaves a claim that runs out: the next poll on any worker puts the slot back on the
+schedule and one of them fires it. While a claim lives, no other worker can take the id, even
+when someone rebinds it meanwhile.
 
 **Fired slots.** Redis keeps, per heartbeat id, the latest run instant that fired. A slot at or
 before it is never fired again: a poll that meets one moves a recurring heartbeat on to its
@@ -25,19 +25,20 @@ skipped, so catch-up after all workers were down fires each missed slot once, ba
 **Losing Redis.** Every operation is one script, sent by a trio system task that holds the
 store's connection (one per run, ended by :meth:`~RedisHeartbeatStore.aclose`), done to the end
 once called (a cancelled caller still gets its answer; its cancellation arrives at its next
-checkpoint) and bounded by ``timeout``. A failure drops the connection and the next operation
-connects anew. A failure is a :class:`~nucleo_trio.errors.NucleoSystemError` that names Redis, its
-address (without a password) and the operation; the Heart logs it and asks again. What this store
-owes Redis is kept until Redis has it: a fire not yet recorded, and the next slot the Heart put
-back, are written at the next operation that reaches Redis, before anything else, so a
-connection lost between a fire and its record neither loses the next slot nor fires the slot
-again. A claim whose answer was lost with the connection is let go at the next operation (its
-slot goes back on the schedule). A claim granted before Redis restarted gets a whole TTL from
-the restart, so an outage is not counted against the worker that holds it. The one duplicate
-this cannot rule out: a worker cut off from a Redis that stays up for longer than ``claim_ttl``
-after it fired and before it recorded the fire is, to the others, a worker that died, and they
-fire that slot again. ``claim_ttl`` is therefore both the delay before a crashed worker's slot
-is fired by another and the longest partition that is ridden out without a duplicate.
+checkpoint) and bounded by ``timeout``. A failure drops the connection, and the next operation
+connects anew; it is a :class:`~nucleo_trio.errors.NucleoSystemError` that names Redis, its
+address (without a password) and the operation, which the Heart logs before it asks again.
+What this store owes Redis is kept until Redis has it: a fire not yet recorded, and the next
+slot the Heart put back, are written at the next operation that reaches Redis, before anything
+else, so a connection lost between a fire and its record neither loses the next slot nor fires
+the slot again. A claim whose answer was lost with the connection is let go at the next
+operation (its slot goes back on the schedule). A claim granted before Redis restarted gets a
+whole TTL from the restart, so an outage is not counted against the worker that holds it. The
+one duplicate this cannot rule out: a worker cut off from a Redis that stays up for longer than
+``claim_ttl`` after it fired and before it recorded the fire is, to the others, a worker that
+died, and they fire that slot again. ``claim_ttl`` is therefore both the delay before a crashed
+worker's slot is fired by another and the longest partition that is ridden out without a
+duplicate.
 
 **Change listeners** hear the head changes this store makes at once, and those any other store
 on the same keys makes through a pub/sub channel (each script that moves the head publishes on
