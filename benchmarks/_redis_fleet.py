@@ -77,8 +77,12 @@ class WorkerProcess:
 class Fleet:
     """The workers of one run, by name."""
 
-    def __init__(self, url: str, workers: dict[str, WorkerProcess]) -> None:
+    def __init__(
+        self, url: str, workers: dict[str, WorkerProcess], clock_url: str | None = None
+    ) -> None:
         self.url = url
+        self.clock_url = clock_url or url
+        """The Redis whose clock the start instant is read on (the workers' log's)."""
         self.workers = workers
         self.killed: set[str] = set()
 
@@ -89,7 +93,7 @@ class Fleet:
         chosen = [self.workers[name] for name in (names if names is not None else self.workers)]
         for worker in chosen:
             await worker.next_event("ready")
-        client = coredis.Redis.from_url(self.url)
+        client = coredis.Redis.from_url(self.clock_url)
         async with client:
             start_us = await redis_now_us(client) + round(lead * MICROS)
         for worker in chosen:
@@ -123,9 +127,12 @@ class Fleet:
 
 
 @asynccontextmanager
-async def open_fleet(url: str, workers: Mapping[str, Sequence[str]]) -> AsyncIterator[Fleet]:
-    """Start one worker process per entry (name: its arguments); every one still running when
-    the block ends is killed, and every one is waited for."""
+async def open_fleet(
+    url: str, workers: Mapping[str, Sequence[str]], *, clock_url: str | None = None
+) -> AsyncIterator[Fleet]:
+    """Start one worker process per entry (name: its arguments) on the Redis at ``url``; every
+    one still running when the block ends is killed, and every one is waited for. Start
+    instants are read on ``clock_url``'s clock (the workers' ``--log-url``), else ``url``'s."""
     environment = dict(os.environ)
     environment["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(ROOT), environment.get("PYTHONPATH")])
@@ -141,7 +148,7 @@ async def open_fleet(url: str, workers: Mapping[str, Sequence[str]]) -> AsyncIte
                 stdout=subprocess.PIPE,
             )
             started[name] = WorkerProcess(name, process)
-        yield Fleet(url, started)
+        yield Fleet(url, started, clock_url)
     finally:
         for worker in started.values():
             if worker.process.returncode is None:

@@ -10,7 +10,9 @@ dispatcher) against a real ``redis-server``, on a quota scaled down so a run tak
   its count in any window, by the jobs' own log and by the account's grant log; each quota is
   used to at least 95 % of what it allowed;
 * a worker SIGKILLed while it holds counting-gate permits: they come back within the TTL and
-  not before it died, and the others go on.
+  not before it died, and the others go on;
+* the quota's Redis restarted mid-run: no overshoot across the restart, the jobs refused
+  meanwhile name Redis and the account, and grants resume.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from benchmarks._redis_quota import (
     window_worst,
 )
 from benchmarks._redis_roundtrips import count_round_trips
+from tests.redis_server import running_redis
 
 S = MICROS  # one second, in the microseconds the checks count in
 
@@ -272,3 +275,52 @@ def _first_above(lines: list[LogLine], permits: float, *, after: int) -> int | N
         if held > permits and line.at_us > after:
             return line.at_us
     return None
+
+
+async def test_redis_restarted_mid_run_refuses_by_name_never_overshoots_and_recovers(
+    redis_binary: str, redis_server: Any
+) -> None:
+    """Two workers on a shared bucket whose Redis is stopped for a second and started again
+    (without persistence: it forgets the bucket) in the middle of their run. The upstream log lives on a Redis of its own. No
+    span ever holds more than the bucket allows, across the restart too (a bucket Redis forgot
+    starts empty); a job refused meanwhile says it was Redis and which account; and calls are
+    granted again after the restart."""
+    namespace = "workers-restart"
+    log = f"{{{namespace}}}:upstream"
+    rates = {"r1": 15, "r2": 5}
+    with running_redis(redis_binary) as quota_server:
+        workers = {
+            name: [
+                "--kind", "bucket", "--namespace", namespace, "--limit", str(BURST),
+                "--period", str(WINDOW), "--log", log, "--log-url", redis_server.url,
+                "--rate", str(rate), "--duration", "6",
+            ]
+            for name, rate in rates.items()
+        }  # fmt: skip
+        client = coredis.Redis.from_url(redis_server.url, decode_responses=True)
+        with trio.fail_after(120):
+            async with (
+                client,
+                open_fleet(quota_server.url, workers, clock_url=redis_server.url) as fleet,
+            ):
+                await fleet.go(lead=0.3)
+                await trio.sleep(2.0)
+                down_us = await redis_now_us(client)
+                await trio.to_thread.run_sync(quota_server.stop)
+                await trio.sleep(1.0)  # down long enough for waiting jobs to be asked
+                await trio.to_thread.run_sync(quota_server.start)
+                up_us = await redis_now_us(client)
+                summaries = await fleet.finish()
+                lines = await read_upstream_log(client, log)
+    starts = points(lines)
+    worst = bucket_worst(starts, PER_SECOND, BURST + PER_SECOND * STAMP_LAG)
+    assert worst is not None and worst.excess <= 1e-9, worst
+    assert any(at_us < down_us for at_us, _ in starts)
+    assert any(at_us > up_us for at_us, _ in starts), "no call was granted after the restart"
+    refused = 0
+    for summary in summaries.values():
+        for kind, message in summary["failures"].items():
+            assert kind == "RedisUnavailableError", (kind, message)
+            assert "Redis at redis://127.0.0.1" in message and "'quota'" in message, message
+            refused += summary["failed"][kind]
+    assert refused >= 1, summaries

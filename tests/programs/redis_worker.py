@@ -11,7 +11,9 @@ ends it appends a line to the upstream log (``--log``, a Redis list) stamped by 
 (:data:`benchmarks._redis_quota.UPSTREAM_LOG_SCRIPT`), which is what a provider behind the
 quota would see, and each start is also a ``started`` line on stdout. At the end the worker
 cancels what still waits, closes the account (a shared one hands its unused lease back) and
-prints one JSON line: how many jobs it submitted and started, and the account's status.
+prints one JSON line: how many jobs it submitted, started and saw fail (by the failure's
+type, with the first message of each), and the account's status. The upstream log may live on
+a Redis of its own (``--log-url``), so a test can restart the quota's Redis and keep the log.
 
 ``--local`` gives the worker a local account with the whole quota instead of the shared one:
 what one configures without shared accounts, and what overshoots with four workers (the
@@ -41,7 +43,7 @@ from nucleo_trio.admission import (
     TokenBucketConfig,
 )
 from nucleo_trio.dispatch import open_dispatcher
-from nucleo_trio.jobs import JobContext, JobRequirements, Tool, workflow
+from nucleo_trio.jobs import JobContext, JobHandle, JobRequirements, Tool, workflow
 
 TOKENS_PER_REQUEST_CAP = 1000
 """A bucket's tokens a minute per request a minute: jobs ask for far fewer tokens than this, so
@@ -95,6 +97,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grant-log", action="store_true", help="shared: keep the grant log")
     p.add_argument("--namespace", default="nucleo", help="shared: the keys' hash tag")
     p.add_argument("--log", required=True, help="the upstream log (a Redis list key)")
+    p.add_argument(
+        "--log-url", default=None, help="the Redis the upstream log lives on (default: url)"
+    )
     p.add_argument("--rate", type=_positive, required=True, help="jobs submitted per second")
     p.add_argument("--jobs", type=_count, default=None, help="submit at most this many jobs")
     p.add_argument("--duration", type=_positive, required=True, help="seconds of submitting")
@@ -204,6 +209,17 @@ class Worker:
         self._log_key: str = args.log
         self.submitted = 0
         self.started = 0
+        self.failed: dict[str, int] = {}
+        self.failures: dict[str, str] = {}
+
+    async def outcome(self, handle: JobHandle[None]) -> None:
+        """Wait for one job; a failure is counted by its type, with its first message."""
+        try:
+            await handle.result()
+        except Exception as failure:  # the job's own failure, as its handle raises it
+            kind = type(failure).__name__
+            self.failed[kind] = self.failed.get(kind, 0) + 1
+            self.failures.setdefault(kind, str(failure))
 
     def summary(self, status: str) -> dict[str, Any]:
         """The line the worker prints at the end."""
@@ -212,6 +228,8 @@ class Worker:
             "worker": self.name,
             "submitted": self.submitted,
             "started": self.started,
+            "failed": self.failed,
+            "failures": self.failures,
             "status": status,
         }
 
@@ -301,16 +319,18 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Wait for the start, submit for the duration, then cancel what waits; the counts."""
     if args.kind == "limits":
         return await run_limits(args)
-    client = coredis.Redis.from_url(args.url, decode_responses=True)
+    client = coredis.Redis.from_url(args.log_url or args.url, decode_responses=True)
     async with client, open_account(args) as account:
         worker = Worker(args, client, account)
         with trio.CancelScope() as scope:
-            async with open_dispatcher() as dispatcher:
+            async with open_dispatcher() as dispatcher, trio.open_nursery() as outcomes:
                 await start_together(args, client, worker.name)
                 root = workflow(worker.name, "quota")
-                await submit_for_the_duration(
-                    args, worker, lambda: dispatcher.submit(Call(root, worker))
-                )
+
+                def submit() -> None:
+                    outcomes.start_soon(worker.outcome, dispatcher.submit(Call(root, worker)))
+
+                await submit_for_the_duration(args, worker, submit)
                 scope.cancel()  # what still waits for the quota goes; the block settles it
         status = account.status()
     summary = worker.summary(getattr(status, "summary", str(status)))
