@@ -2,7 +2,9 @@
 
 A :class:`RedisAccounts` hub holds the connection and makes the accounts; each account answers
 admission synchronously from a lease of the shared capacity that the hub keeps in step with
-Redis (see :mod:`nucleo_trio_redis.accounts` and :mod:`nucleo_trio_redis.hub`).
+Redis (see :mod:`nucleo_trio_redis.accounts` and :mod:`nucleo_trio_redis.hub`). A
+:class:`RedisHeartbeatStore` shares one heartbeat schedule among the workers, each slot fired
+once (see :mod:`nucleo_trio_redis.heartbeat_store`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from .accounts import (
     SharedTokenBucket as SharedTokenBucket,
 )
 from .errors import RedisUnavailableError as RedisUnavailableError
+from .heartbeat_store import RedisHeartbeatStore as RedisHeartbeatStore
 from .hub import RedisAccounts as RedisAccounts
 
 __all__ = [
     "RedisAccounts",
+    "RedisHeartbeatStore",
     "RedisUnavailableError",
     "SharedAccount",
     "SharedAccountStatus",
