@@ -342,6 +342,20 @@ def test_every_reference_directive_names_something_that_exists_once() -> None:
     assert not twice, "objects documented more than once:\n  " + "\n  ".join(twice)
 
 
+def test_every_dotted_name_in_the_reference_prose_still_exists() -> None:
+    """The prose of the reference pages names modules (``(`nucleo_trio.admission.demand`)``)
+    and objects; after a move or a rename each must still import."""
+    stale = []
+    for page in sorted(REFERENCE.rglob("*.md")):
+        text = DIRECTIVE.sub("", FENCE.sub("", page.read_text(encoding="utf-8")))
+        for name in re.findall(r"`((?:nucleo_trio|nucleo_trio_\w+)(?:\.\w+)*)`", text):
+            if _load(name) is _NOTHING:
+                stale.append(f"{page.relative_to(ROOT)}: {name}")
+    assert not stale, "names in the reference's prose that no longer exist:\n  " + "\n  ".join(
+        stale
+    )
+
+
 def test_the_reference_builds_from_every_plugin_package() -> None:
     """mkdocstrings finds a plugin package only through the python handler's ``paths``: each
     plugin distribution under plugins/ must be listed there."""
