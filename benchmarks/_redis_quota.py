@@ -33,6 +33,7 @@ import attrs
 
 __all__ = [
     "MICROS",
+    "GrantLog",
     "UPSTREAM_LOG_SCRIPT",
     "LogLine",
     "Span",
@@ -98,16 +99,36 @@ async def redis_now_us(client: Any) -> int:
     return int(seconds) * MICROS + int(micros)
 
 
-async def read_grant_log(client: Any, key: str) -> list[tuple[int, float]]:
+@attrs.frozen
+class GrantLog:
+    """A shared account's grant log as signed ``(at_us, amount)`` points in time order, and the
+    resolution of its stamps in seconds (a millisecond entry id, or ``at_us`` to the µs).
+
+    A stamp may be early by up to ``resolution``, so a span between two stamps may read that
+    much longer or shorter than it was: :meth:`bucket_worst` and :meth:`window_worst` judge with
+    that much allowance (rate times the resolution; a window that much shorter)."""
+
+    points: list[tuple[int, float]]
+    resolution: float
+
+    def bucket_worst(self, rate: float, burst: float) -> Span | None:
+        return bucket_worst(self.points, rate, burst + rate * self.resolution)
+
+    def window_worst(self, count: float, length: float) -> Span | None:
+        return window_worst(self.points, count, length - self.resolution)
+
+
+async def read_grant_log(client: Any, key: str) -> GrantLog:
     """The grant log a shared account keeps at ``key`` (a Redis stream), as signed points:
     a debit (``kind`` ``take``) positive, a credit (:data:`CREDITS`: a lease handed back, a
     roll-back, a dead worker's permits expired) negative.
 
-    Each entry's id is ``<milliseconds>-<sequence>`` on the server's clock; when the entry
+    Each entry's id is ``<milliseconds>-<sequence>`` on the server's clock; when every entry
     carries ``at_us`` (the script's own ``TIME`` in microseconds) that finer stamp is used.
     """
     entries: Sequence[Any] = await client.xrange(key)  # coredis StreamEntry tuples
     found: list[tuple[int, float]] = []
+    resolution = 1e-6
     for entry in entries:
         entry_id, fields = entry.identifier, entry.field_values
         decoded = {_text(k): _text(v) for k, v in fields.items()}
@@ -115,11 +136,12 @@ async def read_grant_log(client: Any, key: str) -> list[tuple[int, float]]:
             at_us = int(decoded["at_us"])
         else:
             at_us = int(_text(entry_id).split("-")[0]) * 1000
+            resolution = 1e-3
         kind = decoded.get("kind", "take")
         amount = float(decoded.get("requests", decoded.get("permits", "1")))
         found.append((at_us, -amount if kind in CREDITS else amount))
     found.sort(key=lambda point: point[0])
-    return found
+    return GrantLog(found, resolution)
 
 
 CREDITS = frozenset({"return", "expire"})

@@ -213,11 +213,11 @@ async def _fleet(
     if kind == "limits" or kind == "window":
         allowed = BURST * seconds / period
         worst = window_worst(starts, BURST, period - STAMP_LAG)
-        logged = window_worst(grants, BURST, period) if grants else None
+        logged = grants.window_worst(BURST, period) if grants else None
     else:
         allowed = BURST + PER_SECOND * seconds
         worst = bucket_worst(starts, PER_SECOND, BURST + PER_SECOND * STAMP_LAG)
-        logged = bucket_worst(grants, PER_SECOND, BURST) if grants else None
+        logged = grants.bucket_worst(PER_SECOND, BURST) if grants else None
     script = _sha1(UPSTREAM_LOG_SCRIPT)
     harness = trips.by_script[script] + 2 * len(rates)  # the stamps; each worker's TIME reads
     return FleetRun(

@@ -27,6 +27,7 @@ import trio
 from benchmarks._redis_fleet import open_fleet
 from benchmarks._redis_quota import (
     MICROS,
+    GrantLog,
     LogLine,
     bucket_worst,
     most_held,
@@ -75,6 +76,15 @@ def test_a_credit_in_the_log_gives_its_amount_back() -> None:
     worst = bucket_worst(grants, rate=1.0, burst=5.0)
     assert worst is not None and worst.excess <= 0
     assert bucket_worst([(0, 5.0), (200_000, 3.0)], rate=1.0, burst=5.0).excess > 2  # type: ignore[union-attr]
+
+
+def test_a_grant_log_stamped_to_the_millisecond_is_judged_with_that_much_allowance() -> None:
+    """Stamps truncated to the millisecond (a stream entry id) can make a span read up to 1 ms
+    shorter than it was: a take exactly at the allowance must not read as an overshoot."""
+    truncated = [(0, 1.0), (99_000, 1.0)]  # really at 0 and 0.1 s: 1 + 10/s * 0.1 s = 2 allowed
+    assert bucket_worst(truncated, rate=10.0, burst=1.0).excess > 0  # type: ignore[union-attr]
+    judged = GrantLog(truncated, resolution=1e-3).bucket_worst(rate=10.0, burst=1.0)
+    assert judged is not None and judged.excess <= 1e-9
 
 
 def test_the_window_check_counts_every_span_of_the_window_length_half_open() -> None:
@@ -183,11 +193,11 @@ async def test_four_workers_on_a_shared_bucket_and_four_on_a_window_keep_to_them
     bucket_lines, bucket_grants = runs["bucket"]
     window_lines, window_grants = runs["window"]
     checks = {
-        "bucket by its grant log": bucket_worst(bucket_grants, PER_SECOND, BURST),
+        "bucket by its grant log": bucket_grants.bucket_worst(PER_SECOND, BURST),
         "bucket by the stamps": bucket_worst(
             points(bucket_lines), PER_SECOND, BURST + PER_SECOND * STAMP_LAG
         ),
-        "window by its grant log": window_worst(window_grants, BURST, WINDOW),
+        "window by its grant log": window_grants.window_worst(BURST, WINDOW),
         "window by the stamps": window_worst(points(window_lines), BURST, WINDOW - STAMP_LAG),
     }
     for check, worst in checks.items():
