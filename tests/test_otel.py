@@ -637,6 +637,18 @@ async def test_a_job_that_called_models_carries_the_totals_at_its_end(
         "llm.models": ("small", "large"),
     }
     assert not any(key.startswith("llm.") for key in telemetry.span("quiet").attributes or {})
+    # OBS-24: the calls and tokens as counters, the latency as a histogram, by model.
+    assert telemetry.points("nucleo.llm.calls") == {
+        (("llm.model", "small"),): 1,
+        (("llm.model", "large"),): 1,
+    }
+    assert telemetry.points("nucleo.llm.input_tokens") == {
+        (("llm.model", "small"),): 10,
+        (("llm.model", "large"),): 30,
+    }
+    assert telemetry.points("nucleo.llm.output_tokens")[(("llm.model", "large"),)] == 7
+    assert telemetry.points("nucleo.llm.cache_read_tokens") == {}
+    assert telemetry.points("nucleo.llm.latency")[(("llm.model", "small"),)] == (1, 0.25)
 
 
 async def test_two_dispatchers_on_one_meter_provider_add_up(

@@ -11,7 +11,11 @@ Counters and histograms are fed from the bus's events as they are delivered (OBS
 - ``nucleo.job.started`` and ``nucleo.job.completed`` (counters), by ``job.type``;
 - ``nucleo.job.failed`` (counter), by ``job.type`` and ``error.type`` (the exception's class
   name, ``timeout`` or ``cancelled``);
-- ``nucleo.job.duration`` (histogram, seconds), by ``job.type`` and ``outcome``.
+- ``nucleo.job.duration`` (histogram, seconds), by ``job.type`` and ``outcome``;
+- ``nucleo.llm.calls``, ``nucleo.llm.input_tokens``, ``nucleo.llm.output_tokens``,
+  ``nucleo.llm.cache_read_tokens`` and ``nucleo.llm.cache_creation_tokens`` (counters) and
+  ``nucleo.llm.latency`` (histogram, seconds), by ``llm.model``, from the model calls a job
+  recorded, counted at its end.
 
 Observable gauges read the dispatcher's live state
 (:meth:`~nucleo_trio.dispatch.JobDispatcher.health`) each time the SDK collects:
@@ -69,6 +73,17 @@ INSTRUMENTATION_NAME: Final = "nucleo_trio_otel"
 INSTRUMENTATION_VERSION: Final = "0.1.0"
 
 
+_TOKEN_FIELDS: Final = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_creation_tokens",
+)
+# A response's usage names cache writes ``cache_write_tokens``; the meter says "creation", as
+# OBS-24 does.
+_USAGE_FIELDS: Final = {"cache_creation_tokens": "cache_write_tokens"}
+
+
 class DispatcherMetrics:
     """The instruments of one dispatcher, on the meter of ``meter_provider`` (the global meter
     provider when ``None``). Several dispatchers measured through one provider share its
@@ -113,6 +128,20 @@ class DispatcherMetrics:
         )
         self._duration = meter.create_histogram(
             "nucleo.job.duration", unit="s", description="Jobs' time from start to end"
+        )
+        self._llm_calls = meter.create_counter(
+            "nucleo.llm.calls", unit="{call}", description="Model calls the jobs made"
+        )
+        self._llm_tokens = {
+            field: meter.create_counter(
+                f"nucleo.llm.{field}",
+                unit="{token}",
+                description=f"Model {field.replace('_', ' ')}",
+            )
+            for field in _TOKEN_FIELDS
+        }
+        self._llm_latency = meter.create_histogram(
+            "nucleo.llm.latency", unit="s", description="Time a model call took"
         )
         _gauges_of(meter_provider or metrics.get_meter_provider(), meter).observe(self)
 
@@ -161,6 +190,23 @@ class DispatcherMetrics:
             self._duration.record(
                 max(0.0, ended - snapshot.started_at), {**job_type, "outcome": outcome}
             )
+        for response in getattr(event, "llm_responses", ()):
+            self._llm(response)
+
+    def _llm(self, response: object) -> None:
+        """One model call a job recorded (read by duck typing, as the spend ledger reads it:
+        ``model``, ``duration`` in seconds, ``usage`` with its token counts)."""
+        model = getattr(response, "model", None)
+        by_model = {"llm.model": model if isinstance(model, str) and model else "(unknown)"}
+        self._llm_calls.add(1, by_model)
+        usage = getattr(response, "usage", None)
+        for field, counter in self._llm_tokens.items():
+            tokens = getattr(usage, _USAGE_FIELDS.get(field, field), 0)
+            if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
+                counter.add(tokens, by_model)
+        duration = getattr(response, "duration", None)
+        if isinstance(duration, int | float) and not isinstance(duration, bool) and duration >= 0:
+            self._llm_latency.record(duration, by_model)
 
     def _limiter(self, event: LimiterEvent) -> None:
         account = {"limiter.name": event.limiter_name, "limiter.category": event.limiter_category}
