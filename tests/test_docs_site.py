@@ -266,9 +266,15 @@ def test_every_exported_name_has_a_reference_entry() -> None:
 
 
 def test_the_reference_index_links_every_name_the_package_itself_exports() -> None:
-    """docs/reference/index.md lists what ``from nucleo_trio import ...`` offers, each name a
-    link to its entry, so a name added to ``nucleo_trio.__all__`` is added there too."""
+    """docs/reference/index.md links every reference page, and lists what ``from nucleo_trio
+    import ...`` offers, each name a link to its entry, so a name added to
+    ``nucleo_trio.__all__`` is added there too."""
     index = (REFERENCE / "index.md").read_text(encoding="utf-8")
+    pages = {path.name for path in REFERENCE.glob("*.md")} - {"index.md"}
+    unlinked_pages = sorted(page for page in pages if f"]({page})" not in index)
+    assert not unlinked_pages, "reference pages not in docs/reference/index.md's table: " + (
+        ", ".join(unlinked_pages)
+    )
     unlisted = [name for name in nucleo_trio.__all__ if f"[`{name}`]" not in index]
     assert not unlisted, (
         "names of nucleo_trio.__all__ not linked from docs/reference/index.md: "
