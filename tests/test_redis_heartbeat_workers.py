@@ -1,19 +1,24 @@
-"""Four dispatchers on one Redis heartbeat schedule, in one trio run and in virtual time.
+"""Four dispatchers on one Redis heartbeat schedule, in one trio run.
 
-Each dispatcher is a worker with its own :class:`RedisHeartbeatStore` (its own claim token) on
-the same key prefix of the session's redis-server, and each publishes the same schedule at its
-start, the way every worker's boot code would: the same ids, anchors and recurrences. The
-autojump clock holds still while a store waits on Redis, so every Heart wakes at the very same
-virtual instant and the four race for each slot on the server; the schedule must come out with
-every slot fired exactly once. Claims here live for minutes of Redis's clock, so none runs
-out: the crash cases are in ``test_redis_heartbeat_processes.py``, with real processes.
+Each dispatcher is a worker with its own ``RedisHeartbeatStore`` (its own claim token) on one
+key prefix, and each publishes the same schedule at its start, the way every worker's boot code
+would: the same ids, anchors and recurrences. In virtual time, the autojump clock holds still
+while a store waits on Redis, so every Heart wakes at the very same virtual instant and the four
+race for each slot on the server; the schedule must come out with every slot fired exactly
+once, and so must catch-up after all four were down. Claims there live for minutes of Redis's
+clock, so none runs out. Two tests run on the real clock, because what they wait for happens in
+real time: a wake-up that travels over Redis pub/sub, and a Redis restarted under the four
+workers. The worker killed mid-fire is in ``test_redis_heartbeat_processes.py``, with real
+processes.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 from collections import Counter
-from contextlib import AsyncExitStack
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
 from typing import Any
 
 import trio
@@ -29,6 +34,8 @@ from nucleo_trio.heartbeat import (
     heartbeat_now,
 )
 from nucleo_trio.jobs import JobContext, Tool
+
+from .redis_server import running_redis
 
 _PREFIXES = itertools.count()
 
@@ -68,6 +75,24 @@ def publish_schedules(dispatcher: JobDispatcher, anchor: float) -> None:
     dispatcher.schedule_heartbeat(
         ScheduleHeartbeat(Beat, "slow", anchor + 0.25, recurrence=FixedInterval(1.5)), "ops"
     )
+
+
+@contextmanager
+def capture_errors(failures: list[str]) -> Iterator[None]:
+    """Every error the Heart logs meanwhile (a store operation that failed), with its cause."""
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            cause = record.exc_info[1] if record.exc_info else None
+            failures.append(f"{record.getMessage()}: {cause}")
+
+    handler = Keep(level=logging.ERROR)
+    logger = logging.getLogger("nucleo_trio.heartbeat")
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
 
 
 def slots(anchor: float, period: float, until: float) -> list[float]:
@@ -166,3 +191,48 @@ async def test_a_worker_wakes_for_a_heartbeat_another_worker_scheduled(redis_ser
                 await scheduled.wait()
         await trio.sleep(0.8)
     assert fired == [("b", "once", due)]
+
+
+async def test_redis_restarted_mid_run_fires_no_slot_twice_and_loses_none(
+    redis_binary: str,
+) -> None:
+    """On the real clock (Redis restarts in real time): four workers on a Redis that writes
+    every change to its append-only file before it answers (appendfsync always). 1.2 s in,
+    Redis stops, stays down for 0.6 s and starts again on the same port. Meanwhile the workers'
+    store operations fail with errors that name Redis; once it is back the slots that fell due
+    fire, and every slot, before, during and after, fires exactly once."""
+    fired: list[tuple[str, str, float]] = []
+    failures: list[str] = []
+    with running_redis(redis_binary, persistent=True) as server:
+        config = DispatcherConfig(
+            heartbeat=HeartbeatConfig(
+                kind="redis",
+                settings={"url": server.url, "prefix": "restart", "claim_ttl": 1, "timeout": 1},
+            )
+        )
+        with capture_errors(failures):
+            async with AsyncExitStack() as stack:
+                anchor = heartbeat_now() + 0.2
+                for index in range(4):
+                    worker = Worker(f"w{index}", fired)
+                    dispatcher = await stack.enter_async_context(
+                        open_dispatcher(config, bus=worker.bus)
+                    )
+                    dispatcher.schedule_heartbeat(
+                        ScheduleHeartbeat(Beat, "pulse", anchor, recurrence=FixedInterval(0.25)),
+                        "ops",
+                    )
+                await trio.sleep(anchor + 1.2 - heartbeat_now())
+                await trio.to_thread.run_sync(server.stop)
+                down_at = heartbeat_now()
+                await trio.sleep(0.6)
+                await trio.to_thread.run_sync(server.start)
+                back_at = heartbeat_now()
+                await trio.sleep(anchor + 3.6 - heartbeat_now())
+    counts = Counter(run_at for _, _, run_at in fired)
+    assert set(counts.values()) == {1}, [at - anchor for at, n in counts.items() if n > 1]
+    instants = sorted(counts)
+    assert instants == slots(anchor, 0.25, instants[-1] + 0.01)
+    assert any(down_at < at <= back_at for at in instants), "slots due while Redis was down"
+    assert instants[-1] >= back_at + 1.0, "the schedule went on after the restart"
+    assert any(f"Redis at {server.url}" in failure for failure in failures), failures
