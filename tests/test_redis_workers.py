@@ -303,7 +303,7 @@ async def test_redis_restarted_mid_run_refuses_by_name_never_overshoots_and_reco
             name: [
                 "--kind", "bucket", "--namespace", namespace, "--limit", str(BURST),
                 "--period", str(WINDOW), "--log", log, "--log-url", redis_server.url,
-                "--rate", str(rate), "--duration", "6",
+                "--rate", str(rate), "--duration", "4.5",
             ]
             for name, rate in rates.items()
         }  # fmt: skip
@@ -314,7 +314,7 @@ async def test_redis_restarted_mid_run_refuses_by_name_never_overshoots_and_reco
                 open_fleet(quota_server.url, workers, clock_url=redis_server.url) as fleet,
             ):
                 await fleet.go(lead=0.3)
-                await trio.sleep(2.0)
+                await trio.sleep(1.5)
                 down_us = await redis_now_us(client)
                 await trio.to_thread.run_sync(quota_server.stop)
                 await trio.sleep(1.0)  # down long enough for waiting jobs to be asked
