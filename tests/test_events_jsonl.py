@@ -3,6 +3,7 @@ a real dispatcher's bus; the reader's refusals; the ``nucleo-trio events`` comma
 
 from __future__ import annotations
 
+import enum
 import inspect
 import io
 import json
@@ -334,6 +335,27 @@ def test_an_application_event_is_named_by_its_path_and_read_back_when_given() ->
     with pytest.raises(ValueError, match="pass its class in kinds="):
         event_from_json(data)
     assert event_from_json(data, kinds=[Shipped]) == event
+
+
+class Parcel(enum.Enum):
+    SMALL = "small"
+    LARGE = "large"
+
+
+@attrs.frozen(kw_only=True)
+class Delivered(ev.NotificationEvent):
+    """Annotated as strings (this module has ``from __future__ import annotations``)."""
+
+    parcel: Parcel
+    weights: tuple[float, ...] = ()
+
+
+def test_an_application_event_with_string_annotations_reads_back_typed() -> None:
+    event = Delivered(snapshot=SNAPSHOT, timestamp=AT, parcel=Parcel.LARGE, weights=(1.5, 2.0))
+    data = event_to_json(event)
+    assert data["parcel"] == "large" and data["weights"] == [1.5, 2.0]
+    back = event_from_json(data, kinds=[Delivered])
+    assert back == event and isinstance(back, Delivered) and back.parcel is Parcel.LARGE
 
 
 def test_a_heartbeat_with_no_import_path_is_written_but_not_restored() -> None:

@@ -28,6 +28,7 @@ path), so read an events file with the trust you give that store's file.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import os
@@ -271,6 +272,11 @@ def _fields_of(cls: type[ev.JobEvent]) -> tuple[tuple[str, Any, _Codec], ...]:
     """The fields an event of ``cls`` is built from (name, declared type, codec)."""
     known = _FIELDS.get(cls)
     if known is None:
+        if cls.__module__ != ev.__name__:
+            # An application's class written under `from __future__ import annotations` has
+            # its field types as strings; resolved, its enums and records read back as such.
+            with contextlib.suppress(NameError, TypeError):
+                attrs.resolve_types(cls)
         fields = [f for f in attrs.fields(cls) if f.init]
         clash = sorted(_RESERVED.intersection(f.name for f in fields))
         if clash:
