@@ -21,6 +21,7 @@ message a class would get.
 from __future__ import annotations
 
 import inspect
+import reprlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
@@ -63,7 +64,7 @@ class FunctionTool(Tool[R]):
     """
 
     _nucleo_function: Callable[..., Awaitable[Any]]
-    _nucleo_signature: inspect.Signature
+    _nucleo_signature: inspect.Signature | None = None
     _nucleo_requirements: Requirements | None = None
 
     def __init__(
@@ -73,14 +74,15 @@ class FunctionTool(Tool[R]):
         kwargs: dict[str, Any] | None = None,
     ) -> None:
         cls = type(self)
-        if cls is FunctionTool:
+        signature = cls._nucleo_signature
+        if signature is None:  # a class the decorator did not make
             raise TypeError(
                 "FunctionTool is built by a function decorated with @function_tool; "
                 "call that function with a parent and its arguments"
             )
         kwargs = dict(kwargs or {})
         try:
-            bound = cls._nucleo_signature.bind(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{cls.__qualname__}(): {exc}") from None
         super().__init__(parent)
@@ -389,8 +391,6 @@ def _callable_name(value: object) -> str:
 
 
 def _shown_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    import reprlib
-
     shown = [reprlib.repr(arg) for arg in args]
     shown.extend(f"{key}={reprlib.repr(value)}" for key, value in kwargs.items())
     return f"({', '.join(shown)})"
