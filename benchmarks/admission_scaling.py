@@ -16,6 +16,10 @@ one grant (the evaluator's pass, the waiter's wake-up, its release), at N = 100 
 Both sides time 10,000 grants: the line of 100 is parked and drained 100 times (parking outside
 the timed section), so both measure timed sections of the same length.
 
+The same drain with multi-account demands (each waiter needs two or three of four one-slot
+gates, a fixed seeded mix) checks the claim where demands overlap: disjoint demands are granted
+side by side, and a freed gate re-asks the first waiter of each group of followers short on it.
+
 Two more drains are given for context. trio's own ``CapacityLimiter(1)`` drained the same way is
 the floor of a hand-off between tasks; whatever grows with the line there is the interpreter's
 and trio's (ten thousand parked tasks are more memory and colder caches), not admission's. The
@@ -25,6 +29,7 @@ per-job cost of a dispatcher serving a long line.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Awaitable
 from functools import partial
 from typing import Protocol
@@ -41,7 +46,9 @@ from ._harness import Row, Stopwatch, Timing, best, progress, run_trio, verdict
 NAME = "admission"
 TITLE = "admission scaling: per-grant cost draining 100 vs 10,000 parked jobs on a one-slot gate"
 
-TARGET_RATIO = 1.5
+TARGET_RATIO = 1.2
+HANDOFF_TARGET = 2.5
+"""A grant on Admission against a trio.CapacityLimiter(1) hand-off (issue 13's target)."""
 SHORT, LONG = 100, 10_000
 
 
@@ -63,6 +70,36 @@ async def drain_admission(watch: Stopwatch, line: int, grants: int) -> None:
 
             for _ in range(line):
                 nursery.start_soon(waiter)
+            await trio.testing.wait_all_tasks_blocked()
+            _check_parked(admission.queue_size, line)
+            watch.start()
+            admission.release(held)
+            await drained.done.wait()
+            watch.stop()
+        nursery.cancel_scope.cancel()
+
+
+async def drain_multi_account(watch: Stopwatch, line: int, grants: int) -> None:
+    """Drain lines whose waiters each need two or three of four one-slot gates (a fixed,
+    seeded mix), directly on Admission: every gate is held while the line forms, then all
+    four are given back and the line drains, disjoint demands granted side by side."""
+    admission = Admission()
+    gates = [CountingGate(f"slot-{n}", 1) for n in range(4)]
+    mix = random.Random(13)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(admission.run)
+        for _ in range(_batches(line, grants)):
+            held = await admission.admit(_demand_of(gates))
+            drained = _Countdown(line)
+
+            async def waiter(needs: list[CountingGate], drained: _Countdown = drained) -> None:
+                grant = await admission.admit(_demand_of(needs))
+                admission.release(grant)
+                drained.tick()
+
+            for _ in range(line):
+                needs = mix.sample(gates, mix.choice((2, 3)))
+                nursery.start_soon(waiter, needs)
             await trio.testing.wait_all_tasks_blocked()
             _check_parked(admission.queue_size, line)
             watch.start()
@@ -124,6 +161,13 @@ async def drain_dispatcher(watch: Stopwatch, line: int, grants: int) -> None:
             for handle in handles:
                 await handle.result()
             watch.stop()
+
+
+def _demand_of(gates: list[CountingGate]) -> Demand:
+    demand = Demand()
+    for gate in gates:
+        demand.add(gate)
+    return demand
 
 
 class _Countdown:
@@ -193,11 +237,16 @@ def run(quick: bool) -> list[Row]:
     trio_short, trio_long = _drain_pair(
         "trio.CapacityLimiter", drain_trio_limiter, SHORT, LONG, rounds
     )
+    multi_short, multi_long = _drain_pair(
+        "multi-account (2-3 of 4 gates)", drain_multi_account, SHORT, LONG, rounds
+    )
     via_short, via_long = _drain_pair(
         "via dispatcher", drain_dispatcher, SHORT, dispatcher_long, dispatcher_rounds
     )
 
     ratio = direct_long / direct_short
+    multi_ratio = multi_long / multi_short
+    handoff = direct_short / trio_short
     return [
         Row.timed(NAME, f"Admission direct, line of {SHORT:,}", direct_short, "us/grant"),
         Row.timed(NAME, f"Admission direct, line of {LONG:,}", direct_long, "us/grant"),
@@ -213,6 +262,28 @@ def run(quick: bool) -> list[Row]:
         Row.timed(NAME, f"trio.CapacityLimiter(1), line of {LONG:,}", trio_long, "us/grant"),
         Row.timed(
             NAME, f"growth {LONG:,} / {SHORT:,} (trio.CapacityLimiter)", trio_long / trio_short, "x"
+        ),
+        Row.timed(
+            NAME,
+            f"a grant: Admission / trio.CapacityLimiter hand-off, line of {SHORT:,}",
+            handoff,
+            "x",
+            f"<= {HANDOFF_TARGET:g}x",
+            verdict(handoff.cpu <= HANDOFF_TARGET),
+        ),
+        Row.timed(
+            NAME, f"multi-account (2-3 of 4 gates), line of {SHORT:,}", multi_short, "us/grant"
+        ),
+        Row.timed(
+            NAME, f"multi-account (2-3 of 4 gates), line of {LONG:,}", multi_long, "us/grant"
+        ),
+        Row.timed(
+            NAME,
+            f"growth {LONG:,} / {SHORT:,} (multi-account)",
+            multi_ratio,
+            "x",
+            f"<= {TARGET_RATIO:g}x",
+            verdict(multi_ratio.cpu <= TARGET_RATIO),
         ),
         Row.timed(
             NAME, f"via dispatcher (a job per grant), line of {SHORT:,}", via_short, "us/grant"
