@@ -9,7 +9,6 @@ import os
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import coredis
@@ -66,7 +65,7 @@ def start_redis() -> tuple[str, subprocess.Popen[bytes]]:
     with socket.socket() as probe:  # a free port on the loopback
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    options = f"--port {port} --bind 127.0.0.1 --appendonly no --dir {tempfile.mkdtemp()}"
+    options = f"--port {port} --bind 127.0.0.1 --appendonly no"  # no persistence: no files
     server = subprocess.Popen(["redis-server", *options.split(), "--save", ""], stdout=-3)
     while True:  # until it listens
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
