@@ -13,13 +13,14 @@ kept in Redis, stamped by Redis:
   inside the script that made it.
 
 The checks are plain functions over ``(instant, amount)`` points in integer microseconds of
-Redis time, so a test, a benchmark and the example all judge a run the same way:
+Redis time, so the tests and the benchmark judge a run the same way:
 
 * :func:`bucket_worst`: a token bucket of rate ``r`` and burst ``B`` allows at most
   ``B + r * (b - a)`` in any span ``[a, b]``; the worst span of the run, found in one pass;
 * :func:`window_worst`: a sliding window allows at most its count in any span of its length;
 * :func:`most_held`: the most permits held at once, from the start and end lines;
-* :func:`per_window`: the aggregate per consecutive window, as the example prints it.
+* :func:`per_window`: the aggregate per consecutive window (what ``examples/scaling_out.py``
+  prints, computed there on its own so the example stands alone).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any
 import attrs
 
 __all__ = [
+    "CREDITS",
     "MICROS",
     "GrantLog",
     "UPSTREAM_LOG_SCRIPT",
