@@ -25,8 +25,9 @@ import pytest
 import trio
 from nucleo_trio_redis.heartbeat_store import RedisHeartbeatStore
 
-from nucleo_trio.errors import NucleoSystemError
-from nucleo_trio.heartbeat import FixedInterval, heartbeat_now
+from nucleo_trio.dispatch import DispatcherConfig, HeartbeatConfig, open_dispatcher
+from nucleo_trio.errors import ConfigError, NucleoSystemError
+from nucleo_trio.heartbeat import FixedInterval, HeartbeatStore, heartbeat_now
 
 from . import test_heartbeat_store as contract
 from .redis_server import running_redis
@@ -354,3 +355,26 @@ async def test_listeners_hear_other_workers_changes_and_the_return_of_redis(
         assert len(heard) == 3
         for store in (listening, other):
             await store.aclose()
+
+
+async def test_the_kind_is_chosen_by_configuration_and_bad_settings_stop_the_start(
+    redis_server: Any,
+) -> None:
+    """``heartbeat = {kind = "redis", settings = {...}}`` gives a dispatcher this store (the
+    plugin answers the hook); a missing URL or a bad TTL stops the start with a ConfigError
+    naming the kind and what is wrong."""
+    config = DispatcherConfig.from_mapping(
+        {"heartbeat": {"kind": "redis", "settings": {"url": redis_server.url, "claim_ttl": 5}}}
+    )
+    async with open_dispatcher(config) as dispatcher:
+        assert dispatcher.heart is not None
+        store = dispatcher.heart.store
+        assert isinstance(store, RedisHeartbeatStore) and store.claim_ttl == 5.0
+        assert isinstance(store, HeartbeatStore)
+    with pytest.raises(ConfigError, match="kind 'redis'.*needs the setting 'url'"):
+        async with open_dispatcher(DispatcherConfig(heartbeat=HeartbeatConfig(kind="redis"))):
+            pass
+    bad = HeartbeatConfig(kind="redis", settings={"url": redis_server.url, "claim_ttl": -1})
+    with pytest.raises(ConfigError, match="claim_ttl must be a positive, finite number"):
+        async with open_dispatcher(DispatcherConfig(heartbeat=bad)):
+            pass
