@@ -83,16 +83,17 @@ for i = 1, count do
 end
 
 -- a is the account's first unit (tokens, slots, permits), b a bucket's requests
-local function log(c, what, a, b)
+local function log(c, what, a, b, worker)
+  worker = worker or c.worker
   if c.logging and (a > 0 or b > 0) then
     if c.kind == 'bucket' then
-      redis.call('XADD', c.log, '*', 'kind', what, 'account', c.name, 'worker', c.worker,
+      redis.call('XADD', c.log, '*', 'kind', what, 'account', c.name, 'worker', worker,
         'requests', fmt(b), 'tokens', fmt(a))
     elseif c.kind == 'window' then
-      redis.call('XADD', c.log, '*', 'kind', what, 'account', c.name, 'worker', c.worker,
+      redis.call('XADD', c.log, '*', 'kind', what, 'account', c.name, 'worker', worker,
         'requests', fmt(a))
     else
-      redis.call('XADD', c.log, '*', 'kind', what, 'account', c.name, 'worker', c.worker,
+      redis.call('XADD', c.log, '*', 'kind', what, 'account', c.name, 'worker', worker,
         'permits', fmt(a))
     end
   end
@@ -144,7 +145,7 @@ for _, c in ipairs(acc) do
             redis.call('ZADD', c.stamps, v[3], c.serial)
           end
         elseif c.kind == 'gate' and v[1] > 0 then
-          log(c, 'expire', v[1], 0)  -- a dead worker's permits come back
+          log(c, 'expire', v[1], 0, string.sub(field, 3))  -- a dead worker's permits come back
           c.woke = true
         end
         -- a bucket's expired lease is not credited back: it may have been spent

@@ -170,12 +170,19 @@ class SharedAccount(AbstractRateLimiter):
         self._ask_a = 0.0
         self._ask_b = 0.0
         self._noted = False
+        self._flying = (0.0, 0.0)  # the ask a settle in flight carries: no second poke for it
         self._taken_a = 0.0  # taken from the lease since the last settle (refundable locally)
         self._taken_b = 0.0
         self._credit_a = 0.0  # given back beyond that: credited through Redis
         self._credit_b = 0.0
         self._used_a = 0.0  # spent since the last settle, for sizing
         self._used_b = 0.0
+        self._rate = 0.0  # units spent a second: quick to rise, slow to fall
+        # What the last settle granted for a noted ask: the asker may spend it even while other
+        # workers wait (it was granted beside their reservations); it lapses after one settle.
+        self._earmark_a = 0.0
+        self._earmark_b = 0.0
+        self._earmark_settles = 0
         self._pressure = 0
         self._successes = 0
         self.throttle = 0.0
@@ -292,12 +299,16 @@ class SharedAccount(AbstractRateLimiter):
         ra, rb = self._measure(reserved, "the reservation ahead") if reserved else (0.0, 0.0)
         if self._lost is not None:
             raise RedisUnavailableError(self._name, self._hub.safe_url, self._lost)
-        if self._spare_a + _EPSILON >= a + ra and self._spare_b + _EPSILON >= b + rb:
+        usable_a, usable_b = self._spare_a, self._spare_b
+        if self._waiting:  # others wait in Redis's line: only what was granted to this ask
+            usable_a, usable_b = min(usable_a, self._earmark_a), min(usable_b, self._earmark_b)
+        if usable_a + _EPSILON >= a + ra and usable_b + _EPSILON >= b + rb:
             return a, b
         cap_a, cap_b = self._caps()
         ask_a, ask_b = min(a + ra, cap_a), min(b + rb, cap_b)
         self._noted = True
-        if ask_a > self._ask_a or ask_b > self._ask_b:
+        flying_a, flying_b = self._flying
+        if ask_a > max(self._ask_a, flying_a) or ask_b > max(self._ask_b, flying_b):
             self._ask_a = max(self._ask_a, ask_a)
             self._ask_b = max(self._ask_b, ask_b)
             self._hub.poke()
@@ -313,6 +324,8 @@ class SharedAccount(AbstractRateLimiter):
         a, b = ask
         self._spare_a -= a
         self._spare_b -= b
+        self._earmark_a = max(0.0, self._earmark_a - a)
+        self._earmark_b = max(0.0, self._earmark_b - b)
         self._taken_a += a
         self._taken_b += b
         self._used_a += a
@@ -322,7 +335,7 @@ class SharedAccount(AbstractRateLimiter):
         # the ask that was short is served; whoever else waits says so again when asked
         self._ask_a = self._ask_b = 0.0
         self._noted = False
-        if self._lease and self._spare_a < self._lease_unit()[0]:
+        if self._lease and self._spare_a < self._target()[0] / 2:
             self._hub.poke()  # top the lease up before the next ask finds it empty
         return True
 
@@ -385,43 +398,46 @@ class SharedAccount(AbstractRateLimiter):
 
     # -- the hub's side -----------------------------------------------------------------------------
     def _target(self) -> tuple[float, float]:
-        """The spare this account wants after a settle: twice what it spent since the last one,
-        at least one unit and at most ``lease_max`` units; nothing without a lease."""
+        """The spare this account wants after a settle: what it spends in one lease period at
+        the rate it has been spending (``hub.lease_period``), at least one unit and at most
+        ``lease_max`` units; nothing without a lease."""
         if not self._lease:
             return 0.0, 0.0
         unit_a, unit_b = self._lease_unit()
-        spent = self._used_b if unit_b else self._used_a / max(unit_a, _EPSILON)
-        units = min(float(self._lease_max), max(1.0, math.ceil(2 * spent)))
+        units = min(
+            float(self._lease_max), max(1.0, math.ceil(self._rate * self._hub.lease_period))
+        )
         return units * unit_a, units * unit_b
 
     def settlement(self, now: float, closing: bool) -> Settlement:
         """The arguments of this account's block in the next settle; the hub calls it."""
-        if self._noted and not closing:
+        asking = self._noted and not closing and self.waits()
+        idle = self._last_take is None or now - self._last_take >= self._hub.lease_ttl / 3
+        # The spare goes back when the hub closes, when it sits idle with nobody here asking,
+        # and whenever another worker waits: then every ask of this worker goes through Redis's
+        # line too, behind the older waiters, instead of being served from a lease they wait for.
+        if self._earmark_settles >= 1 or closing:
+            self._earmark_a = self._earmark_b = 0.0  # its asker did not come back for it
+        self._earmark_settles += 1
+        give_back = closing or bool(self._waiting) or (idle and not asking)
+        ret_a, ret_b = self._credit_a, self._credit_b
+        if give_back:
+            keep_a = min(self._spare_a, self._earmark_a)
+            keep_b = min(self._spare_b, self._earmark_b)
+            ret_a += self._spare_a - keep_a
+            ret_b += self._spare_b - keep_b
+            self._spare_a, self._spare_b = keep_a, keep_b
+        if asking:
             need_a = max(0.0, self._ask_a - self._spare_a)
             need_b = max(0.0, self._ask_b - self._spare_b)
         else:
             need_a = need_b = 0.0  # nobody asked again since the last settle: the ask is gone
         asked = (self._ask_a, self._ask_b) if need_a or need_b else (0.0, 0.0)
-        ret_a, ret_b = self._credit_a, self._credit_b
-        idle = (
-            self._last_take is None
-            or now - self._last_take >= self._hub.lease_ttl / 3
-            or closing
-            or (self._waiting and not need_a and not need_b)
-        )
-        give_back_a = give_back_b = 0.0
-        if idle and not need_a and not need_b:
-            give_back_a, give_back_b = self._spare_a, self._spare_b
         extra_a = extra_b = 0.0
-        if not closing and not (idle and not need_a and not need_b):
+        if not give_back:
             target_a, target_b = self._target()
-            if target_a or target_b:
-                extra_a = max(0.0, target_a - self._spare_a - need_a)
-                extra_b = max(0.0, target_b - self._spare_b - need_b)
-        self._spare_a -= give_back_a
-        self._spare_b -= give_back_b
-        ret_a += give_back_a
-        ret_b += give_back_b
+            extra_a = max(0.0, target_a - self._spare_a - need_a)
+            extra_b = max(0.0, target_b - self._spare_b - need_b)
         confirm = self._confirm_now()
         cap1, cap2, cap3 = self._params()
         args = [
@@ -456,6 +472,7 @@ class SharedAccount(AbstractRateLimiter):
         self._ask_a = self._ask_b = 0.0  # asks noted while the call flies start afresh
         self._noted = False
         plan.ask_a, plan.ask_b = asked
+        self._flying = asked
         return plan
 
     def _base_a(self) -> float:
@@ -471,12 +488,18 @@ class SharedAccount(AbstractRateLimiter):
         )
         was_lost = self._lost is not None
         self._lost = None
+        self._flying = (0.0, 0.0)
         self._seen = True
         self._spare_a += got_a
         self._spare_b += got_b
         self._free_a, self._free_b = free_a, free_b
         self.throttle = throttle
         self._waiting = int(waiting)
+        if self._settled_at is not None and at > self._settled_at:
+            unit_a, unit_b = self._lease_unit()
+            spent = self._used_b if unit_b else self._used_a / max(unit_a, _EPSILON)
+            now_rate = spent / max(at - self._settled_at, 1e-3)
+            self._rate = max(now_rate, 0.7 * self._rate + 0.3 * now_rate)
         self._settled_at = at
         if got_a or got_b:
             self._last_take = at  # a fresh lease is not idle
@@ -484,6 +507,9 @@ class SharedAccount(AbstractRateLimiter):
         self._used_a = self._used_b = 0.0
         self._settled_kind(plan)
         granted = (plan.need_a or plan.need_b) and got_a >= plan.need_a and got_b >= plan.need_b
+        if granted:
+            self._earmark_a, self._earmark_b = plan.ask_a, plan.ask_b  # the whole ask
+            self._earmark_settles = 0
         if (plan.need_a or plan.need_b) and not granted:
             # Refused: the ask stands while someone repeats it (and keeps this worker's place
             # in Redis's line). Admission, woken, asks its waiters again: a live one notes its
@@ -512,6 +538,8 @@ class SharedAccount(AbstractRateLimiter):
         self._credit_a = self._credit_b = 0.0
         self._ask_a = self._ask_b = 0.0
         self._noted = False
+        self._earmark_a = self._earmark_b = 0.0
+        self._flying = (0.0, 0.0)
         self._wait = None
         if first:
             self._capacity_changed()

@@ -113,6 +113,8 @@ class RedisAccounts:
         if on_redis_lost != "refuse":
             raise ValueError(f"{owner}: on_redis_lost must be 'refuse', got {on_redis_lost!r}")
         self.on_redis_lost = on_redis_lost
+        self.lease_period = min(self.lease_ttl / 3, 1.0)
+        """Seconds of use a lease is sized for (a third of ``lease_ttl``, at most one)."""
         self.timeout = check_seconds(owner, "timeout", timeout)
         self.accounts: dict[str, SharedAccount] = {}
         self.round_trips = 0
