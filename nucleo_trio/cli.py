@@ -240,7 +240,7 @@ def _run_trajectory(args: argparse.Namespace) -> int:
     import sqlite3
 
     from ._progress import RunProgress, terminal_console
-    from .observability.trajectory import recorded_workflows, render_trajectory, trajectory
+    from .observability.trajectories import recorded_workflows, render_trajectory, trajectory
 
     # On a terminal a spinner says what a long read is doing; piped, only the tree is printed.
     progress = RunProgress(terminal_console(sys.stdout, color=not os.environ.get("NO_COLOR")))

@@ -195,7 +195,7 @@ def _load(identifier: str) -> object:
 
 def _shadowed(identifier: str) -> bool:
     """Whether ``identifier`` is a submodule's name while its package exports something else
-    under the same name (``nucleo_trio.jobs.function_tool``, the module and the decorator)."""
+    under the same name (a module ``tool`` beside an exported function ``tool``)."""
     parent, _, last = identifier.rpartition(".")
     try:
         if not parent or importlib.util.find_spec(identifier) is None:
@@ -327,7 +327,7 @@ def test_every_reference_directive_names_something_that_exists_once() -> None:
     )
     assert not unknown, "reference entries that name nothing importable:\n  " + "\n  ".join(unknown)
     # griffe, like the import system, finds a submodule before an attribute of the same name:
-    # `nucleo_trio.jobs.function_tool` would render the module, not the function it exports.
+    # a module `pkg.tool` beside an exported function `pkg.tool` would render the module.
     shadowed = sorted(
         f"{identifier} ({', '.join(places)})"
         for identifier, places in documented.items()

@@ -8,7 +8,7 @@ from .context import (
     JobContext as JobContext,
     current_job as current_job,
 )
-from .function_tool import (
+from .functions import (
     FunctionTool as FunctionTool,
     ToolDecorator as ToolDecorator,
     ToolFunction as ToolFunction,

@@ -33,7 +33,7 @@ from .health import (
     read_cpu_load as read_cpu_load,
 )
 from .recorder import RECORDER_SCHEMA as RECORDER_SCHEMA, TrajectoryRecorder as TrajectoryRecorder
-from .trajectory import (
+from .trajectories import (
     Trajectory as Trajectory,
     TrajectoryStep as TrajectoryStep,
     WorkflowSummary as WorkflowSummary,
