@@ -391,7 +391,8 @@ class MemoryPressureGate(AbstractRateLimiter):
         made on the first read; from then on it moves when a look sets or clears the latch and
         when memory's line fills or empties (:meth:`held_changed`, which a dispatcher calls on
         each of memory's transitions). Between looks it tells the latch as last read: memory is
-        read when admission asks, at least every 2 s while anything is paced or latched.
+        read when admission asks (a resourceful demand, and every 2 s while one waits) and when
+        :meth:`status` is read; with nobody asking, the zone keeps its last value.
         """
         zone = self._zone
         if zone is None:
