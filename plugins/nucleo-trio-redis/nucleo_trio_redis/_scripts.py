@@ -214,9 +214,12 @@ for _, c in ipairs(acc) do
       end
       c.stamp = now
     end
-    c.level_a = c.level_a + c.ret_a
-    c.level_b = c.level_b + c.ret_b
-    log(c, 'return', c.ret_a, c.ret_b)
+    -- a give-back or a credit (capped: never above the burst beside the leases), or a debt
+    -- (negative: what a local share granted while Redis was out of reach)
+    c.level_a = math.min(c.cap_a - c.held_a - c.base_a, c.level_a + c.ret_a)
+    c.level_b = math.min(c.cap_b - c.held_b - c.base_b, c.level_b + c.ret_b)
+    log(c, 'return', math.max(0, c.ret_a), math.max(0, c.ret_b))
+    log(c, 'take', math.max(0, -c.ret_a), math.max(0, -c.ret_b))
   elseif c.kind == 'window' then
     for _ = 1, c.confirm do
       c.serial = c.serial + 1

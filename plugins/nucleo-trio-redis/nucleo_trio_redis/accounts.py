@@ -40,7 +40,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import attrs
 import trio
 
-from nucleo_trio.admission import LimiterIdentity, Replenishment
+from nucleo_trio.admission import (
+    ElasticWindow,
+    LimiterIdentity,
+    Replenishment,
+    TokenBucket,
+    TokenBucketConfig,
+)
 from nucleo_trio.admission.demand import amount_problem
 from nucleo_trio.admission.gates import check_permits, permit_count
 from nucleo_trio.admission.limiter import AbstractRateLimiter
@@ -183,6 +189,11 @@ class SharedAccount(AbstractRateLimiter):
         self._earmark_a = 0.0
         self._earmark_b = 0.0
         self._earmark_settles = 0
+        # While Redis is lost with on_redis_lost="local_share": the local stand-in, and what it
+        # granted (a bucket pays it back, a window stamps it, at the first settle after).
+        self._fallback: Any = None
+        self._debt_a = 0.0
+        self._debt_b = 0.0
         self._pressure = 0
         self._successes = 0
         self.throttle = 0.0
@@ -259,7 +270,7 @@ class SharedAccount(AbstractRateLimiter):
     @property
     def status_indicator(self) -> str | None:
         if self._lost is not None:
-            return "redis-lost"
+            return "redis-lost:local-share" if self._fallback is not None else "redis-lost"
         if self.throttle > 0:
             return f"throttle:{1 + self.throttle:.1f}x"
         return None
@@ -298,7 +309,9 @@ class SharedAccount(AbstractRateLimiter):
         self._refuse_alone(a, b)
         ra, rb = self._measure(reserved, "the reservation ahead") if reserved else (0.0, 0.0)
         if self._lost is not None:
-            raise RedisUnavailableError(self._name, self._hub.safe_url, self._lost)
+            if self._fallback is None:
+                raise RedisUnavailableError(self._name, self._hub.safe_url, self._lost)
+            return (a, b) if self._fallback_fits(mine, reserved, a, ra) else None
         usable_a, usable_b = self._spare_a, self._spare_b
         if self._waiting:  # others wait in Redis's line: only what was granted to this ask
             usable_a, usable_b = min(usable_a, self._earmark_a), min(usable_b, self._earmark_b)
@@ -322,6 +335,13 @@ class SharedAccount(AbstractRateLimiter):
         if ask is None:
             return False
         a, b = ask
+        if self._lost is not None:  # checked above: a local share answers
+            if not self._fallback_take(mine, reserved_ahead):
+                return False
+            self._debt_a += a
+            self._debt_b += b
+            self._took(a)
+            return True
         self._spare_a -= a
         self._spare_b -= b
         self._earmark_a = max(0.0, self._earmark_a - a)
@@ -341,6 +361,27 @@ class SharedAccount(AbstractRateLimiter):
 
     def _took(self, a: float) -> None:
         """A kind's own bookkeeping of a take (a gate's jobs, a window's unconfirmed slots)."""
+
+    # -- the local share, while Redis is out of reach ---------------------------------------------
+    def _make_fallback(self, share: float) -> Any:
+        """The local stand-in for ``share`` of the quota, starting with nothing to give (what
+        was granted before the loss may still be inside the upstream's window)."""
+        raise NotImplementedError
+
+    def _fallback_fits(
+        self, mine: Sequence[Any], reserved: Sequence[Any], a: float, ra: float
+    ) -> bool:
+        fits: bool = self._fallback.fits(mine, reserved)
+        return fits
+
+    def _fallback_take(self, mine: Sequence[Any], reserved: Sequence[Any]) -> bool:
+        took: bool = self._fallback.try_take(mine, reserved)
+        return took
+
+    @property
+    def local_share(self) -> bool:
+        """Whether the account answers from its local share of the quota (Redis lost)."""
+        return self._lost is not None and self._fallback is not None
 
     def give(self, amounts: Sequence[Any]) -> None:
         a, b = self._measure(amounts, "give")
@@ -370,11 +411,12 @@ class SharedAccount(AbstractRateLimiter):
         cap_a, cap_b = self._caps()
         if a + ra > cap_a + _EPSILON or b + rb > cap_b + _EPSILON:
             return None
-        if (
-            self._lost is None
-            and self._spare_a + _EPSILON >= a + ra
-            and self._spare_b + _EPSILON >= b + rb
-        ):
+        if self._lost is not None:
+            if self._fallback is not None and not isinstance(self._fallback, int):
+                instant: float | None = self._fallback.earliest_fit(mine, reserved_ahead)
+                return instant  # the local share's own clock
+            return None
+        if self._spare_a + _EPSILON >= a + ra and self._spare_b + _EPSILON >= b + rb:
             return _now()
         return None
 
@@ -421,6 +463,10 @@ class SharedAccount(AbstractRateLimiter):
         self._earmark_settles += 1
         give_back = closing or bool(self._waiting) or (idle and not asking)
         ret_a, ret_b = self._credit_a, self._credit_b
+        if self.kind == "bucket":
+            # what a local share granted while Redis was lost is paid back from the level
+            ret_a -= self._debt_a
+            ret_b -= self._debt_b
         if give_back:
             keep_a = min(self._spare_a, self._earmark_a)
             keep_b = min(self._spare_b, self._earmark_b)
@@ -488,6 +534,8 @@ class SharedAccount(AbstractRateLimiter):
         )
         was_lost = self._lost is not None
         self._lost = None
+        self._fallback = None
+        self._debt_a = self._debt_b = 0.0
         self._flying = (0.0, 0.0)
         self._seen = True
         self._spare_a += got_a
@@ -533,6 +581,9 @@ class SharedAccount(AbstractRateLimiter):
         keep what the jobs hold, and wake admission so that waiters hear the refusal."""
         first = self._lost is None
         self._lost = reason
+        share = self._hub.local_share
+        if first and share is not None:
+            self._fallback = self._make_fallback(share)
         self._spare_a = self._spare_b = 0.0
         self._taken_a = self._taken_b = 0.0
         self._credit_a = self._credit_b = 0.0
@@ -667,9 +718,15 @@ class SharedTokenBucket(SharedAccount):
                 f"{self.request_cap:g} requests"
             )
 
-    def _settled_kind(self, plan: Settlement) -> None:
-        # the average request's tokens, so the lease's tokens follow the requests it holds
-        pass
+    def _make_fallback(self, share: float) -> TokenBucket | None:
+        rpm, tpm = math.floor(self.rpm * share), math.floor(self.tpm * share)
+        if rpm < 1 or tpm < 1:
+            return None  # a share too small to grant anything: refuse
+        burst = max(1.0, math.floor(self.request_cap * share))
+        stand_in = TokenBucket(self._name, TokenBucketConfig(rpm, tpm, burst=burst))
+        requests = math.floor(stand_in.config.request_cap)
+        stand_in.try_take([float(tpm), *([0.0] * (requests - 1))], [])  # it starts empty
+        return stand_in
 
     def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
         took = super().try_take(mine, reserved_ahead)
@@ -746,7 +803,20 @@ class SharedElasticWindow(SharedAccount):
             )
 
     def _took(self, a: float) -> None:
-        self._unconfirmed += int(a)
+        self._unconfirmed += int(a)  # a local share's grants too: stamped once Redis is back
+
+    def _make_fallback(self, share: float) -> ElasticWindow | None:
+        most = math.floor(self.max_requests * share)
+        if most < 1:
+            return None
+        template = type(
+            "LocalShareWindow",
+            (ElasticWindow,),
+            {"base_window": self.window * (1 + self.throttle), "max_requests": most},
+        )
+        stand_in: ElasticWindow = template(self._name)
+        stand_in.try_take([None] * most, [])  # it starts full: one window must pass
+        return stand_in
 
     def _given(self, a: float, b: float) -> None:
         # a rolled-back slot not yet stamped goes back to the lease; a stamped one stays in the
@@ -843,6 +913,21 @@ class SharedCountingGate(SharedAccount):
 
     def _took(self, a: float) -> None:
         self._jobs += int(a)
+
+    def _make_fallback(self, share: float) -> int | None:
+        most = math.floor(self._capacity * share)
+        return most if most >= 1 else None
+
+    def _fallback_fits(
+        self, mine: Sequence[Any], reserved: Sequence[Any], a: float, ra: float
+    ) -> bool:
+        most: int = self._fallback
+        return self._jobs + a + ra <= most
+
+    def _fallback_take(self, mine: Sequence[Any], reserved: Sequence[Any]) -> bool:
+        a, _ = self._measure(mine, "try_take")
+        ra, _ = self._measure(reserved, "the reservation ahead") if reserved else (0.0, 0.0)
+        return self._fallback_fits(mine, reserved, a, ra)
 
     def _given(self, a: float, b: float) -> None:
         if a > self._jobs:

@@ -24,9 +24,9 @@ when the run ends.
 Losing Redis (a refused connection, a timeout, a restart) drops every lease at once (a lease
 may expire before Redis answers again, and a restarted Redis forgot it), so a shared account
 never grants what Redis did not give it. With ``on_redis_lost="refuse"`` every ask raises
-:class:`~nucleo_trio_redis.RedisUnavailableError` naming Redis and the account, and the hub
-reconnects with a backoff up to one second; the first settle that lands recovers every
-account.
+:class:`~nucleo_trio_redis.RedisUnavailableError` naming Redis and the account; with
+``"local_share"`` the account grants from its local share of the quota. The hub reconnects
+with a backoff up to one second; the first settle that lands recovers every account.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ import coredis.exceptions
 import coredis.retry
 import trio
 
-from ._checks import check_name, check_seconds, check_url, redact
+from ._checks import check_name, check_seconds, check_share, check_url, redact
 from ._scripts import SETTLE
 from .accounts import (
     SharedAccount,
@@ -79,8 +79,13 @@ class RedisAccounts:
     grant log and status rows (default: host, pid and a random suffix). ``lease_ttl`` is how
     long a lease and a gate's permits live without renewal, so a dead worker's permits come
     back within it; ``reservation_ttl`` bounds a waiting worker's place in Redis's line
-    (default ``lease_ttl``). ``on_redis_lost`` is ``"refuse"`` (the only policy so far: an ask
-    raises while Redis is out of reach). ``timeout`` bounds one round trip and one connect.
+    (default ``lease_ttl``). ``on_redis_lost`` says what an account does while Redis is out of
+    reach: ``"refuse"`` (every ask raises
+    :class:`~nucleo_trio_redis.RedisUnavailableError`) or ``"local_share"`` (it grants from a
+    local stand-in holding ``local_share`` of the quota, which starts with nothing to give;
+    give each of N workers ``1/N`` and together they stay within the quota; what it granted is
+    paid back to Redis when Redis answers again). ``timeout`` bounds one round trip and one
+    connect.
     ``autostart=False`` keeps a hub that is never run from starting itself in a system task.
     """
 
@@ -93,6 +98,7 @@ class RedisAccounts:
         lease_ttl: float = 10.0,
         reservation_ttl: float | None = None,
         on_redis_lost: str = "refuse",
+        local_share: float | None = None,
         timeout: float = 2.0,
         autostart: bool = True,
     ) -> None:
@@ -110,9 +116,25 @@ class RedisAccounts:
             if reservation_ttl is None
             else check_seconds(owner, "reservation_ttl", reservation_ttl)
         )
-        if on_redis_lost != "refuse":
-            raise ValueError(f"{owner}: on_redis_lost must be 'refuse', got {on_redis_lost!r}")
+        if on_redis_lost not in ("refuse", "local_share"):
+            raise ValueError(
+                f"{owner}: on_redis_lost must be 'refuse' or 'local_share', got {on_redis_lost!r}"
+            )
         self.on_redis_lost = on_redis_lost
+        self.local_share: float | None = None
+        """The fraction of each quota an account grants alone while Redis is lost."""
+        if on_redis_lost == "local_share":
+            if local_share is None:
+                raise ValueError(
+                    f"{owner}: on_redis_lost='local_share' needs local_share, the fraction of "
+                    "each quota this worker may grant alone (1/N for N workers)"
+                )
+            self.local_share = check_share(owner, "local_share", local_share)
+        elif local_share is not None:
+            raise ValueError(
+                f"{owner}: local_share is only read with on_redis_lost='local_share', "
+                f"not {on_redis_lost!r}"
+            )
         self.lease_period = min(self.lease_ttl / 3, 1.0)
         """Seconds of use a lease is sized for (a third of ``lease_ttl``, at most one)."""
         self.timeout = check_seconds(owner, "timeout", timeout)

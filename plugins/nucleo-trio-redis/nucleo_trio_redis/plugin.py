@@ -38,6 +38,7 @@ _HUB_SETTINGS = (
     "lease_ttl",
     "reservation_ttl",
     "on_redis_lost",
+    "local_share",
     "timeout",
 )
 
