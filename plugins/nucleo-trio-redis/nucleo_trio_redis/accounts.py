@@ -6,9 +6,12 @@ does. So each shared account holds a *lease*: spare capacity its :class:`~nucleo
 RedisAccounts` hub took from Redis, in the Lua script of :mod:`nucleo_trio_redis._scripts`.
 ``fits`` and ``try_take`` answer from the lease at once; a shortfall is noted and the hub asked
 to settle, and when the lease grows the account wakes admission like any account whose capacity
-grew. The lease sizes itself from use (twice what was spent since the last settle, up to
-``lease_max``), comes back when it sits idle or another worker waits, and expires with its
-holder record (``lease_ttl``) when the worker dies.
+grew. The lease sizes itself from use (what the account spends in one lease period at the rate
+it has been spending, up to ``lease_max``), is topped up when half spent, comes back when it sits
+idle or another worker waits, and expires with its holder record (``lease_ttl``) when the worker
+dies. While another worker waits in Redis's line, this worker's asks go through the line too:
+only what a settle granted to a noted ask (its *earmark*) may be spent, so the longest waiter is
+not overtaken by a stream of small asks served from a lease.
 
 The three kinds mirror the local ones:
 
