@@ -25,6 +25,7 @@ from nucleo_trio.admission import CountingGate
 from nucleo_trio.dispatch.config import LimiterConfig
 from nucleo_trio.errors import ConfigError
 from nucleo_trio.jobs import JobRequirements, workflow
+from nucleo_trio.observability.health import capture_health
 
 from .jobs_for_tests import Fn
 from .redis_server import running_redis
@@ -377,7 +378,14 @@ async def test_a_status_row_shows_the_global_use_and_this_workers_share(
         status = g1.status()
         assert status.worker == "w1" and status.held == 3
         assert status.used >= 5, status
-        assert status.summary.startswith(f"global {status.used:g}/8 permits; worker w1:")
+        assert status.summary.startswith(f"global {round(status.used)}/8 permits; worker w1:")
+        (row,) = capture_health([g1]).limiters
+        assert (row.name, row.category, row.capacity, row.used) == (
+            "db",
+            "semaphore",
+            8,
+            status.used,
+        )
         g1.give([3])
         g2.give([2])
 

@@ -80,6 +80,11 @@ def _now() -> float:
         return 0.0
 
 
+def _whole(value: float) -> str:
+    """A level as a whole number: a bucket refills continuously, a row reads in units."""
+    return str(round(value))
+
+
 @attrs.frozen
 class SharedAccountStatus:
     """A shared account at one instant: the global picture at the last settle and this
@@ -109,10 +114,10 @@ class SharedAccountStatus:
     @property
     def summary(self) -> str:
         """``global 40/100 tokens (requests 3/10); worker w1: lease 5, holds 2; redis ok``."""
-        text = f"global {self.used:g}/{self.capacity:g} {self.unit}"
+        text = f"global {_whole(self.used)}/{_whole(self.capacity)} {self.unit}"
         if self.requests_capacity:
-            text += f" (requests {self.requests_used:g}/{self.requests_capacity:g})"
-        text += f"; worker {self.worker}: lease {self.lease:g}, holds {self.held:g}"
+            text += f" (requests {_whole(self.requests_used)}/{_whole(self.requests_capacity)})"
+        text += f"; worker {self.worker}: lease {_whole(self.lease)}, holds {_whole(self.held)}"
         if self.waiting:
             text += f"; {self.waiting} other worker(s) waiting"
         if self.throttle > 0:
