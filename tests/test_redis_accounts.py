@@ -530,3 +530,22 @@ async def test_a_local_share_grants_its_fraction_while_redis_is_lost_and_hands_b
             await _until(lambda: gate.lost is None and not gate.local_share)
             assert gate.held == 1
             gate.give([None])
+
+
+async def test_an_account_that_expired_while_idle_starts_full_and_one_redis_forgot_starts_empty(
+    redis_server: Any,
+) -> None:
+    """The namespace's epoch tells the two apart: keys gone by expiry (deleted here, as their
+    TTL would) bring a bucket back full; a flushed Redis (a new epoch) brings it back empty."""
+    async with RedisAccounts(redis_server.url, namespace=_ns(), worker="w") as hub:
+        bucket = hub.token_bucket("quota", rpm=60, tpm=6000, burst=3, lease_max=3)
+        await _until(lambda: bucket.try_take([1, 1, 1], []))
+        client = coredis.Redis.from_url(redis_server.url, decode_responses=True)
+        async with client:
+            await client.delete(list(bucket.keys))  # what an idle expiry does
+            bucket.fits([1, 1, 1], [])
+            await _until(lambda: bucket.try_take([1, 1, 1], []), limit=0.5)  # full at once
+            await client.delete([*bucket.keys, hub.epoch_key])  # what a flush does
+            bucket.fits([1], [])
+            await trio.sleep(0.3)
+            assert bucket.fits([1], []) is False  # empty: one request refills in a second

@@ -30,7 +30,11 @@ Keys, all under one hash tag ``{namespace}`` so one call can name many accounts 
 * ``{ns}:<name>:holders`` (hash): ``h:<worker>`` -> ``a,b,expires`` per lease holder and
   ``w:<worker>`` -> ``a,b,expires,arrival`` per reservation;
 * ``{ns}:<name>:stamps`` (sorted set): a window's stamps (score: Redis time in seconds);
-* the grant log (stream), named by the account when it keeps one: ``XADD`` ids are Redis time.
+* the grant log (stream), named by the account when it keeps one: ``XADD`` ids are Redis time;
+* ``{ns}:epoch`` (string, no expiry): when the namespace was first written. A worker that finds
+  another epoch than the one it remembers knows Redis lost its data, and the accounts it settles
+  are re-created conservatively (a bucket empty, a window full for one window, a gate granting
+  nothing new for one lease lifetime) instead of full.
 
 Wake-ups go to the channel ``{ns}:wake``: the account's name when capacity came back (a
 give-back, an expiry, a reservation served, a relaxed throttle), ``want:<name>`` when a worker
@@ -42,17 +46,27 @@ from __future__ import annotations
 __all__ = ["ARGS_PER_ACCOUNT", "KEYS_PER_ACCOUNT", "SETTLE"]
 
 KEYS_PER_ACCOUNT = 4
-"""state, holders, stamps, log."""
+"""state, holders, stamps, log; the namespace's epoch key comes last, once."""
 
-ARGS_PER_ACCOUNT = 22
+ARGS_PER_ACCOUNT = 21
 """The per-account block of ARGV, in the order :func:`_account_args` writes it."""
 
 SETTLE = r"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local wake_channel = ARGV[1]
-local KA, NA = 4, 22
-local count = (#KEYS) / KA
+local KA, NA = 4, 21
+local count = (#KEYS - 1) / KA
+
+-- The epoch: written once, never expiring, so a Redis that lost its data (a restart without
+-- persistence, a flush) is told apart from an account whose keys expired while idle.
+local epoch_key = KEYS[#KEYS]
+local epoch = redis.call('GET', epoch_key)
+if not epoch then
+  epoch = string.format('%.6f', tonumber(t[1]) + tonumber(t[2]) / 1000000)
+  redis.call('SET', epoch_key, epoch)
+end
+local restarted = ARGV[2] ~= '' and ARGV[2] ~= epoch
 
 local function parse(value)
   local out = {}
@@ -64,7 +78,7 @@ local function fmt(x) return string.format('%.17g', x) end
 
 local acc = {}
 for i = 1, count do
-  local k, a = (i - 1) * KA, 1 + (i - 1) * NA
+  local k, a = (i - 1) * KA, 2 + (i - 1) * NA
   local c = {
     state = KEYS[k + 1], holders = KEYS[k + 2], stamps = KEYS[k + 3], log = KEYS[k + 4],
     name = ARGV[a + 1], kind = ARGV[a + 2],
@@ -77,7 +91,7 @@ for i = 1, count do
     extra_a = tonumber(ARGV[a + 14]), extra_b = tonumber(ARGV[a + 15]),
     ttl = tonumber(ARGV[a + 16]), reservation_ttl = tonumber(ARGV[a + 17]),
     pressure = tonumber(ARGV[a + 18]), successes = tonumber(ARGV[a + 19]),
-    seen = ARGV[a + 20] == '1', logging = ARGV[a + 21] == '1', increment = tonumber(ARGV[a + 22]),
+    logging = ARGV[a + 20] == '1', increment = tonumber(ARGV[a + 21]),
   }
   acc[i] = c
 end
@@ -114,10 +128,10 @@ for _, c in ipairs(acc) do
     c.window = 60 * (1 + c.throttle)
     c.cap_a, c.cap_b = c.p2, c.p3
     if fresh then
-      -- A bucket re-created while workers remember it (Redis restarted empty) starts empty:
-      -- what it granted before the restart may still be inside the upstream's window.
-      c.level_a = c.seen and 0 or c.cap_a
-      c.level_b = c.seen and 0 or c.cap_b
+      -- A bucket re-created after Redis lost its data starts empty: what it granted before
+      -- may still be inside the upstream's window. One whose keys expired while idle is full.
+      c.level_a = restarted and 0 or c.cap_a
+      c.level_b = restarted and 0 or c.cap_b
       c.stamp = now
     else
       c.level_a, c.level_b, c.stamp = tonumber(st.la), tonumber(st.lb), tonumber(st.s)
@@ -167,15 +181,15 @@ for _, c in ipairs(acc) do
       end
     end
   end
-  if fresh and c.seen and c.kind == 'window' then
-    -- a window re-created while workers remember it starts full for one window
+  if fresh and restarted and c.kind == 'window' then
+    -- a window re-created after Redis lost its data starts full for one window
     for _ = 1, c.cap_a do
       c.serial = c.serial + 1
       redis.call('ZADD', c.stamps, now, c.serial)
     end
   end
-  if fresh and c.seen and c.kind == 'gate' then
-    -- a gate re-created while workers remember it grants nothing new until every live
+  if fresh and restarted and c.kind == 'gate' then
+    -- a gate re-created after Redis lost its data grants nothing new until every live
     -- worker had one lifetime to say what it holds
     c.grace = now + c.ttl
   else
@@ -325,7 +339,7 @@ for _, c in ipairs(acc) do
 end
 
 -- 5. write back, wake, answer ------------------------------------------------------------------
-local out = {fmt(now)}
+local out = {fmt(now), epoch}
 for _, c in ipairs(acc) do
   local fields = {'th', fmt(c.throttle), 'lp', fmt(c.last_pressure), 'sc', fmt(c.success_count),
     'n', fmt(c.serial), 'born', fmt(c.born), 'grace', fmt(c.grace)}

@@ -211,7 +211,6 @@ class SharedAccount(AbstractRateLimiter):
         self._wait: float | None = None  # seconds the last refused need was told to wait
         self._settled_at: float | None = None
         self._last_take: float | None = None
-        self._seen = False
         self._lost: str | None = None
         self._connected = False
 
@@ -514,7 +513,6 @@ class SharedAccount(AbstractRateLimiter):
             repr(self._hub.reservation_ttl),
             str(self._pressure),
             str(self._successes),
-            "1" if self._seen else "0",
             "1" if self.grant_log else "0",
             repr(self.increment),
         ]
@@ -545,7 +543,6 @@ class SharedAccount(AbstractRateLimiter):
         self._fallback = None
         self._debt_a = self._debt_b = 0.0
         self._flying = (0.0, 0.0)
-        self._seen = True
         self._spare_a += got_a
         self._spare_b += got_b
         self._free_a, self._free_b = free_a, free_b

@@ -149,6 +149,7 @@ class RedisAccounts:
             raise TypeError(f"{owner}: autostart must be a bool, got {autostart!r}")
         self._explicit = not autostart  # its owner runs it: it never starts itself
         self._script_sha: str | None = None
+        self._epoch: str | None = None  # the namespace's epoch as this hub last saw it
         self._nursery_cm: Any = None
         self._nursery: trio.Nursery | None = None
 
@@ -156,6 +157,11 @@ class RedisAccounts:
     def safe_url(self) -> str:
         """The URL without its password."""
         return redact(self.url)
+
+    @property
+    def epoch_key(self) -> str:
+        """The key that tells a Redis which lost its data from one that kept it."""
+        return f"{{{self.namespace}}}:epoch"
 
     @property
     def wake_channel(self) -> str:
@@ -384,10 +390,11 @@ class RedisAccounts:
         now = trio.current_time()
         plans = [account.settlement(now, closing) for account in accounts]
         keys: list[str] = []
-        args: list[str] = [self.wake_channel]
+        args: list[str] = [self.wake_channel, self._epoch or ""]
         for account, plan in zip(accounts, plans, strict=True):
             keys.extend(account.keys)
             args.extend(plan.args)
+        keys.append(self.epoch_key)
         self.round_trips += 1
         try:
             reply = await self._eval(client, keys, args)
@@ -400,7 +407,13 @@ class RedisAccounts:
             raise
         at = trio.current_time()
         was_lost = any(account.lost for account in accounts)
-        for account, plan, answer in zip(accounts, plans, _rows(reply)[1:], strict=True):
+        rows = _rows(reply)
+        if self._epoch is not None and rows[1] != self._epoch:
+            log.warning(
+                "%r: Redis lost its data (a new epoch); accounts start over carefully", self
+            )
+        self._epoch = str(rows[1])
+        for account, plan, answer in zip(accounts, plans, rows[2:], strict=True):
             account.settled(plan, answer, at)
         if was_lost:
             log.warning("%r: Redis answers again; shared accounts grant again", self)
