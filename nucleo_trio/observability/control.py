@@ -34,6 +34,7 @@ import errno
 import json
 import logging
 import os
+import socket
 import stat
 import time
 from collections import deque
@@ -470,9 +471,11 @@ class ControlServer:
     async def _bind(self) -> tuple[trio.SocketListener, int]:
         path = check_socket_directory(self.path)
         await _clear_stale(path)
-        sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
+        # Bound here, not with trio's bind, which hands a Unix path to a worker thread: that
+        # would let a virtual clock jump while the thread runs. Binding a local path is quick.
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            await sock.bind(str(path))
+            sock.bind(str(path))
             # Owner-only before listen(): until then a connect is refused, so nobody else can
             # get in at any instant.
             os.chmod(path, 0o600)
@@ -481,7 +484,7 @@ class ControlServer:
         except OSError as exc:
             sock.close()
             raise ConfigError(f"control socket {str(path)!r}: cannot listen: {exc}") from exc
-        return trio.SocketListener(sock), inode
+        return trio.SocketListener(trio.socket.from_stdlib_socket(sock)), inode
 
     def _unlink(self, inode: int) -> None:
         try:

@@ -1,0 +1,323 @@
+"""``nucleo-trio top``: the plain and the rich rendering of a snapshot, the live view in virtual
+time against an in-process dispatcher, the command's refusals, and the real thing: the command
+against a dispatcher in another process, over its socket, on the real clock."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from rich.console import Console
+
+from nucleo_trio.cli import main
+from nucleo_trio.dispatch import DispatcherConfig, open_dispatcher
+from nucleo_trio.jobs.state import JobType
+from nucleo_trio.observability import HealthSnapshot, LimiterRow, QueueSizes
+from nucleo_trio.observability.control import (
+    ControlSocketError,
+    FailureRow,
+    LiveSnapshot,
+    ParkedRow,
+    RunningRow,
+)
+from nucleo_trio.observability.top import render_text, render_view, watch
+
+ROOT = Path(__file__).resolve().parent.parent
+HANG_BOUND = 60  # seconds: only so a broken build fails instead of hanging
+
+
+@pytest.fixture
+def place() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="nt-top-"))
+    directory.chmod(0o700)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def utc(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Wall-clock instants print as UTC, so the expected text is the same everywhere."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def _sample() -> LiveSnapshot:
+    return LiveSnapshot(
+        state="RUNNING",
+        pid=4242,
+        wall=1_800_000_000.0,  # 2027-01-15 08:00:00 UTC
+        health=HealthSnapshot(
+            limiters=(
+                LimiterRow("render", "semaphore", 2, 2, waiters=3),
+                LimiterRow("search", "token_bucket", 600, 150, status="throttle:2.0x"),
+            ),
+            memory="memory 41.3% (6.4/15.5 GiB)",
+            running={JobType.TOOL: 2, JobType.THINKER: 1},
+            workflows_active=2,
+            queues=QueueSizes(1, 0, 3),
+            at=12.0,
+        ),
+        running=(
+            RunningRow(
+                job_id="Render-1",
+                name="Render",
+                kind="TOOL",
+                workflow_id="w",
+                attempt=2,
+                seconds=75,
+            ),
+            RunningRow(
+                job_id="Plan-2",
+                name="Plan",
+                kind="THINKER",
+                workflow_id="w",
+                attempt=1,
+                seconds=3.5,
+            ),
+        ),
+        running_total=3,
+        parked=(
+            ParkedRow(
+                job_id="Render-3",
+                name="Render",
+                kind="TOOL",
+                workflow_id="w",
+                seconds=1.25,
+                held_on=("render", "memory"),
+            ),
+        ),
+        parked_total=1,
+        failures=(
+            FailureRow(
+                job_id="Publish-4",
+                name="Publish",
+                state="TIMED_OUT",
+                at=1_799_999_990.0,
+                message="Job timed out after 2 seconds",
+            ),
+        ),
+    )
+
+
+def test_once_prints_the_health_report_then_the_jobs(utc: None) -> None:
+    assert render_text(_sample(), source="/run/user/1000/d.sock", rows=1).splitlines() == [
+        "nucleo-trio top: dispatcher pid 4242 on /run/user/1000/d.sock, RUNNING, at 08:00:00",
+        "[System health snapshot]",
+        "  Limiters:",
+        "    render                       100.0% ████████████████████  waiters=  3"
+        "  used:      2  total: 2      slot",
+        "    search                        25.0% █████░░░░░░░░░░░░░░░  waiters=  0"
+        "  used:    150  total: 600    tok   throttle:2.0x",
+        "  Memory: memory 41.3% (6.4/15.5 GiB)",
+        "  Jobs running: 3 total",
+        "    TOOL          2",
+        "    THINKER       1",
+        "  Workflows active: 2",
+        "  Queue: 1 standard, 0 fast, 3 parked in admission",
+        "Running (1 of 3), the longest first:",
+        "  Render                   TOOL      attempt 2    1m15s  Render-1",
+        "Parked in admission (1):",
+        "  Render                   TOOL      waiting    1.2s on render, memory  Render-3",
+        "Recent failures (1):",
+        "  07:59:50  Publish                  TIMED_OUT Job timed out after 2 seconds",
+    ]
+
+
+def test_the_view_shows_the_same_in_tables(utc: None) -> None:
+    console = Console(file=io.StringIO(), width=110, color_system=None, record=True)
+    console.print(render_view(_sample(), source="/run/d.sock", note="stopped refreshing: gone"))
+    text = console.export_text()
+    lines = [line.rstrip() for line in text.splitlines()]
+    assert lines[0] == "nucleo-trio top: dispatcher pid 4242 on /run/d.sock, RUNNING, at 08:00:00"
+    assert any(line.split()[:1] == ["render"] and "2/2 slot" in line for line in lines)
+    search = next(line for line in lines if line.strip().startswith("search"))
+    assert search.split()[-4:] == ["25.0", "150/600", "tok", "0"] or "throttle:2.0x" in search
+    assert "Memory: memory 41.3% (6.4/15.5 GiB)" in lines
+    assert "Jobs running: 3 (2 TOOL, 1 THINKER); workflows active: 2" in lines
+    assert "Queue: 1 standard, 0 fast, 3 parked in admission" in lines
+    assert any("Running (2 of 3), the longest first" in line for line in lines)
+    assert any("Plan" in line and "THINKER" in line and "3.5s" in line for line in lines)
+    assert any("render, memory" in line and "Render-3" in line for line in lines)
+    assert any("07:59:50" in line and "TIMED_OUT" in line for line in lines)
+    assert lines[-1] == "stopped refreshing: gone"
+
+
+# -- the live view, in virtual time ----------------------------------------------------------------
+async def test_the_live_view_redraws_every_interval_until_its_count(
+    autojump_clock: trio.testing.MockClock, place: Path
+) -> None:
+    path = place / "d.sock"
+    output = io.StringIO()
+    console = Console(file=output, width=100, color_system=None)
+    async with open_dispatcher(DispatcherConfig(control_socket=str(path))) as dispatcher:
+        assert dispatcher.config.control_socket == str(path)
+        last = await watch(path, interval=2.5, console=console, refreshes=3)
+        assert trio.current_time() == 5.0
+    assert last.state == "RUNNING"
+    assert last.health.at == 5.0
+    assert "nucleo-trio top: dispatcher pid" in output.getvalue()
+
+
+async def test_the_live_view_keeps_the_last_frame_when_the_dispatcher_goes(
+    autojump_clock: trio.testing.MockClock, place: Path
+) -> None:
+    path = place / "d.sock"
+    output = io.StringIO()
+    console = Console(file=output, width=100, color_system=None)
+    async with trio.open_nursery() as nursery:
+        async with open_dispatcher(DispatcherConfig(control_socket=str(path))):
+            watching = trio.Event()
+
+            async def view() -> None:
+                last = await watch(path, interval=1, console=console)
+                assert last.health.at == 3.0
+                watching.set()
+
+            nursery.start_soon(view)
+            await trio.sleep(3.5)
+        await watching.wait()
+    assert trio.current_time() == 4.0
+    assert "stopped refreshing: control socket" in output.getvalue()
+    assert "no such socket" in output.getvalue()
+
+
+async def test_the_live_view_refuses_bad_settings_and_an_absent_socket(place: Path) -> None:
+    with pytest.raises(ValueError, match="interval must be finite seconds > 0"):
+        await watch(place / "d.sock", interval=0)
+    with pytest.raises(TypeError, match="interval must be seconds"):
+        await watch(place / "d.sock", interval="1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="refreshes must be a positive int or None"):
+        await watch(place / "d.sock", refreshes=0)
+    with pytest.raises(ControlSocketError, match="no such socket"):
+        await watch(place / "d.sock")
+
+
+# -- the command's refusals -----------------------------------------------------------------------
+def test_the_command_says_when_there_is_no_socket(
+    place: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["top", "--socket", str(place / "d.sock"), "--once"]) == 1
+    assert capsys.readouterr().err == (
+        f"nucleo-trio top: control socket '{place / 'd.sock'}': no such socket "
+        "(is a dispatcher running with control_socket set?)\n"
+    )
+
+
+def test_the_command_reads_the_socket_from_a_configuration(
+    place: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bare = place / "bare.toml"
+    bare.write_text("health_every = 50\n")
+    assert main(["top", "--config", str(bare)]) == 1
+    assert "sets no control_socket, so its dispatcher opens none" in capsys.readouterr().err
+    configured = place / "on.toml"
+    configured.write_text(f'control_socket = "{place / "d.sock"}"\n')
+    assert main(["top", "--config", str(configured), "--json"]) == 1
+    assert "no such socket" in capsys.readouterr().err
+    typo = place / "typo.toml"
+    typo.write_text('control_sockets = "x"\n')
+    assert main(["top", "--config", str(typo)]) == 1
+    assert "control_sockets" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "complaint"),
+    [
+        (["top", "--once"], "one of the arguments --socket --config is required"),
+        (["top", "--socket", "a", "--interval", "0"], "must be finite seconds >= 0.05"),
+        (["top", "--socket", "a", "--interval", "nan"], "must be finite seconds >= 0.05"),
+        (["top", "--socket", "a", "--count", "0"], "must be at least 1"),
+        (["top", "--socket", "a", "--once", "--json"], "not allowed with argument"),
+    ],
+)
+def test_the_command_refuses_bad_options(
+    argv: list[str], complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    assert exit.value.code == 2
+    assert complaint in capsys.readouterr().err
+
+
+# -- the real thing -------------------------------------------------------------------------------
+def _top(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nucleo_trio", "top", *args],
+        cwd=ROOT,
+        env=dict(os.environ, NO_COLOR="1", COLUMNS="120"),
+        capture_output=True,
+        text=True,
+        timeout=HANG_BOUND,
+    )
+
+
+def test_top_reads_a_dispatcher_running_in_another_process(place: Path) -> None:
+    path = place / "service.sock"
+    service = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "programs" / "top_target.py"), str(path)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+    try:
+        assert service.stdout is not None and service.stdin is not None
+        assert service.stdout.readline() == "ready\n"
+        assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+        once = _top("--socket", str(path), "--once")
+        assert once.returncode == 0, once.stderr
+        lines = once.stdout.splitlines()
+        assert lines[0].startswith(f"nucleo-trio top: dispatcher pid {service.pid} on {path}")
+        assert ", RUNNING, at " in lines[0]
+        assert any(
+            line.split()[:2] == ["render", "100.0%"] and "waiters=  3" in line for line in lines
+        )
+        assert "Running (2), the longest first:" in lines
+        assert "Parked in admission (3):" in lines
+        assert sum(" on render  Render-" in line for line in lines) == 3
+        assert "Recent failures (1):" in lines
+        assert lines[-1].endswith(
+            "Publish                  FAILED    Job failed: the printer is on fire"
+        )
+
+        as_json = _top("--socket", str(path), "--json")
+        assert as_json.returncode == 0, as_json.stderr
+        snapshot = LiveSnapshot.from_json(json.loads(as_json.stdout))
+        assert (snapshot.pid, snapshot.running_total, snapshot.parked_total) == (service.pid, 2, 3)
+
+        live = _top("--socket", str(path), "--count", "2", "--interval", "0.1")
+        assert live.returncode == 0, live.stderr
+        assert f"dispatcher pid {service.pid} on {path}, RUNNING" in live.stdout
+        assert "Parked in admission (3)" in live.stdout
+        assert "the printer is on fire" in live.stdout
+
+        service.stdin.close()  # the service's signal to stop
+        assert service.wait(timeout=HANG_BOUND) == 0, (
+            service.stderr.read() if service.stderr else ""
+        )
+        assert service.stdout.read() == "stopped\n"
+        assert not path.exists(), "the service removed its socket on the way out"
+        gone = _top("--socket", str(path), "--once")
+        assert gone.returncode == 1
+        assert "no such socket" in gone.stderr
+    finally:
+        if service.poll() is None:
+            service.kill()
+            service.wait()
