@@ -126,7 +126,7 @@ class SharedAccountStatus:
 
 
 @attrs.define
-class Settlement:
+class _Settlement:
     """What one account says in one settle, and what it must undo if the call fails."""
 
     args: list[str]
@@ -320,7 +320,9 @@ class SharedAccount(AbstractRateLimiter):
                 raise RedisUnavailableError(self._name, self._hub.safe_url, self._lost)
             return (a, b) if self._fallback_fits(mine, reserved, a, ra) else None
         usable_a, usable_b = self._spare_a, self._spare_b
-        if self._waiting:  # others wait in Redis's line: only what was granted to this ask
+        if self._waiting or not self._lease:
+            # Others wait in Redis's line, or there is no lease: only what a settle granted to
+            # this ask may be spent (a permit given back waits for the next settle to go home).
             usable_a, usable_b = min(usable_a, self._earmark_a), min(usable_b, self._earmark_b)
         if usable_a + _EPSILON >= a + ra and usable_b + _EPSILON >= b + rb:
             return a, b
@@ -458,9 +460,9 @@ class SharedAccount(AbstractRateLimiter):
         )
         return units * unit_a, units * unit_b
 
-    def settlement(self, now: float, closing: bool) -> Settlement:
+    def _settlement(self, now: float, closing: bool) -> _Settlement:
         """The arguments of this account's block in the next settle; the hub calls it."""
-        asking = self._noted and not closing and self.waits()
+        asking = self._noted and not closing and self._waits()
         idle = self._last_take is None or now - self._last_take >= self._hub.lease_ttl / 3
         # The spare goes back when the hub closes, when it sits idle with nobody here asking,
         # and whenever another worker waits: then every ask of this worker goes through Redis's
@@ -468,7 +470,7 @@ class SharedAccount(AbstractRateLimiter):
         if self._earmark_settles >= 1 or closing:
             self._earmark_a = self._earmark_b = 0.0  # its asker did not come back for it
         self._earmark_settles += 1
-        give_back = closing or bool(self._waiting) or (idle and not asking)
+        give_back = closing or bool(self._waiting) or not self._lease or (idle and not asking)
         ret_a, ret_b = self._credit_a, self._credit_b
         if self.kind == "bucket":
             # what a local share granted while Redis was lost is paid back from the level
@@ -516,7 +518,7 @@ class SharedAccount(AbstractRateLimiter):
             "1" if self.grant_log else "0",
             repr(self.increment),
         ]
-        plan = Settlement(
+        plan = _Settlement(
             args, ret_a, ret_b, confirm, self._pressure, self._successes, need_a, need_b
         )
         self._credit_a = self._credit_b = 0.0
@@ -533,7 +535,7 @@ class SharedAccount(AbstractRateLimiter):
     def _confirm_now(self) -> int:
         return 0
 
-    def settled(self, plan: Settlement, reply: Sequence[Any], at: float) -> None:
+    def _settled(self, plan: _Settlement, reply: Sequence[Any], at: float) -> None:
         """Apply one settle's answer for this account; the hub calls it."""
         got_a, got_b, free_a, free_b, throttle, wait, _others, waiting = (
             float(value) for value in reply
@@ -558,7 +560,6 @@ class SharedAccount(AbstractRateLimiter):
             self._last_take = at  # a fresh lease is not idle
         self._taken_a = self._taken_b = 0.0
         self._used_a = self._used_b = 0.0
-        self._settled_kind(plan)
         granted = (plan.need_a or plan.need_b) and got_a >= plan.need_a and got_b >= plan.need_b
         if granted:
             self._earmark_a, self._earmark_b = plan.ask_a, plan.ask_b  # the whole ask
@@ -575,13 +576,10 @@ class SharedAccount(AbstractRateLimiter):
             self._wait = None
             if got_a or got_b or was_lost:
                 self._capacity_changed()
-        if self._waiting and self.has_spare() and not self.waits():
+        if self._waiting and self._has_spare() and not self._waits():
             self._hub.poke()  # another worker waits: the next settle gives the spare back
 
-    def _settled_kind(self, plan: Settlement) -> None:
-        """A kind's own bookkeeping once a settle landed."""
-
-    def lose(self, reason: str) -> None:
+    def _lose(self, reason: str) -> None:
         """Redis is out of reach: drop the lease (it may expire before Redis answers again),
         keep what the jobs hold, and wake admission so that waiters hear the refusal."""
         first = self._lost is None
@@ -600,26 +598,26 @@ class SharedAccount(AbstractRateLimiter):
         if first:
             self._capacity_changed()
 
-    def wanted(self) -> None:
+    def _wanted(self) -> None:
         """Another worker started waiting (heard on the wake channel): spare goes back at the
         next settle, and a give-back settles at once."""
         self._waiting = max(self._waiting, 1)
-        if self.has_spare() and not self.waits():
+        if self._has_spare() and not self._waits():
             self._hub.poke()
 
-    def has_spare(self) -> bool:
+    def _has_spare(self) -> bool:
         """Whether this worker holds spare it could give back."""
         return self._spare_a > 0 or self._spare_b > 0
 
-    def waits(self) -> bool:
+    def _waits(self) -> bool:
         """Whether a need of this worker waits on the account (a wake-up may help it)."""
         return self._ask_a > self._spare_a or self._ask_b > self._spare_b
 
-    def next_settle(self, now: float) -> float:
+    def _next_settle(self, now: float) -> float:
         """The trio instant this account next needs a settle (``inf``: only when poked)."""
         ttl = self._hub.lease_ttl
         due = _INF
-        if self.waits():
+        if self._waits():
             refresh = (self._settled_at or now) + self._hub.reservation_ttl / 2
             due = refresh if self._wait is None else min(refresh, now + self._wait)
         if self._holds_anything():
@@ -740,9 +738,6 @@ class SharedTokenBucket(SharedAccount):
             self._tokens_per_request = 0.8 * self._tokens_per_request + 0.2 * tokens
         return took
 
-    def status(self) -> SharedAccountStatus:
-        return super().status()
-
 
 class SharedElasticWindow(SharedAccount):
     """At most ``max_requests`` requests in any ``window`` seconds across every worker,
@@ -838,14 +833,11 @@ class SharedElasticWindow(SharedAccount):
         confirm, self._unconfirmed = self._unconfirmed, 0
         return confirm
 
-    def lose(self, reason: str) -> None:
-        super().lose(reason)
-
     def _holds_anything(self) -> bool:
         return self._spare_a > 0 or self._unconfirmed > 0
 
-    def next_settle(self, now: float) -> float:
-        due = super().next_settle(now)
+    def _next_settle(self, now: float) -> float:
+        due = super()._next_settle(now)
         if self._unconfirmed:
             # a spent slot is held in the window until stamped: stamp it soon
             due = min(

@@ -289,7 +289,7 @@ class RedisAccounts:
                     return  # the run is ending: nothing left to settle
             log.error("%r: the settling task failed; its accounts refuse", self, exc_info=exc)
             for account in self.accounts.values():
-                account.lose("the settling task failed")
+                account._lose("the settling task failed")
 
     async def __aenter__(self) -> RedisAccounts:
         self._nursery_cm = trio.open_nursery()
@@ -367,7 +367,7 @@ class RedisAccounts:
     async def _wait_for_reason(self) -> None:
         now = trio.current_time()
         due = min(
-            (account.next_settle(now) for account in self.accounts.values()), default=math.inf
+            (account._next_settle(now) for account in self.accounts.values()), default=math.inf
         )
         assert self._poke is not None
         if due > now:
@@ -380,7 +380,7 @@ class RedisAccounts:
         if not any(account.lost for account in self.accounts.values()):
             log.warning("%r: Redis is out of reach (%s); shared accounts refuse", self, reason)
         for account in self.accounts.values():
-            account.lose(reason)
+            account._lose(reason)
 
     async def settle(self, client: coredis.Redis[str], *, closing: bool = False) -> None:
         """One round trip: settle every account of the hub in one atomic script call."""
@@ -388,7 +388,7 @@ class RedisAccounts:
         if not accounts:
             return
         now = trio.current_time()
-        plans = [account.settlement(now, closing) for account in accounts]
+        plans = [account._settlement(now, closing) for account in accounts]
         keys: list[str] = []
         args: list[str] = [self.wake_channel, self._epoch or ""]
         for account, plan in zip(accounts, plans, strict=True):
@@ -403,7 +403,7 @@ class RedisAccounts:
             # holds, absolutely); anything else leaves the lease unknown: drop it.
             if not closing and not _only_cancelled(exc):
                 for account in accounts:
-                    account.lose(f"a settle failed: {type(exc).__name__}")
+                    account._lose(f"a settle failed: {type(exc).__name__}")
             raise
         at = trio.current_time()
         was_lost = any(account.lost for account in accounts)
@@ -414,7 +414,7 @@ class RedisAccounts:
             )
         self._epoch = str(rows[1])
         for account, plan, answer in zip(accounts, plans, rows[2:], strict=True):
-            account.settled(plan, answer, at)
+            account._settled(plan, answer, at)
         if was_lost:
             log.warning("%r: Redis answers again; shared accounts grant again", self)
 
@@ -472,8 +472,8 @@ class RedisAccounts:
                         if account is None:
                             continue
                         if data.startswith("want:"):
-                            account.wanted()
-                        elif account.waits():
+                            account._wanted()
+                        elif account._waits():
                             self.poke()
             except BaseExceptionGroup as group:
                 cancelled, _ = group.split(trio.Cancelled)
