@@ -21,7 +21,6 @@ import trio
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -122,6 +121,17 @@ def _status_style(status: str | None) -> str:
     return ""
 
 
+def _bar(share: float) -> Text:
+    """The health report's bar (full and empty cells), green, then yellow from 60 %, red from
+    90 %: the same cells with colour or without."""
+    cells = _layout.bar(share, color=False)
+    filled = len(cells.rstrip("\u2591"))
+    style = "green" if share < 0.6 else "yellow" if share < 0.9 else "red"
+    bar = Text(cells[:filled], style=style)
+    bar.append(cells[filled:], style="bright_black")
+    return bar
+
+
 def _accounts(snapshot: LiveSnapshot) -> Table:
     table = Table(box=box.SIMPLE_HEAD, title="Accounts", title_justify="left")
     table.add_column("account", no_wrap=True, overflow="ellipsis", max_width=_layout.NAME_WIDTH)
@@ -136,7 +146,7 @@ def _accounts(snapshot: LiveSnapshot) -> Table:
         unit = f" {row.unit}" if row.unit else ""
         table.add_row(
             Text(row.name, style=style),
-            ProgressBar(total=1.0, completed=max(0.0, min(1.0, share)), width=_layout.BAR_CELLS),
+            _bar(share),
             f"{share * 100:.1f}",
             f"{_layout.short_count(row.used)}/{_layout.short_count(row.capacity)}{unit}",
             str(row.waiters),
