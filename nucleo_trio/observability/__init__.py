@@ -6,9 +6,22 @@ bus observer that logs one every 50 events. ``event_logger`` holds the :class:`E
 bus observer that writes every event but limiter events to :mod:`logging` under
 ``nucleo_trio.events``. ``recorder`` holds the :class:`TrajectoryRecorder`,
 which keeps every job's snapshot in SQLite, and ``trajectory`` reads a recorded workflow back in
-call order (:func:`trajectory`, :func:`render_trajectory`).
+call order (:func:`trajectory`, :func:`render_trajectory`). ``control`` holds the control
+socket a dispatcher serves its :class:`LiveSnapshot` on when ``control_socket`` is configured,
+and :func:`request_snapshot`, which reads it; ``top`` draws it (``nucleo-trio top``).
 """
 
+from .control import (
+    ControlServer as ControlServer,
+    ControlSocketError as ControlSocketError,
+    FailureRow as FailureRow,
+    LiveSnapshot as LiveSnapshot,
+    ParkedRow as ParkedRow,
+    RunningRow as RunningRow,
+    check_socket_directory as check_socket_directory,
+    live_snapshot as live_snapshot,
+    request_snapshot as request_snapshot,
+)
 from .event_logger import (
     EVENT_LOGGER_ROOT as EVENT_LOGGER_ROOT,
     NO_WORKFLOW as NO_WORKFLOW,
@@ -51,11 +64,17 @@ __all__ = [
     "RECORDER_SCHEMA",
     "SNAPSHOT_TITLE",
     "SYSTEM_PREFIX",
+    "ControlServer",
+    "ControlSocketError",
     "CpuLoad",
     "EventLogger",
+    "FailureRow",
     "HealthSnapshot",
     "LimiterRow",
+    "LiveSnapshot",
+    "ParkedRow",
     "QueueSizes",
+    "RunningRow",
     "SystemHealthReporter",
     "Trajectory",
     "TrajectoryRecorder",
@@ -63,13 +82,16 @@ __all__ = [
     "WorkflowIdFilter",
     "WorkflowSummary",
     "capture_health",
+    "check_socket_directory",
     "current_workflow_id",
     "is_health_event",
+    "live_snapshot",
     "memory_summary",
     "open_recording",
     "read_cpu_load",
     "recorded_workflows",
     "render_trajectory",
+    "request_snapshot",
     "shorten_workflow_id",
     "trajectory",
 ]
