@@ -264,6 +264,12 @@ for _, c in ipairs(acc) do
     end
     if c.throttle < before then c.woke = true end
   end
+  -- the stretch from here on (the refill above was earned at the old one)
+  if c.kind == 'bucket' then
+    c.window = 60 * (1 + c.throttle)
+  elseif c.kind == 'window' then
+    c.window = c.p2 * (1 + c.throttle)
+  end
 end
 
 -- 3. need, all or nothing ----------------------------------------------------------------------

@@ -353,7 +353,7 @@ class RedisAccounts:
             try:
                 async with self._client() as client:
                     while True:
-                        await self.settle(client)
+                        await self._settle(client)
                         backoff = _BACKOFF_FIRST
                         await self._wait_for_reason()
             except BaseException as exc:  # noqa: BLE001 - sorted right below
@@ -382,7 +382,7 @@ class RedisAccounts:
         for account in self.accounts.values():
             account._lose(reason)
 
-    async def settle(self, client: coredis.Redis[str], *, closing: bool = False) -> None:
+    async def _settle(self, client: coredis.Redis[str], *, closing: bool = False) -> None:
         """One round trip: settle every account of the hub in one atomic script call."""
         accounts = list(self.accounts.values())
         if not accounts:
@@ -426,7 +426,7 @@ class RedisAccounts:
             raise RuntimeError(f"{self!r} is running: its own task settles")
         self._explicit = True
         async with self._client() as client:
-            await self.settle(client)
+            await self._settle(client)
 
     async def _eval(
         self, client: coredis.Redis[str], keys: Sequence[str], args: Sequence[str]
@@ -445,7 +445,7 @@ class RedisAccounts:
             return
         try:
             async with self._client() as client:
-                await self.settle(client, closing=True)
+                await self._settle(client, closing=True)
         except BaseException as exc:  # noqa: BLE001 - sorted right below
             trouble = _connection_trouble(exc)
             if trouble is None and not isinstance(exc, coredis.exceptions.RedisError):
