@@ -152,6 +152,12 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="write every event of the run to this file as JSON lines (`nucleo-trio events FILE`)",
     )
     demo.add_argument(
+        "--control-socket",
+        metavar="PATH",
+        default=None,
+        help="open the dispatcher's control socket there, to watch the run with `nucleo-trio top`",
+    )
+    demo.add_argument(
         "-v",
         "--verbose",
         action="store_true",
@@ -192,6 +198,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         color=color,
         record=args.record,
         events=args.events,
+        control_socket=args.control_socket,
     )
     return run_demo(options)
 

@@ -42,7 +42,8 @@ class DemoOptions:
     """How to run the demo. ``color`` ``None`` means: only when the output is a terminal.
     ``record`` keeps the run's recording in that SQLite file; ``None`` records into a
     temporary file that is removed after the trajectory is printed. ``events`` writes every
-    event of the run to that file as JSON lines (``nucleo-trio events FILE`` reads it)."""
+    event of the run to that file as JSON lines (``nucleo-trio events FILE`` reads it).
+    ``control_socket`` opens the dispatcher's control socket there, for ``nucleo-trio top``."""
 
     jobs: int = attrs.field(default=DEFAULT_JOBS, validator=_check_jobs)
     seed: int = attrs.field(default=DEFAULT_SEED, validator=attrs.validators.instance_of(int))
@@ -51,3 +52,4 @@ class DemoOptions:
     color: bool | None = None
     record: str | None = None
     events: str | None = None
+    control_socket: str | None = None

@@ -223,7 +223,9 @@ async def _run(
     bus = MessageBus()
     bus.subscribe(observer)
     recorder.attach(bus)
-    config = DispatcherConfig(http_connections=HTTP_CONNECTIONS, seed=options.seed)
+    config = DispatcherConfig(
+        http_connections=HTTP_CONNECTIONS, seed=options.seed, control_socket=options.control_socket
+    )
     signals = Signals.brief() if options.real_time else Signals()
     health: list[HealthSnapshot] = []
     root = Fanout(workflow("demo-user", "demo"), plans, accounts, signals)
