@@ -253,6 +253,17 @@ def test_the_command_refuses_bad_options(
     assert complaint in capsys.readouterr().err
 
 
+def test_the_demo_refuses_a_socket_in_a_directory_others_can_write(
+    place: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shared = place / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    argv = ["demo", "--jobs", "20", "--control-socket", str(shared / "demo.sock")]
+    assert main(argv) == 1
+    assert "is writable by others (mode 0777)" in capsys.readouterr().err
+
+
 # -- the real thing -------------------------------------------------------------------------------
 def _top(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
