@@ -22,7 +22,7 @@ from nucleo_trio.dispatch import DispatcherConfig, DispatcherState, open_dispatc
 from nucleo_trio.errors import ConfigError
 from nucleo_trio.jobs import JobContext, JobRequirements, Tool, workflow
 from nucleo_trio.jobs.state import JobType
-from nucleo_trio.observability import HealthSnapshot, LimiterRow, QueueSizes
+from nucleo_trio.observability import HealthSnapshot, LimiterRow, QueueSizes, control
 from nucleo_trio.observability.control import (
     CLIENT_TIMEOUT,
     MAX_CLIENTS,
@@ -312,6 +312,39 @@ async def test_clients_that_hang_up_at_once_leave_the_server_serving(
         await half.send_all(b'{"get": "sna')
         await half.aclose()
         await settle()
+        assert (await request_snapshot(path)).state == "RUNNING"
+
+
+async def test_a_broken_snapshot_ends_one_answer_and_a_broken_server_only_itself(
+    autojump_clock: trio.testing.MockClock,
+    place: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    path = place / "d.sock"
+    async with open_dispatcher(_config(path)) as dispatcher:
+
+        def broken(*args: object) -> LiveSnapshot:
+            raise RuntimeError("a bug while building the snapshot")
+
+        monkeypatch.setattr(control, "live_snapshot", broken)
+        with pytest.raises(ControlSocketError, match="closed the connection without answering"):
+            await request_snapshot(path)
+        assert "serving a client failed" in caplog.text
+        monkeypatch.undo()
+        assert (await request_snapshot(path)).state == "RUNNING"
+
+        async def crash(*args: object) -> None:
+            raise RuntimeError("the accept loop broke")
+
+        # A server whose accept loop breaks stops serving; the dispatcher runs on.
+        server = ControlServer(dispatcher, place / "second.sock")
+        monkeypatch.setattr(server, "_accept", crash)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(server.run)
+        assert "stopped serving" in caplog.text
+        assert not (place / "second.sock").exists()
+        assert dispatcher.is_running
         assert (await request_snapshot(path)).state == "RUNNING"
 
 

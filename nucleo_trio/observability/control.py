@@ -451,7 +451,8 @@ class ControlServer:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Bind the socket (refused with a ConfigError), report started, serve until cancelled;
-        the socket file is removed on the way out."""
+        the socket file is removed on the way out. A failure of the server itself once started
+        is logged and ends the serving, never the dispatcher."""
         listener, inode = await self._bind()
         try:
             self._subscription = self.dispatcher.bus.subscribe(
@@ -459,8 +460,11 @@ class ControlServer:
             )
             task_status.started()
             log.info("Control socket listening on %s", self.path)
-            async with trio.open_nursery() as clients:
-                await self._accept(listener, clients)
+            try:
+                async with trio.open_nursery() as clients:
+                    await self._accept(listener, clients)
+            except Exception:  # noqa: BLE001 - the socket's trouble must never stop the dispatcher
+                log.exception("Control socket %s stopped serving", self.path)
         finally:
             if self._subscription is not None:
                 self._subscription.unsubscribe()
