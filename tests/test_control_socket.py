@@ -158,6 +158,25 @@ async def test_the_recent_failures_are_the_latest_twenty_newest_first(
     assert [row.job_id for row in snapshot.failures] == ids[::-1][:20]
 
 
+class Rant(Tool[str]):
+    async def execute(self, context: JobContext) -> str:
+        raise RuntimeError("no " * 1000)
+
+
+async def test_a_long_failure_message_is_cut_to_keep_the_answer_small(
+    autojump_clock: trio.testing.MockClock, place: Path
+) -> None:
+    path = place / "d.sock"
+    async with open_dispatcher(_config(path)) as dispatcher:
+        with pytest.raises(RuntimeError):
+            await dispatcher.submit(Rant(workflow("erin", "rant"))).result()
+        snapshot = await request_snapshot(path)
+    (failure,) = snapshot.failures
+    assert len(failure.message) == 500
+    assert failure.message.startswith("Job failed: no no no")
+    assert failure.message.endswith("...")
+
+
 async def test_the_dispatcher_state_is_a_value_tasks_can_wait_on(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -84,6 +84,8 @@ MAX_REQUEST_BYTES: Final = 1024
 MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
 """The longest answer :func:`request_snapshot` accepts."""
 _DRAIN_BYTES = 64 * MAX_REQUEST_BYTES
+_CHUNK_BYTES = 65536  # one read's buffer: an answer's size limit is not allocated per read
+_MESSAGE_CHARS = 500  # a failure's message in a snapshot is cut to this
 CLIENT_TIMEOUT: Final = 5.0
 """Seconds a client has to send its line and take its answer before it is dropped."""
 RECENT_FAILURES: Final = 20
@@ -349,9 +351,13 @@ class _Failures:
                 name=snapshot.name,
                 state=snapshot.state.value,
                 at=event.timestamp,
-                message=event.message or "",
+                message=_cut(event.message or "", _MESSAGE_CHARS),
             )
         )
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # -- the socket's place ---------------------------------------------------------------------------
@@ -565,7 +571,7 @@ async def _read_line(stream: trio.abc.ReceiveStream, limit: int) -> bytes | None
     ``None`` when more than ``limit`` bytes came without one."""
     buffer = bytearray()
     while True:
-        chunk = await stream.receive_some(limit + 1)
+        chunk = await stream.receive_some(min(limit + 1, _CHUNK_BYTES))
         if not chunk:
             return bytes(buffer)
         end = chunk.find(b"\n")
