@@ -83,15 +83,16 @@ MAX_REQUEST_BYTES: Final = 1024
 """The longest request line the server reads; a longer one is refused and the client dropped."""
 MAX_ANSWER_BYTES: Final = 16 * 1024 * 1024
 """The longest answer :func:`request_snapshot` accepts."""
-_DRAIN_BYTES = 64 * MAX_REQUEST_BYTES
-_CHUNK_BYTES = 65536  # one read's buffer: an answer's size limit is not allocated per read
-_MESSAGE_CHARS = 500  # a failure's message in a snapshot is cut to this
 CLIENT_TIMEOUT: Final = 5.0
 """Seconds a client has to send its line and take its answer before it is dropped."""
 RECENT_FAILURES: Final = 20
 """How many of the latest failed or timed-out jobs a snapshot lists."""
 LISTED_JOBS: Final = 50
 """How many running and how many parked jobs a snapshot lists at most (the oldest first)."""
+
+_DRAIN_BYTES = 64 * MAX_REQUEST_BYTES
+_CHUNK_BYTES = 65536  # one read's buffer: an answer's size limit is not allocated per read
+_MESSAGE_CHARS = 500  # a failure's message in a snapshot is cut to this
 
 
 class ControlSocketError(Exception):
