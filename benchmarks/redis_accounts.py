@@ -22,7 +22,8 @@ the run that was used, and the overshoot (the most any span held beyond ``burst 
 for a bucket, beyond its count in any window for a window, allowing the stamps 50 ms of lag
 behind their grants; the shared account's own grant log, which has no lag, is checked with
 none). One worker at 27 calls a second, then four with uneven load
-(15, 8, 3, 1): the shared quota should be used as fully by four as by one, and never overshot.
+(15, 8, 3, 1): the shared quota should be used as fully by four as by one, and never overshot;
+the four again with ``lease=False``, to show what leases save (or cost) under contention.
 Beside them, the same four workers each with a local bucket of the whole quota (what one does
 without shared accounts), and ``limits``' moving window on the same Redis (``async+redis://``,
 20 per 2 s, a call refused sleeping until the window says a slot frees), judged against its own
@@ -251,6 +252,12 @@ def _fleet_rows(url: str, quick: bool) -> list[Row]:
         plans = [
             ("shared bucket, 1 worker", "bucket", ONE_WORKER, ["--grant-log"]),
             *plans[:1],
+            (
+                "shared bucket, no lease, 4 workers",
+                "bucket",
+                FOUR_WORKERS,
+                ["--grant-log", "--no-lease"],
+            ),
             ("local buckets, 4 workers", "bucket", FOUR_WORKERS, ["--local"]),
             ("shared window, 4 workers", "window", FOUR_WORKERS, ["--grant-log"]),
             ("limits moving window, 1 worker", "limits", ONE_WORKER, []),
