@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -140,20 +141,52 @@ def test_once_prints_the_health_report_then_the_jobs(utc: None) -> None:
 def test_the_view_shows_the_same_in_tables(utc: None) -> None:
     console = Console(file=io.StringIO(), width=110, color_system=None, record=True)
     console.print(render_view(_sample(), source="/run/d.sock", note="stopped refreshing: gone"))
-    text = console.export_text()
-    lines = [line.rstrip() for line in text.splitlines()]
-    assert lines[0] == "nucleo-trio top: dispatcher pid 4242 on /run/d.sock, RUNNING, at 08:00:00"
-    assert any(line.split()[:1] == ["render"] and "2/2 slot" in line for line in lines)
-    search = next(line for line in lines if line.strip().startswith("search"))
-    assert search.split()[-4:] == ["25.0", "150/600", "tok", "0"] or "throttle:2.0x" in search
-    assert "Memory: memory 41.3% (6.4/15.5 GiB)" in lines
-    assert "Jobs running: 3 (2 TOOL, 1 THINKER); workflows active: 2" in lines
-    assert "Queue: 1 standard, 0 fast, 3 parked in admission" in lines
-    assert any("Running (2 of 3), the longest first" in line for line in lines)
-    assert any("Plan" in line and "THINKER" in line and "3.5s" in line for line in lines)
-    assert any("render, memory" in line and "Render-3" in line for line in lines)
-    assert any("07:59:50" in line and "TIMED_OUT" in line for line in lines)
-    assert lines[-1] == "stopped refreshing: gone"
+    lines = [line.rstrip() for line in console.export_text().splitlines()]
+    assert lines == [
+        "nucleo-trio top: dispatcher pid 4242 on /run/d.sock, RUNNING, at 08:00:00",
+        "Accounts",
+        "",
+        "  account   use                        %    used/total   waiters   status",
+        " " + "─" * 80,
+        "  render    ████████████████████   100.0      2/2 slot         3",
+        "  search    █████░░░░░░░░░░░░░░░    25.0   150/600 tok         0   throttle:2.0x",
+        "",
+        "Memory: memory 41.3% (6.4/15.5 GiB)",
+        "Jobs running: 3 (2 TOOL, 1 THINKER); workflows active: 2",
+        "Queue: 1 standard, 0 fast, 3 parked in admission",
+        "Running (2 of 3), the longest first",
+        "",
+        "  job      type      attempt   for     id",
+        " " + "─" * 47,
+        "  Render   TOOL      2         1m15s   Render-1",
+        "  Plan     THINKER   1         3.5s    Plan-2",
+        "",
+        "Parked in admission (1)",
+        "",
+        "  job      type   waiting   held on          id",
+        " " + "─" * 53,
+        "  Render   TOOL   1.2s      render, memory   Render-3",
+        "",
+        "Recent failures (1)",
+        "",
+        "  at         job       state       message",
+        " " + "─" * 64,
+        "  07:59:50   Publish   TIMED_OUT   Job timed out after 2 seconds",
+        "",
+        "stopped refreshing: gone",
+    ]
+
+
+def test_the_view_tints_a_throttled_row_and_colours_the_bars() -> None:
+    console = Console(file=io.StringIO(), width=110, color_system="truecolor", record=True)
+    console.print(render_view(_sample()))
+    html = console.export_html(inline_styles=True)
+    # The full bar is red (at or over 90 %), the quarter bar green; the throttled row yellow.
+    spans = re.findall(r'<span style="color: (#[0-9a-f]{6})[^"]*">([^<]*)</span>', html)
+    assert ("#800000", "█" * 20) in spans  # the render slots, full
+    assert ("#008000", "█" * 5) in spans  # the search quota, a quarter used
+    assert ("#808000", "search ") in spans  # throttled: its name and status in yellow
+    assert ("#808000", "throttle:2.0x") in spans
 
 
 # -- the live view, in virtual time ----------------------------------------------------------------
