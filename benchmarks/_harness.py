@@ -4,7 +4,9 @@ The machine the benchmarks run on is shared (two cores, other processes running)
 timing says little. Every measurement here is the *minimum* over several rounds: noise only ever
 adds time, so the fastest round is the closest to what the code costs. Ratios are computed
 from minima taken in the same run, with subject and baseline interleaved round by round, so a
-burst of load hits both sides rather than one.
+burst of load hits both sides rather than one. Where a benchmark gives it, the *median* of the
+rounds stands beside the best (a ratio's median is the median of the per-round ratios): the best
+says what the code can do, the median what a run usually sees.
 
 Each timed section is measured twice, on two clocks:
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import gc
 import os
 import platform
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,6 +39,8 @@ __all__ = [
     "Timing",
     "best",
     "cpu_count",
+    "median",
+    "median_ratio",
     "format_table",
     "machine_line",
     "percentile",
@@ -70,6 +75,22 @@ def best(timings: Sequence[Timing]) -> Timing:
     return Timing(min(t.cpu for t in timings), min(t.wall for t in timings))
 
 
+def median(timings: Sequence[Timing]) -> Timing:
+    """The middle round on each clock (the mean of the two middle ones for an even count)."""
+    if not timings:
+        raise ValueError("median: no rounds")
+    return Timing(
+        statistics.median(t.cpu for t in timings), statistics.median(t.wall for t in timings)
+    )
+
+
+def median_ratio(subject: Sequence[Timing], baseline: Sequence[Timing]) -> Timing:
+    """The median of the per-round ratios of two interleaved series of rounds."""
+    if len(subject) != len(baseline):
+        raise ValueError("median_ratio: the two series have different numbers of rounds")
+    return median([s / b for s, b in zip(subject, baseline, strict=True)])
+
+
 @attrs.frozen
 class Row:
     """One line of the results table.
@@ -77,7 +98,8 @@ class Row:
     ``value`` is the figure the row is judged on (CPU time for timed rows, virtual seconds for
     the hostage scenario); ``wall`` is the wall-clock counterpart of a timed row, else ``None``.
     ``target`` is the bound the row is held to (``""`` for a row given for context) and
-    ``verdict`` says whether this run met it (``"met"``, ``"MISSED"`` or ``""``).
+    ``verdict`` says whether this run met it (``"met"``, ``"MISSED"`` or ``""``). ``median``
+    is the median of the rounds on the value's clock, when the benchmark gives it.
     """
 
     benchmark: str
@@ -87,6 +109,7 @@ class Row:
     target: str = ""
     verdict: str = ""
     wall: float | None = None
+    median: float | None = None
 
     @classmethod
     def timed(
@@ -97,14 +120,28 @@ class Row:
         unit: str,
         target: str = "",
         verdict: str = "",
+        *,
+        median: Timing | None = None,
     ) -> Row:
-        return cls(benchmark, metric, timing.cpu, unit, target, verdict, timing.wall)
+        return cls(
+            benchmark,
+            metric,
+            timing.cpu,
+            unit,
+            target,
+            verdict,
+            timing.wall,
+            None if median is None else median.cpu,
+        )
 
     def formatted_value(self) -> str:
         return _digits(self.value, self.unit)
 
     def formatted_wall(self) -> str:
         return "" if self.wall is None else _digits(self.wall, self.unit)
+
+    def formatted_median(self) -> str:
+        return "" if self.median is None else _digits(self.median, self.unit)
 
 
 def _digits(value: float, unit: str) -> str:
@@ -210,12 +247,13 @@ def machine_line() -> str:
 
 def format_table(rows: Sequence[Row], *, markdown: bool = False) -> str:
     """The rows as one aligned text table, or as a Markdown table for the docs."""
-    header = ("benchmark", "metric", "value", "wall", "unit", "target", "verdict")
+    header = ("benchmark", "metric", "value", "median", "wall", "unit", "target", "verdict")
     cells = [
         (
             r.benchmark,
             r.metric,
             r.formatted_value(),
+            r.formatted_median(),
             r.formatted_wall(),
             r.unit,
             r.target,
@@ -230,7 +268,7 @@ def format_table(rows: Sequence[Row], *, markdown: bool = False) -> str:
     widths = [
         max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(header)
     ]
-    right = {2, 3}  # numbers align right
+    right = {2, 3, 4}  # numbers align right
 
     def line(values: Sequence[str]) -> str:
         parts = [
