@@ -290,6 +290,8 @@ def live_snapshot(dispatcher: JobDispatcher, failures: tuple[FailureRow, ...] = 
     """
     now_wall = time.time()
     now = trio.current_time()
+    # The jobs with a task, as JobDispatcher.health() reads them: the dispatcher's own table,
+    # read here so that the dispatcher carries nothing for a view nobody may ever open.
     started = sorted(
         (
             queued
