@@ -49,11 +49,13 @@ KEYS_PER_ACCOUNT = 4
 """state, holders, stamps, log; the namespace's epoch key comes last, once."""
 
 ARGS_PER_ACCOUNT = 21
-"""The per-account block of ARGV, in the order :func:`_account_args` writes it."""
+"""The per-account block of ARGV (after the wake channel, the epoch and a test's clock), in the
+order :meth:`SharedAccount._settlement` writes it."""
 
 SETTLE = r"""
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+if ARGV[3] ~= '' then now = tonumber(ARGV[3]) end  -- a test's clock, in place of Redis's
 local wake_channel = ARGV[1]
 local KA, NA = 4, 21
 local count = (#KEYS - 1) / KA
@@ -78,7 +80,7 @@ local function fmt(x) return string.format('%.17g', x) end
 
 local acc = {}
 for i = 1, count do
-  local k, a = (i - 1) * KA, 2 + (i - 1) * NA
+  local k, a = (i - 1) * KA, 3 + (i - 1) * NA
   local c = {
     state = KEYS[k + 1], holders = KEYS[k + 2], stamps = KEYS[k + 3], log = KEYS[k + 4],
     name = ARGV[a + 1], kind = ARGV[a + 2],
@@ -145,6 +147,7 @@ for _, c in ipairs(acc) do
   end
   c.reservations = {}
   c.held_a, c.held_b, c.mine = 0, 0, nil
+  c.prev_a, c.prev_b = 0, 0  -- this worker's holder record as it stood until this call
   local h = redis.call('HGETALL', c.holders)
   for j = 1, #h, 2 do
     local field, v = h[j], parse(h[j + 1])
@@ -163,7 +166,9 @@ for _, c in ipairs(acc) do
           c.woke = true
         end
         -- a bucket's expired lease is not credited back: it may have been spent
-      elseif field ~= 'h:' .. c.worker then
+      elseif field == 'h:' .. c.worker then
+        c.prev_a, c.prev_b = v[1], v[2]
+      else
         c.held_a, c.held_b = c.held_a + v[1], c.held_b + v[2]
         if v[1] > 0 and (c.next_expiry == nil or v[3] < c.next_expiry) then
           c.next_expiry = v[3]
@@ -218,8 +223,11 @@ for _, c in ipairs(acc) do
   if c.kind == 'bucket' then
     local elapsed = now - c.stamp
     if elapsed > 0 then
-      local room_a = c.cap_a - c.held_a - c.base_a
-      local room_b = c.cap_b - c.held_b - c.base_b
+      -- The refill of the time since the last call is room beside the leases as they stood
+      -- then: what this worker spent from its lease meanwhile may have been spent right now,
+      -- and must not also be refilled (that would grant it twice at one instant).
+      local room_a = c.cap_a - c.held_a - math.max(c.prev_a, c.base_a)
+      local room_b = c.cap_b - c.held_b - math.max(c.prev_b, c.base_b)
       if c.level_a < room_a then
         c.level_a = math.min(room_a, c.level_a + elapsed / c.window * c.p2)
       end
@@ -322,8 +330,8 @@ for _, c in ipairs(acc) do
     local room_b = c.free_b - c.got_b - c.reserved_b
     local ea = math.max(0, math.min(c.extra_a, room_a))
     local eb = math.max(0, math.min(c.extra_b, room_b))
-    if c.kind == 'bucket' and (ea < c.extra_a or eb < c.extra_b) then
-      -- a bucket's extra is a number of requests with their tokens: take both or neither
+    if c.kind == 'bucket' and (ea < c.extra_a or eb < c.extra_b or eb <= 0) then
+      -- a bucket's extra is requests with their tokens: both or neither, never tokens alone
       ea, eb = 0, 0
     end
     c.got_a, c.got_b = c.got_a + ea, c.got_b + eb

@@ -37,6 +37,7 @@ from __future__ import annotations
 import decimal
 import math
 import numbers
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -200,6 +201,9 @@ class SharedAccount(AbstractRateLimiter):
         # While Redis is lost with on_redis_lost="local_share": the local stand-in, and what it
         # granted (a bucket pays it back, a window stamps it, at the first settle after).
         self._fallback: Any = None
+        # time.monotonic() instant the lease's holder record may expire in Redis: past it the
+        # spare is void (Redis may have handed it to someone else), even before a settle says so
+        self._lease_until: float | None = None
         self._debt_a = 0.0
         self._debt_b = 0.0
         self._pressure = 0
@@ -319,6 +323,7 @@ class SharedAccount(AbstractRateLimiter):
             if self._fallback is None:
                 raise RedisUnavailableError(self._name, self._hub.safe_url, self._lost)
             return (a, b) if self._fallback_fits(mine, reserved, a, ra) else None
+        self._void_expired_lease()
         usable_a, usable_b = self._spare_a, self._spare_b
         if self._waiting or not self._lease:
             # Others wait in Redis's line, or there is no lease: only what a settle granted to
@@ -328,12 +333,15 @@ class SharedAccount(AbstractRateLimiter):
             return a, b
         cap_a, cap_b = self._caps()
         ask_a, ask_b = min(a + ra, cap_a), min(b + rb, cap_b)
+        if self._noted:  # the largest ask since the last settle
+            ask_a, ask_b = max(self._ask_a, ask_a), max(self._ask_b, ask_b)
+        # else the first ask since then: it replaces one a refused settle kept
         self._noted = True
-        flying_a, flying_b = self._flying
-        if ask_a > max(self._ask_a, flying_a) or ask_b > max(self._ask_b, flying_b):
-            self._ask_a = max(self._ask_a, ask_a)
-            self._ask_b = max(self._ask_b, ask_b)
-            self._hub.poke()
+        if (ask_a, ask_b) != (self._ask_a, self._ask_b):
+            self._ask_a, self._ask_b = ask_a, ask_b
+            flying_a, flying_b = self._flying
+            if ask_a > flying_a or ask_b > flying_b:
+                self._hub.poke()  # not covered by the settle in flight
         return None
 
     def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
@@ -370,6 +378,14 @@ class SharedAccount(AbstractRateLimiter):
 
     def _took(self, a: float) -> None:
         """A kind's own bookkeeping of a take (a gate's jobs, a window's unconfirmed slots)."""
+
+    def _void_expired_lease(self) -> None:
+        """Drop the spare once its holder record may have expired in Redis (the settling task
+        did not renew it in time): spending it could grant what Redis gave someone else."""
+        until = self._lease_until
+        if until is not None and (self._spare_a or self._spare_b) and time.monotonic() >= until:
+            self._spare_a = self._spare_b = 0.0
+            self._earmark_a = self._earmark_b = 0.0
 
     # -- the local share, while Redis is out of reach ---------------------------------------------
     def _make_fallback(self, share: float) -> Any:
@@ -462,6 +478,7 @@ class SharedAccount(AbstractRateLimiter):
 
     def _settlement(self, now: float, closing: bool) -> _Settlement:
         """The arguments of this account's block in the next settle; the hub calls it."""
+        self._void_expired_lease()
         asking = self._noted and not closing and self._waits()
         idle = self._last_take is None or now - self._last_take >= self._hub.lease_ttl / 3
         # The spare goes back when the hub closes, when it sits idle with nobody here asking,
@@ -535,8 +552,11 @@ class SharedAccount(AbstractRateLimiter):
     def _confirm_now(self) -> int:
         return 0
 
-    def _settled(self, plan: _Settlement, reply: Sequence[Any], at: float) -> None:
-        """Apply one settle's answer for this account; the hub calls it."""
+    def _settled(self, plan: _Settlement, reply: Sequence[Any], at: float, sent: float) -> None:
+        """Apply one settle's answer for this account; the hub calls it. ``sent`` is the
+        :func:`time.monotonic` instant the call left: Redis gave the lease its lifetime no
+        earlier, so the lease is this worker's until ``sent + lease_ttl``."""
+        self._lease_until = sent + self._hub.lease_ttl
         got_a, got_b, free_a, free_b, throttle, wait, _others, waiting = (
             float(value) for value in reply
         )

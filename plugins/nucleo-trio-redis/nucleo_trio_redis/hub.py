@@ -35,8 +35,9 @@ import logging
 import math
 import os
 import socket
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -87,6 +88,9 @@ class RedisAccounts:
     paid back to Redis when Redis answers again). ``timeout`` bounds one round trip and one
     connect.
     ``autostart=False`` keeps a hub that is never run from starting itself in a system task.
+    ``redis_clock`` is for tests only: the instant (seconds) the script reads instead of Redis's
+    ``TIME``, so that a test can drive the shared arithmetic deterministically; every worker
+    sharing the accounts must then use the same clock.
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class RedisAccounts:
         local_share: float | None = None,
         timeout: float = 2.0,
         autostart: bool = True,
+        redis_clock: Callable[[], float] | None = None,
     ) -> None:
         owner = type(self).__name__
         self.url = check_url(owner, url)
@@ -148,6 +153,11 @@ class RedisAccounts:
         if not isinstance(autostart, bool):
             raise TypeError(f"{owner}: autostart must be a bool, got {autostart!r}")
         self._explicit = not autostart  # its owner runs it: it never starts itself
+        if redis_clock is not None and not callable(redis_clock):
+            raise TypeError(
+                f"{owner}: redis_clock must be callable or None, got {type(redis_clock).__name__}"
+            )
+        self._redis_clock = redis_clock
         self._script_sha: str | None = None
         self._epoch: str | None = None  # the namespace's epoch as this hub last saw it
         self._nursery_cm: Any = None
@@ -388,9 +398,11 @@ class RedisAccounts:
         if not accounts:
             return
         now = trio.current_time()
+        sent = time.monotonic()  # Redis stamps the leases no earlier than this
         plans = [account._settlement(now, closing) for account in accounts]
         keys: list[str] = []
         args: list[str] = [self.wake_channel, self._epoch or ""]
+        args.append("" if self._redis_clock is None else repr(float(self._redis_clock())))
         for account, plan in zip(accounts, plans, strict=True):
             keys.extend(account.keys)
             args.extend(plan.args)
@@ -414,7 +426,7 @@ class RedisAccounts:
             )
         self._epoch = str(rows[1])
         for account, plan, answer in zip(accounts, plans, rows[2:], strict=True):
-            account._settled(plan, answer, at)
+            account._settled(plan, answer, at, sent)
         if was_lost:
             log.warning("%r: Redis answers again; shared accounts grant again", self)
 
