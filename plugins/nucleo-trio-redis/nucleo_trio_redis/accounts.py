@@ -186,6 +186,7 @@ class SharedAccount(AbstractRateLimiter):
         self._ask_b = 0.0
         self._noted = False
         self._flying = (0.0, 0.0)  # the ask a settle in flight carries: no second poke for it
+        self._refused = (0.0, 0.0)  # the ask the last settle refused
         self._taken_a = 0.0  # taken from the lease since the last settle (refundable locally)
         self._taken_b = 0.0
         self._credit_a = 0.0  # given back beyond that: credited through Redis
@@ -337,11 +338,14 @@ class SharedAccount(AbstractRateLimiter):
             ask_a, ask_b = max(self._ask_a, ask_a), max(self._ask_b, ask_b)
         # else the first ask since then: it replaces one a refused settle kept
         self._noted = True
-        if (ask_a, ask_b) != (self._ask_a, self._ask_b):
-            self._ask_a, self._ask_b = ask_a, ask_b
-            flying_a, flying_b = self._flying
-            if ask_a > flying_a or ask_b > flying_b:
-                self._hub.poke()  # not covered by the settle in flight
+        self._ask_a, self._ask_b = ask_a, ask_b
+        # Settle now only for an ask larger than the one in flight and the one Redis just
+        # refused: those wait for the instant Redis named or a wake-up (asking again at once
+        # would only be refused again, a round trip per admission pass).
+        flying_a, flying_b = self._flying
+        refused_a, refused_b = self._refused
+        if ask_a > max(flying_a, refused_a) or ask_b > max(flying_b, refused_b):
+            self._hub.poke()
         return None
 
     def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
@@ -590,10 +594,12 @@ class SharedAccount(AbstractRateLimiter):
             # ask anew; one that left does not, and the next settle drops its need.
             self._ask_a = max(self._ask_a, plan.ask_a)
             self._ask_b = max(self._ask_b, plan.ask_b)
+            self._refused = (plan.ask_a, plan.ask_b)
             self._wait = None if wait < 0 else wait
             self._capacity_changed()
         else:
             self._wait = None
+            self._refused = (0.0, 0.0)
             if got_a or got_b or was_lost:
                 self._capacity_changed()
         if self._waiting and self._has_spare() and not self._waits():
@@ -614,6 +620,7 @@ class SharedAccount(AbstractRateLimiter):
         self._noted = False
         self._earmark_a = self._earmark_b = 0.0
         self._flying = (0.0, 0.0)
+        self._refused = (0.0, 0.0)
         self._wait = None
         if first:
             self._capacity_changed()
