@@ -77,10 +77,10 @@ async def _run_jobs(
 
 async def _two_workers(
     url: str, make: Callable[[RedisAccounts], SharedAccount], duration: float
-) -> tuple[list[float], float, list[tuple[float, str, dict[str, str]]]]:
+) -> tuple[list[float], float, list[tuple[float, str, dict[str, str]]], int]:
     """Two workers (a hub and a dispatcher each) in one run, each submitting 20 jobs that need
-    the shared account for ``duration`` seconds: the jobs' start instants, the first start, and
-    the grant log the script kept."""
+    the shared account for ``duration`` seconds: the jobs' start instants, the first start, the
+    grant log the script kept, and the round trips both hubs made."""
     ns = _ns()
     starts: list[float] = []
 
@@ -106,7 +106,7 @@ async def _two_workers(
                     )
                 await trio.sleep_forever()
         log = await _log(url, accounts[0])
-    return starts, began, log
+    return starts, began, log, one.round_trips + two.round_trips
 
 
 def _net(log: list[tuple[float, str, dict[str, str]]]) -> list[tuple[float, float]]:
@@ -121,11 +121,13 @@ async def test_two_dispatchers_on_one_bucket_never_exceed_the_quota(redis_server
     the workers see, and the grant log the script keeps, never hold more than
     ``burst + rate * T`` in any ``T`` seconds, and the quota is used."""
     rate, burst = 2.0, 4
-    starts, began, log = await _two_workers(
+    starts, began, log, trips = await _two_workers(
         redis_server.url,
         lambda hub: hub.token_bucket("quota", rpm=120, tpm=1_000_000, burst=burst, grant_log=True),
         2.5,
     )
+    # contended, every ask goes through Redis's line; waiting never turns into polling
+    assert trips <= 6 * len(starts), f"{trips} round trips for {len(starts)} grants"
     for span in (0.5, 1.0, 2.0):
         allowed = burst + rate * span
         local = _worst_window([(s, 1.0) for s in starts], span)
@@ -139,11 +141,12 @@ async def test_two_dispatchers_on_one_bucket_never_exceed_the_quota(redis_server
 async def test_two_dispatchers_on_one_window_never_exceed_its_count(redis_server: Any) -> None:
     """Two workers on one window of 4 requests a second: no second holds more than 4 starts or
     4 net leased slots, and the window is used."""
-    starts, began, log = await _two_workers(
+    starts, began, log, trips = await _two_workers(
         redis_server.url,
         lambda hub: hub.elastic_window("search", max_requests=4, window=1.0, grant_log=True),
         2.5,
     )
+    assert trips <= 6 * len(starts), f"{trips} round trips for {len(starts)} grants"
     assert _worst_window([(s, 1.0) for s in starts], 1.0 - 0.01) <= 4
     assert _worst_window(_net(log), 1.0 - 0.01) <= 4
     possible = 4 * math.ceil(max(starts) - began)
