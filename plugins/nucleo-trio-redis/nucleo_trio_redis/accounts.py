@@ -128,11 +128,10 @@ class SharedAccountStatus:
 
 @attrs.define
 class _Settlement:
-    """What one account says in one settle, and what it must undo if the call fails."""
+    """What one account says in one settle: its block of arguments, what it reports (to be
+    reported again if the call fails) and what it asks for."""
 
     args: list[str]
-    ret_a: float
-    ret_b: float
     confirm: int
     pressure: int
     successes: int
@@ -539,9 +538,7 @@ class SharedAccount(AbstractRateLimiter):
             "1" if self.grant_log else "0",
             repr(self.increment),
         ]
-        plan = _Settlement(
-            args, ret_a, ret_b, confirm, self._pressure, self._successes, need_a, need_b
-        )
+        plan = _Settlement(args, confirm, self._pressure, self._successes, need_a, need_b)
         self._credit_a = self._credit_b = 0.0
         self._pressure = self._successes = 0
         self._ask_a = self._ask_b = 0.0  # asks noted while the call flies start afresh
@@ -604,6 +601,16 @@ class SharedAccount(AbstractRateLimiter):
                 self._capacity_changed()
         if self._waiting and self._has_spare() and not self._waits():
             self._hub.poke()  # another worker waits: the next settle gives the spare back
+
+    def _unsent(self, plan: _Settlement) -> None:
+        """A settle failed before its answer came: report its stamps and push-back again (a
+        stamp twice only holds a slot longer; a stamp lost would let the window overshoot)."""
+        self._pressure += plan.pressure
+        self._successes += plan.successes
+        self._restamp(plan.confirm)
+
+    def _restamp(self, confirm: int) -> None:
+        """A window's slots to stamp again (only a window stamps)."""
 
     def _lose(self, reason: str) -> None:
         """Redis is out of reach: drop the lease (it may expire before Redis answers again),
@@ -859,6 +866,9 @@ class SharedElasticWindow(SharedAccount):
     def _confirm_now(self) -> int:
         confirm, self._unconfirmed = self._unconfirmed, 0
         return confirm
+
+    def _restamp(self, confirm: int) -> None:
+        self._unconfirmed += confirm
 
     def _holds_anything(self) -> bool:
         return self._spare_a > 0 or self._unconfirmed > 0

@@ -411,8 +411,12 @@ class RedisAccounts:
         try:
             reply = await self._eval(client, keys, args)
         except BaseException as exc:
-            # A cancelled call is no loss (the hub is closing, and its give-back says what it
-            # holds, absolutely); anything else leaves the lease unknown: drop it.
+            # Whether the call ran is unknown: what it reported (stamps, push-back) is reported
+            # again next time. A cancelled call is no loss (the hub is closing, and its
+            # give-back says what it holds, absolutely); anything else leaves the lease
+            # unknown: drop it.
+            for account, plan in zip(accounts, plans, strict=True):
+                account._unsent(plan)
             if not closing and not _only_cancelled(exc):
                 for account in accounts:
                     account._lose(f"a settle failed: {type(exc).__name__}")
