@@ -9,6 +9,7 @@ its own; the tests that stop or kill Redis start a server of their own.
 from __future__ import annotations
 
 import math
+import socket
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -552,3 +553,34 @@ async def test_an_account_that_expired_while_idle_starts_full_and_one_redis_forg
             bucket.fits([1], [])
             await trio.sleep(0.3)
             assert bucket.fits([1], []) is False  # empty: one request refills in a second
+
+
+async def test_a_hub_that_cannot_reach_redis_at_start_refuses_naming_it() -> None:
+    """Nothing listens on the port: the first settle fails at once, and every ask then raises
+    the error that names Redis, its address and the account."""
+    with socket.socket() as probe:  # a free port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"redis://127.0.0.1:{port}/0"
+    async with RedisAccounts(url, namespace=_ns(), worker="w", timeout=1.0) as hub:
+        gate = hub.counting_gate("slots", 2)
+        assert gate.fits([None], []) is False  # noted: the hub tries Redis
+        await _until(lambda: gate.lost is not None)
+        with pytest.raises(RedisUnavailableError, match=rf"'slots'.*{port}"):
+            gate.fits([None], [])
+        assert gate.status().redis.startswith("lost: ")
+
+
+async def test_a_configured_limiter_with_a_bad_url_fails_the_start_naming_it() -> None:
+    config = DispatcherConfig(
+        health_every=None,
+        limiters={
+            "quota": LimiterConfig(
+                kind="redis_token_bucket",
+                settings={"url": "http://127.0.0.1:6379", "rpm": 60, "tpm": 6000},
+            )
+        },
+    )
+    with pytest.raises(ConfigError, match="'quota'.*redis://"):
+        async with open_dispatcher(config):
+            pass
