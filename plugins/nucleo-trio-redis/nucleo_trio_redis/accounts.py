@@ -201,11 +201,11 @@ class SharedAccount(AbstractRateLimiter):
         # While Redis is lost with on_redis_lost="local_share": the local stand-in, and what it
         # granted (a bucket pays it back, a window stamps it, at the first settle after).
         self._fallback: Any = None
+        self._debt_a = 0.0
+        self._debt_b = 0.0
         # time.monotonic() instant the lease's holder record may expire in Redis: past it the
         # spare is void (Redis may have handed it to someone else), even before a settle says so
         self._lease_until: float | None = None
-        self._debt_a = 0.0
-        self._debt_b = 0.0
         self._pressure = 0
         self._successes = 0
         self.throttle = 0.0
@@ -216,7 +216,6 @@ class SharedAccount(AbstractRateLimiter):
         self._settled_at: float | None = None
         self._last_take: float | None = None
         self._lost: str | None = None
-        self._connected = False
 
     # -- what a kind supplies -------------------------------------------------------------------
     def _default_lease_max(self) -> int:
@@ -242,6 +241,7 @@ class SharedAccount(AbstractRateLimiter):
     # -- identity -------------------------------------------------------------------------------
     @property
     def limiter_name(self) -> str:
+        """The account's name: the same on every worker that shares it."""
         return self._name
 
     @property
@@ -262,10 +262,13 @@ class SharedAccount(AbstractRateLimiter):
 
     @property
     def capacity(self) -> int | float:
+        """The shared capacity in the first unit: tokens, requests or permits."""
         return self._caps()[0]
 
     @property
     def in_use(self) -> float:
+        """The global use as this worker knows it: the capacity less what Redis had free at the
+        last settle and less this worker's spare (so its own takes and gives move it at once)."""
         return max(0.0, self._caps()[0] - self._free_a - self._spare_a)
 
     @property
@@ -280,6 +283,8 @@ class SharedAccount(AbstractRateLimiter):
 
     @property
     def status_indicator(self) -> str | None:
+        """``None`` while nominal; ``redis-lost`` (or ``redis-lost:local-share``) while Redis is
+        out of reach; ``throttle:<x>x`` while the shared throttle stretches the account."""
         if self._lost is not None:
             return "redis-lost:local-share" if self._fallback is not None else "redis-lost"
         if self.throttle > 0:
@@ -295,6 +300,7 @@ class SharedAccount(AbstractRateLimiter):
         return self._used_a
 
     def status(self) -> SharedAccountStatus:
+        """The global use at the last settle and this worker's share, in one frozen row."""
         cap_a, cap_b = self._caps()
         return SharedAccountStatus(
             name=self._name,
@@ -348,9 +354,13 @@ class SharedAccount(AbstractRateLimiter):
         return None
 
     def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """Whether the lease covers ``mine`` beside ``reserved_ahead`` now; a shortfall is
+        noted for the hub's next settle. Raises what can never fit, and
+        :class:`~nucleo_trio_redis.RedisUnavailableError` while Redis is lost (``refuse``)."""
         return self._check(mine, reserved_ahead) is not None
 
     def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """:meth:`fits`, and the debit from the lease, as one step."""
         ask = self._check(mine, reserved_ahead)
         if ask is None:
             return False
@@ -412,6 +422,8 @@ class SharedAccount(AbstractRateLimiter):
         return self._lost is not None and self._fallback is not None
 
     def give(self, amounts: Sequence[Any]) -> None:
+        """Credit ``amounts`` back to the lease at once (what was taken before the last settle
+        is credited through Redis instead); wakes admission."""
         a, b = self._measure(amounts, "give")
         self._given(a, b)
         self._capacity_changed()
@@ -722,12 +734,15 @@ class SharedTokenBucket(SharedAccount):
 
     @property
     def limiter_category(self) -> str:
+        """``token_bucket``, as the local bucket: health and events read it alike."""
         return "token_bucket"
 
     def replenishment(self) -> Replenishment:
+        """TIME: tokens come back with the clock, never at release."""
         return Replenishment.TIME
 
     def account_for(self, amount: Any) -> LimiterIdentity:
+        """The bucket itself, for a token count; anything else is refused naming both."""
         _token_count(self._name, amount, "account_for")
         return self
 
@@ -810,13 +825,16 @@ class SharedElasticWindow(SharedAccount):
 
     @property
     def limiter_category(self) -> str:
+        """``elastic_window``, as the local window."""
         return "elastic_window"
 
     @property
     def requires_http_connection(self) -> bool:
+        """Every window also needs the shared HTTP gate, as the local window."""
         return True
 
     def replenishment(self) -> Replenishment:
+        """TIME: a slot comes back when its stamp leaves the window."""
         return Replenishment.TIME
 
     def _measure(self, amounts: Sequence[Any], where: str) -> tuple[float, float]:
@@ -910,6 +928,7 @@ class SharedCountingGate(SharedAccount):
 
     @property
     def limiter_category(self) -> str:
+        """``semaphore``, as a local counting gate."""
         return "semaphore"
 
     @property
