@@ -183,3 +183,85 @@ async def test_a_lease_spent_at_the_instant_of_a_refill_is_not_refilled_beside_i
             got = ask
             break
     assert banked + got <= 5, f"{banked} spent and {got} granted at one instant; the burst is 5"
+
+
+_GATE_STEPS = st.lists(
+    st.tuples(
+        st.integers(0, 2),  # the worker
+        st.sampled_from(["take1", "take2", "give", "die"]),
+        st.sampled_from([0.0, 0.0, 0.3, 1.0, 2.5, 4.0]),  # the time that passes after
+    ),
+    min_size=3,
+    max_size=30,
+)
+
+
+async def _drive_gate(url: str, steps: list[tuple[int, str, float]]) -> None:
+    """Three workers on a gate of 4 permits (lease lifetime 3 s): live workers renew every
+    second; a worker that dies keeps its permits in Redis until its record's lifetime ends."""
+    now = [1_000.0]
+    ttl = 3.0
+    namespace = f"gate-{uuid.uuid4().hex[:10]}"
+    hubs = [
+        RedisAccounts(
+            url,
+            namespace=namespace,
+            worker=f"w{i}",
+            lease_ttl=ttl,
+            autostart=False,
+            redis_clock=lambda: now[0],
+        )
+        for i in range(3)
+    ]
+    gates = [hub.counting_gate("g", 4) for hub in hubs]
+    held = [0, 0, 0]
+    alive = [True, True, True]
+    settled_at = [now[0]] * 3  # the last instant each worker's record was renewed
+
+    async def settle(worker: int) -> None:
+        await hubs[worker].settle_once()
+        settled_at[worker] = now[0]
+
+    def in_use() -> int:
+        """Permits live jobs hold, and a dead worker's until its record expires."""
+        live = sum(held[w] for w in range(3) if alive[w])
+        dead = sum(held[w] for w in range(3) if not alive[w] and now[0] < settled_at[w] + ttl)
+        return live + dead
+
+    for worker, action, advance in steps:
+        gate = gates[worker]
+        if alive[worker]:
+            if action.startswith("take"):
+                asked = int(action[-1])
+                if not gate.try_take([asked], []):
+                    await settle(worker)
+                    if gate.try_take([asked], []):
+                        held[worker] += asked
+                else:
+                    held[worker] += asked
+                assert in_use() <= 4, (held, alive, now[0])
+            elif action == "give" and held[worker]:
+                gate.give([held[worker]])
+                held[worker] = 0
+            elif action == "die":
+                alive[worker] = False  # it stops settling; its jobs die with it
+        remaining = advance
+        while remaining > 0:
+            step = min(remaining, 1.0)  # live workers renew every third of the lifetime
+            now[0] += step
+            remaining -= step
+            for w in range(3):
+                if alive[w]:
+                    await settle(w)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=_GATE_STEPS)
+# a worker dies holding the whole gate: its permits stay taken for their lifetime, no less
+@example(steps=[(0, "take2", 0.0), (0, "take2", 0.0), (0, "die", 2.5), (1, "take2", 0.0)])
+# a live worker holds the whole gate for longer than the lifetime: renewed, never lost
+@example(steps=[(0, "take2", 0.0), (0, "take2", 4.0), (1, "take1", 4.0), (2, "take1", 0.0)])
+def test_three_workers_and_deaths_never_overfill_a_shared_gate(
+    redis_server: Any, steps: list[tuple[int, str, float]]
+) -> None:
+    trio.run(_drive_gate, redis_server.url, steps)
