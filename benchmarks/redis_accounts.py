@@ -8,8 +8,9 @@ Two questions, each side by side in one run against a throwaway ``redis-server``
 never binds, so only the account's own cost shows: a local
 :class:`~nucleo_trio.admission.TokenBucket`, a shared bucket answering from its lease, and a
 shared bucket without a lease (``lease=False``: every grant waits for its own round trip). Each
-is timed in rounds, interleaved; the rows give the best and the median round, in µs per grant,
-CPU of the trio thread beside wall time (a round trip is waiting, which only wall time sees).
+is timed in rounds, interleaved; each row gives the best round in µs per grant (CPU of the trio
+thread, and wall time beside it: a round trip is waiting, which only wall time sees) and the
+median round's CPU.
 One more round per shared subject runs under ``MONITOR``
 (:mod:`benchmarks._redis_roundtrips`), which counts the commands the worker sent: the round
 trips per grant, held to at most 0.1 with a lease.
@@ -33,7 +34,6 @@ bound. These runs are one round each: they take real seconds.
 from __future__ import annotations
 
 import re
-import statistics
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -45,7 +45,7 @@ import trio
 
 from nucleo_trio.admission import Admission, Demand, RateLimiter, TokenBucket, TokenBucketConfig
 
-from ._harness import Row, Stopwatch, Timing, best, progress, run_trio, verdict
+from ._harness import Row, Stopwatch, Timing, best, median, progress, run_trio, verdict
 from ._redis_fleet import open_fleet
 from ._redis_quota import (
     UPSTREAM_LOG_SCRIPT,
@@ -142,12 +142,10 @@ def _cost_rows(url: str, quick: bool) -> list[Row]:
     rows: list[Row] = []
     for name, subject in SUBJECTS.items():
         fastest = best(timings[name]).per(grants)
-        middle = Timing(
-            statistics.median(t.cpu for t in timings[name]),
-            statistics.median(t.wall for t in timings[name]),
-        ).per(grants)
-        rows.append(Row.timed(NAME, f"{name}: per grant, best of {rounds}", fastest, "µs"))
-        rows.append(Row.timed(NAME, f"{name}: per grant, median", middle, "µs"))
+        middle = median(timings[name]).per(grants)
+        rows.append(
+            Row.timed(NAME, f"{name}: per grant, {rounds} rounds", fastest, "µs", median=middle)
+        )
         if name == "local bucket":
             continue
         _, trips = _grant_round(url, subject, f"trips-{_slug(name)}", grants, True)
