@@ -19,7 +19,12 @@ import pytest
 import trio
 import trio.lowlevel
 import trio.testing
-from nucleo_trio_redis import RedisAccounts, RedisUnavailableError, SharedAccount
+from nucleo_trio_redis import (
+    RedisAccounts,
+    RedisUnavailableError,
+    SharedAccount,
+    SharedCountingGate,
+)
 
 from nucleo_trio import DispatcherConfig, open_dispatcher
 from nucleo_trio.admission import CountingGate
@@ -43,10 +48,11 @@ async def _log(url: str, account: SharedAccount) -> list[tuple[float, str, dict[
     client = coredis.Redis.from_url(url, decode_responses=True)
     async with client:
         entries = await client.xrange(key)
-    return [
-        (int(e.identifier.split("-")[0]) / 1000, e.field_values["kind"], dict(e.field_values))
-        for e in entries
-    ]
+    rows = []
+    for entry in entries:
+        fields = {str(name): str(value) for name, value in entry.field_values.items()}
+        rows.append((int(str(entry.identifier).split("-")[0]) / 1000, fields["kind"], fields))
+    return rows
 
 
 def _worst_window(points: list[tuple[float, float]], span: float) -> float:
@@ -99,15 +105,14 @@ async def _two_workers(
             with trio.move_on_after(duration):
                 for dispatcher, account in zip((first, second), accounts, strict=True):
                     amount = 1 if account.kind == "bucket" else None
-                    await _run_jobs(
-                        dispatcher,
-                        20,
-                        lambda a=account, n=amount: JobRequirements().require_rate_limiter(a, n),
-                        job,
-                    )
+                    await _run_jobs(dispatcher, 20, _needs(account, amount), job)
                 await trio.sleep_forever()
         log = await _log(url, accounts[0])
     return starts, began, log, one.round_trips + two.round_trips
+
+
+def _needs(account: SharedAccount, amount: Any) -> Callable[[], JobRequirements]:
+    return lambda: JobRequirements().require_rate_limiter(account, amount)
 
 
 def _net(log: list[tuple[float, str, dict[str, str]]]) -> list[tuple[float, float]]:
@@ -409,6 +414,7 @@ async def test_a_limiter_kind_from_configuration_starts_its_own_hub(redis_server
     )
     async with open_dispatcher(config) as dispatcher:
         gate = dispatcher.limiters["slots"]
+        assert isinstance(gate, SharedCountingGate)
         handle = dispatcher.submit(
             Fn(
                 workflow("alice", "configured"),
