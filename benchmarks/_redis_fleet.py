@@ -11,6 +11,7 @@ everywhere and the checks can measure from that instant.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -24,11 +25,28 @@ from typing import Any
 import coredis
 import trio
 
-from ._redis_quota import MICROS, redis_now_us
+from ._redis_quota import MICROS, UPSTREAM_LOG_SCRIPT, redis_now_us
+from ._redis_roundtrips import RoundTrips
 
-__all__ = ["ROOT", "Fleet", "WorkerProcess", "open_fleet", "worker_command"]
+__all__ = [
+    "ROOT",
+    "Fleet",
+    "WorkerProcess",
+    "harness_commands",
+    "open_fleet",
+    "worker_command",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def harness_commands(trips: RoundTrips) -> int:
+    """The commands a fleet's own bookkeeping sent, to leave out of an account's round trips:
+    the jobs' stamps (``EVALSHA`` of :data:`~benchmarks._redis_quota.UPSTREAM_LOG_SCRIPT`), the
+    clock reads (``EVAL`` of ``TIME``) and script loads. An account whose own scripts fell back
+    to ``EVAL`` would be undercounted by those few."""
+    stamps = trips.by_script[hashlib.sha1(UPSTREAM_LOG_SCRIPT.encode()).hexdigest()]
+    return stamps + trips.by_command["eval"] + trips.by_command["script"]
 
 
 def worker_command(url: str, name: str, arguments: Sequence[str]) -> list[str]:

@@ -46,9 +46,8 @@ import trio
 from nucleo_trio.admission import Admission, Demand, RateLimiter, TokenBucket, TokenBucketConfig
 
 from ._harness import Row, Stopwatch, Timing, best, median, progress, run_trio, verdict
-from ._redis_fleet import open_fleet
+from ._redis_fleet import harness_commands, open_fleet
 from ._redis_quota import (
-    UPSTREAM_LOG_SCRIPT,
     bucket_worst,
     per_window,
     points,
@@ -217,8 +216,7 @@ async def _fleet(
         allowed = BURST + PER_SECOND * seconds
         worst = bucket_worst(starts, PER_SECOND, BURST + PER_SECOND * STAMP_LAG)
         logged = grants.bucket_worst(PER_SECOND, BURST) if grants else None
-    script = _sha1(UPSTREAM_LOG_SCRIPT)
-    harness = trips.by_script[script] + 2 * len(rates)  # the stamps; each worker's TIME reads
+    harness = harness_commands(trips)
     return FleetRun(
         label,
         used / allowed * 100.0,
@@ -232,12 +230,6 @@ async def _fleet(
 def _slug(label: str) -> str:
     """A label as a piece of a Redis key name (no braces, commas, colons or spaces)."""
     return re.sub(r"[^a-z0-9]+", "-", label.lower()).strip("-")
-
-
-def _sha1(script: str) -> str:
-    import hashlib
-
-    return hashlib.sha1(script.encode()).hexdigest()
 
 
 def _fleet_rows(url: str, quick: bool) -> list[Row]:
