@@ -8,7 +8,7 @@ dispatcher) against a real ``redis-server``, on a quota scaled down so a run tak
 * four workers with uneven load on one shared token bucket never let the upstream see more
   than the burst plus the refill in any span, and four on one shared window never more than
   its count in any window, by the jobs' own log and by the account's grant log; each quota is
-  used to at least 95 % of what it allowed;
+  used to at least 95 % of what it allowed, at a few commands to Redis per call;
 * a worker SIGKILLed while it holds counting-gate permits: they come back within the TTL and
   not before it died, and the others go on;
 * the quota's Redis restarted mid-run: no overshoot across the restart, the jobs refused
