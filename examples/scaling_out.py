@@ -6,6 +6,7 @@ Pass a Redis URL, or the example starts a throwaway redis-server (Debian's packa
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -62,6 +63,8 @@ async def report(url: str, space: str, workers: list[subprocess.Popen[str]]) -> 
 
 
 def start_redis() -> tuple[str, subprocess.Popen[bytes]]:
+    if shutil.which("redis-server") is None:
+        sys.exit("no redis-server here: pass a Redis URL, or apt-get install redis-server")
     with socket.socket() as probe:  # a free port on the loopback
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
