@@ -33,6 +33,7 @@ bound. These runs are one round each: they take real seconds.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -69,6 +70,7 @@ FAST_RPM = 60_000_000  # a million grants a second: the rate never binds the cos
 BURST, PER_SECOND = 20, 10
 STAMP_LAG = 0.05
 ONE_WORKER = {"w1": 27.0}
+LIMITS_HINT = "pip install limits (its async Redis storage runs on coredis)"
 FOUR_WORKERS = {"w1": 15.0, "w2": 8.0, "w3": 3.0, "w4": 1.0}
 
 
@@ -255,6 +257,9 @@ def _fleet_rows(url: str, quick: bool) -> list[Row]:
         ]
     rows: list[Row] = []
     for label, kind, rates, extra in plans:
+        if kind == "limits" and importlib.util.find_spec("limits") is None:
+            rows.append(Row(NAME, f"{label}: not run: {LIMITS_HINT}", 0, ""))
+            continue
         progress(f"  {label} ({seconds:.0f} s)")
         run = trio.run(_fleet, url, label, kind, rates, seconds, extra)
         ours = kind != "limits" and "--local" not in extra
