@@ -163,6 +163,18 @@ async def test_update_limits_applies_in_place_keeps_the_throttle_and_creates_whe
     assert registry.bucket(fresh).config == TokenBucketConfig(rpm=30, tpm=40_000)
 
 
+async def test_update_limits_keeps_the_burst_bound_a_bucket_was_given() -> None:
+    """FAC-05: published per-minute caps replace rpm and tpm; a burst bound set on the bucket
+    (how fast a minute may be spent) is not the provider's to drop."""
+    registry = RateLimiterRegistry()
+    spec = Entry("gpt-large", tpm=90_000, rpm=500)
+    bucket = registry.bucket(spec)
+    bucket.set_config(TokenBucketConfig(rpm=500, tpm=90_000, burst=20))
+    registry.update_limits(spec, 600, 120_000)
+    assert bucket.config == TokenBucketConfig(rpm=600, tpm=120_000, burst=20)
+    assert bucket.config.request_cap == 20
+
+
 async def test_update_limits_ignores_a_pair_that_is_not_both_positive() -> None:
     """FAC-05: either number <= 0 leaves everything as it was (and builds nothing)."""
     registry = RateLimiterRegistry()

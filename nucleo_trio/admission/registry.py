@@ -177,8 +177,10 @@ class RateLimiterRegistry:
         """Apply newly learned per-minute caps to the entry's bucket (FAC-05).
 
         A pair where either number is not positive is ignored. An existing bucket is adjusted
-        in place (:meth:`TokenBucket.set_config`): the same instance, its throttle kept, and a
-        raised cap wakes admission. Without one, a bucket is built with these numbers.
+        in place (:meth:`TokenBucket.set_config`): the same instance, its throttle kept, its
+        ``burst`` bound kept (the provider publishes per-minute caps, not how fast a minute may
+        be spent), and a raised cap wakes admission. Without one, a bucket is built with these
+        numbers.
         """
         spec_id = _spec_id(spec)
         if not _positive_int(rpm) or not _positive_int(tpm):
@@ -187,7 +189,7 @@ class RateLimiterRegistry:
         if present is None:
             self._new_bucket(spec_id, rpm, tpm)
         else:
-            present.set_config(TokenBucketConfig(rpm=rpm, tpm=tpm))
+            present.set_config(TokenBucketConfig(rpm=rpm, tpm=tpm, burst=present.config.burst))
 
     def status(self, spec: ModelLimits) -> TokenBucketStatus:
         """The entry's bucket status, building the bucket if needed (FAC-07)."""
