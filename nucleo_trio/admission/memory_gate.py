@@ -133,10 +133,6 @@ def _nobody() -> int:
     return 0
 
 
-def _no_job() -> None:
-    return None
-
-
 _MIB = 2**20
 ESTIMATE_FLOOR_BYTES = _MIB
 """A learnt estimate under one MiB is noise: the job meets the gate as if it promised nothing."""
@@ -334,10 +330,13 @@ class MemoryPressureGate(AbstractRateLimiter):
         self._base = 0
         # Learning: per class, the estimate in bytes.
         self._estimates: dict[str, float] = {}
-        # Per attempt in flight: [class, reading at its start, jobs before it, sample number].
-        self._starts: weakref.WeakKeyDictionary[JobContext, list[Any]] = weakref.WeakKeyDictionary()
+        # Per attempt in flight, keyed by the task that runs it (the attempt assembles its
+        # demand and releases its grant in its job's task): [class, reading at its start, jobs
+        # before it, sample number].
+        self._starts: weakref.WeakKeyDictionary[trio.lowlevel.Task, list[Any]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._pending: list[list[Any]] = []  # starts waiting for the next look's reading
-        self._job_now: Callable[[], JobContext | None] = _no_job
         self._class_names: dict[type, str] = {}
         self._sampled_at = -math.inf
         self._assemblies = 0
@@ -577,16 +576,13 @@ class MemoryPressureGate(AbstractRateLimiter):
         its growth is measured from here to its release."""
         job_class = "" if context is None else self._class_of(context)
         if context is not None:
-            if self._job_now is _no_job:
-                from ..jobs.context import current_job  # jobs import admission: not at load
-
-                self._job_now = current_job
             self._sample_while_running()
             starts = self._starts
-            starts.pop(context, None)  # a re-run starts over
+            task = trio.lowlevel.current_task()
+            starts.pop(task, None)  # a re-run starts over
             # Counted from the jobs already in flight, so a burst's growth is shared among it.
             record: list[Any] = [job_class, None, self._assemblies - len(starts), 0]
-            starts[context] = record
+            starts[task] = record
             self._pending.append(record)  # its first reading is the next look's (just after)
             self._assemblies += 1
         if declared is not None:
@@ -623,8 +619,11 @@ class MemoryPressureGate(AbstractRateLimiter):
         starts = self._starts
         if not starts:
             return
-        context = self._job_now()
-        start = starts.pop(context, None) if context is not None else None
+        try:
+            task = trio.lowlevel.current_task()
+        except RuntimeError:  # a release from outside any trio run: nothing to learn from
+            return
+        start = starts.pop(task, None)
         if start is None:
             return
         job_class, used, assemblies, seq = start
