@@ -185,9 +185,13 @@ class JobContext:
         self.metadata: dict[str, Any] = dict(metadata or {})
         self._publish = publish
         self._state = JobState.QUEUED
-        self.token = CancellationToken()
-        self._cancel_callbacks = _OnceCallbacks("cancel")
-        self._timeout_callbacks = _OnceCallbacks("timeout")
+        # The token and the two callback lists are made on first use: most jobs never touch
+        # them, and a settled handle keeps its context for the collector to walk.
+        self._token: CancellationToken | None = None
+        self._cancel_reason: str | None = None
+        self._cancelled = False
+        self._cancel_callbacks: _OnceCallbacks | None = None
+        self._timeout_callbacks: _OnceCallbacks | None = None
         self._timed_out = False
         self._completed = False
         self.deadline: float | None = None
@@ -275,7 +279,8 @@ class JobContext:
             self.started_at = time.time()
         if state.is_terminal:
             self._completed = True
-            self._timeout_callbacks.drop()
+            if self._timeout_callbacks is not None:
+                self._timeout_callbacks.drop()
             if self.completed_at is None:
                 self.completed_at = time.time()
 
@@ -285,7 +290,8 @@ class JobContext:
         self._has_result = True
         moved = self.try_transition(JobState.COMPLETED)
         self._completed = True
-        self._timeout_callbacks.drop()
+        if self._timeout_callbacks is not None:
+            self._timeout_callbacks.drop()
         if self.completed_at is None:
             self.completed_at = time.time()
         return moved
@@ -305,30 +311,61 @@ class JobContext:
 
     # -- cancellation -------------------------------------------------------------------------
     @property
+    def token(self) -> CancellationToken:
+        """The job's :class:`CancellationToken` (CTX-14): cancelled with the job, and with the
+        first reason given; made on first use, already cancelled if the job is."""
+        token = self._token
+        if token is None:
+            token = self._token = CancellationToken()
+            if self._cancel_reason is not None:
+                token.cancel(self._cancel_reason)
+        return token
+
+    def _cancel_token(self, reason: str) -> None:
+        """The token's cancel, whether or not the token was made yet (the first reason wins)."""
+        if self._token is not None:
+            self._token.cancel(reason)
+        elif self._cancel_reason is None:
+            self._cancel_reason = reason
+
+    @property
     def is_cancelled(self) -> bool:
-        return self._cancel_callbacks.fired
+        return self._cancelled
 
     @property
     def cancel_reason(self) -> str | None:
-        return self.token.reason
+        return self._token.reason if self._token is not None else self._cancel_reason
 
     def cancel(self, reason: str = "Job cancelled") -> bool:
         """Signal cancellation. An active job turns CANCELLED; a terminal one keeps its state but
         reads as cancelled (ST-02). Callbacks run once. Answers whether this call cancelled it."""
-        if self._cancel_callbacks.fired:
+        if self._cancelled:
             return False
-        self.token.cancel(reason)
+        self._cancel_token(reason)
         self.try_transition(JobState.CANCELLED)
-        return self._cancel_callbacks.fire()
+        if self.is_cancelled:  # a callback of the token cancelled the job meanwhile
+            return False
+        self._fire_cancel()
+        return True
+
+    def _fire_cancel(self) -> None:
+        self._cancelled = True
+        if self._cancel_callbacks is not None:
+            self._cancel_callbacks.fire()
 
     def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
         """Run ``callback`` once when the job is cancelled, at once if it already is (CTX-02)."""
+        if self._cancelled:
+            _run_callback(callback, "cancel")
+            return _noop
+        if self._cancel_callbacks is None:
+            self._cancel_callbacks = _OnceCallbacks("cancel")
         return self._cancel_callbacks.add(callback)
 
     def check_cancellation(self) -> None:
         """Raise :class:`CancellationRequested` if the job was cancelled; call it often."""
-        if self._cancel_callbacks.fired:
-            raise CancellationRequested(self.token.reason or "Job cancelled")
+        if self._cancelled:
+            raise CancellationRequested(self.cancel_reason or "Job cancelled")
 
     # -- deadline -----------------------------------------------------------------------------
     def arm_deadline(self, timeout: float | None) -> None:
@@ -357,14 +394,16 @@ class JobContext:
         if self._timed_out or self._completed:
             return
         self._timed_out = True
-        self._timeout_callbacks.fire()
+        if self._timeout_callbacks is not None:
+            self._timeout_callbacks.fire()
 
     def time_out(self) -> None:
         """Phase one of the timeout: set the timeout and cancel flags and run both callbacks."""
         self._mark_timed_out()
-        if not self._cancel_callbacks.fired:
-            self.token.cancel("Job timed out")
-            self._cancel_callbacks.fire()
+        if not self._cancelled:
+            self._cancel_token("Job timed out")
+            if not self.is_cancelled:  # a token callback may have cancelled it meanwhile
+                self._fire_cancel()
 
     @property
     def timed_out(self) -> bool:
@@ -377,13 +416,17 @@ class JobContext:
         if self._completed and not self._timed_out:
             return _noop
         # Observing the clock here fires the timeout if the deadline has passed, so the new
-        # callback is then run at once by add() below rather than queued.
-        _ = self.is_timed_out
+        # callback is then run at once rather than queued.
+        if self.is_timed_out:
+            _run_callback(callback, "timeout")
+            return _noop
+        if self._timeout_callbacks is None:
+            self._timeout_callbacks = _OnceCallbacks("timeout")
         return self._timeout_callbacks.add(callback)
 
     @property
     def pending_timeout_callbacks(self) -> int:
-        return len(self._timeout_callbacks)
+        return 0 if self._timeout_callbacks is None else len(self._timeout_callbacks)
 
     # -- progress and notifications -----------------------------------------------------------
     def publish(self, data: Any, percent: int | None = None) -> None:
