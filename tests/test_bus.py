@@ -540,6 +540,36 @@ async def test_stale_subscriptions_are_reaped_and_stop_receiving(
         assert len(keeper.events) == 2
 
 
+async def test_the_sweep_keeps_no_timer_while_no_observer_can_go_stale(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """BUS-10: with only observers that can never report stale, the sweep keeps no timer, so a
+    program under an autojump clock that waits on a worker thread does not spin the virtual
+    clock from sweep to sweep (holding the GIL from the thread it waits on). Once an observer
+    that can go stale subscribes, sweeps resume on the bus's 60 s cadence."""
+
+    class Expiring(Recorder):
+        stale = False
+
+        def is_stale(self) -> bool:
+            return self.stale
+
+    async with running_bus() as (bus, _):
+        start = trio.current_time()
+        bus.subscribe(Recorder())
+        await trio.to_thread.run_sync(lambda: None)
+        await settle()
+        assert trio.current_time() == start, "nothing but the sweep's timer could move the clock"
+
+        expiring = Expiring()
+        subscription = bus.subscribe(expiring)
+        expiring.stale = True
+        await trio.sleep_until(start + SWEEP_INTERVAL - 0.001)
+        assert subscription.is_active
+        await trio.sleep_until(start + SWEEP_INTERVAL + 0.001)
+        assert not is_active(subscription)
+
+
 async def test_each_queue_is_bounded_and_overflow_is_dropped_with_an_error(
     autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture
 ) -> None:

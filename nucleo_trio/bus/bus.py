@@ -365,6 +365,8 @@ class MessageBus:
         self._queue_capacity = queue_capacity
         self._state = _State.NEW
         self._nursery: trio.Nursery | None = None
+        self._reapable_subscribed: trio.Event | None = None
+        """Set when a subscription whose observer can go stale arrives while the sweep waits."""
         self._stopped = trio.Event()
         # Routing tables are replaced, never mutated, so publish() can iterate one while a
         # predicate it calls subscribes or unsubscribes.
@@ -459,8 +461,21 @@ class MessageBus:
 
     @trio.lowlevel.enable_ki_protection
     async def _sweep_stale(self) -> None:
+        """Sweep every :data:`SWEEP_INTERVAL` seconds from the bus's start, while any
+        subscription's observer can go stale (its class overrides ``is_stale``); with none, wait
+        for one to subscribe instead of keeping a timer. A timer that fires for nothing is not
+        free under an autojump clock: a program that waits on a worker thread would spin the
+        virtual clock through sweep after sweep, holding the GIL from the thread it waits on."""
+        started = trio.current_time()
+        sweeps = 0
         while True:
-            await trio.sleep(SWEEP_INTERVAL)
+            if not any(_can_go_stale(s) for s in self.subscriptions):
+                self._reapable_subscribed = trio.Event()
+                await self._reapable_subscribed.wait()
+                continue
+            due = int((trio.current_time() - started) // SWEEP_INTERVAL) + 1
+            sweeps = max(sweeps + 1, due)
+            await trio.sleep_until(started + sweeps * SWEEP_INTERVAL)
             self.cleanup_stale_subscriptions()
 
     def _start_consumer(self, subscription: _LiveSubscription) -> None:
@@ -633,6 +648,8 @@ class MessageBus:
             return None
 
     def _register(self, subscription: _LiveSubscription) -> None:
+        if self._reapable_subscribed is not None and _can_go_stale(subscription):
+            self._reapable_subscribed.set()  # the sweep has something to look at again
         try:
             self._registered[subscription.observer] = subscription
         except TypeError:
@@ -720,3 +737,10 @@ async def open_message_bus(*, queue_capacity: int = QUEUE_CAPACITY) -> AsyncIter
         finally:
             if bus.is_running:
                 await bus.stop()
+
+
+def _can_go_stale(subscription: Subscription) -> bool:
+    """Whether the subscription's observer can ever report stale: a :class:`JobObserver` whose
+    class overrides ``is_stale`` (the default answers ``False`` for ever)."""
+    observer = getattr(subscription, "observer", None)
+    return isinstance(observer, JobObserver) and type(observer).is_stale is not JobObserver.is_stale
