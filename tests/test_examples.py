@@ -31,9 +31,11 @@ programs that wait on the real clock then overlap instead of adding up.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -51,10 +53,14 @@ PAGES = [
     ROOT / "docs" / "plugins.md",
     *sorted(ROOT.glob("docs/guide/*.md")),
 ]
-# Pages not yet converted to the convention above, each with what is left to do. Such a page is
-# only held to running without raising, and one that raises is reported as an expected failure
-# naming it (docs/plugins.md was never run before it was listed). Convert
-# a page, then take it off; the list is to end empty.
+# What an example or a page needs besides nucleo_trio: a program on PATH or a module to import.
+# Without it the test skips, saying what to install (.ci/run installs all of them).
+NEEDS: dict[str, tuple[str, ...]] = {
+    "scaling_out.py": ("redis-server", "nucleo_trio_redis"),
+    "docs/guide/scaling-out.md": ("redis-server", "nucleo_trio_redis"),
+    "otel_console.py": ("opentelemetry.sdk", "nucleo_trio_otel"),
+    "docs/guide/opentelemetry.md": ("opentelemetry.sdk", "nucleo_trio_otel"),
+}
 TIMEOUT = 60.0
 MAX_EXAMPLE_LINES = 99
 
@@ -240,6 +246,26 @@ def _environment() -> dict[str, str]:
     return env
 
 
+def _missing(name: str) -> list[str]:
+    """What ``name`` (an example's file name or a page's path) needs that is not here."""
+    missing: list[str] = []
+    for need in NEEDS.get(name, ()):
+        if need == "redis-server":
+            if shutil.which(need) is None:
+                missing.append("redis-server (Debian: apt-get install redis-server)")
+        elif importlib.util.find_spec(need.split(".")[0]) is None or (
+            "." in need and importlib.util.find_spec(need) is None
+        ):
+            missing.append(f"the Python module {need}")
+    return missing
+
+
+def _skip_unless_present(name: str) -> None:
+    missing = _missing(name)
+    if missing:
+        pytest.skip(f"{name} needs {', '.join(missing)}")
+
+
 def _start(command: list[str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         command,
@@ -257,7 +283,9 @@ def _start(command: list[str]) -> subprocess.Popen[str]:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Path, subprocess.Popen[str]]]:
     """Every example in a process of its own, and the pages in one more, all started at once;
     whatever still runs at the end of the module is killed."""
-    started = {path: _start([sys.executable, str(path)]) for path in EXAMPLES}
+    started = {
+        path: _start([sys.executable, str(path)]) for path in EXAMPLES if not _missing(path.name)
+    }
     sources = tmp_path_factory.mktemp("pages") / "blocks.json"
     blocks = {str(page.relative_to(ROOT)): python_blocks(page) for page in PAGES_WITH_CODE}
     sources.write_text(json.dumps(blocks), encoding="utf-8")
@@ -302,11 +330,19 @@ def test_there_are_at_least_three_examples_and_each_declares_its_output() -> Non
     )
 
 
+def test_what_an_example_or_a_page_needs_names_one_that_exists() -> None:
+    """NEEDS may only name examples and pages that exist, so a rename cannot leave one
+    unchecked on a machine that has everything."""
+    known = {path.name for path in EXAMPLES} | {str(page.relative_to(ROOT)) for page in PAGES}
+    assert set(NEEDS) <= known, sorted(set(NEEDS) - known)
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
 def test_an_example_runs_and_prints_what_it_promises(
     example: Path, runs: dict[Path, subprocess.Popen[str]]
 ) -> None:
     """The example exits 0 within the timeout and prints its promised lines, in order."""
+    _skip_unless_present(example.name)
     lines = finish(runs[example], example).splitlines()
     position = 0
     for pattern in EXPECTED[example.name]:
@@ -336,6 +372,7 @@ def test_the_code_blocks_of_a_page_run_in_order_and_print_what_the_page_shows(
     followed by an output block holding exactly what it printed, and a block that prints
     nothing is not."""
     name = str(page.relative_to(ROOT))
+    _skip_unless_present(name)
     result = pages_run[name]
     outputs: list[str] = result["outputs"]
     assert result["error"] is None, (
