@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any, cast
 import trio
 
 from ..admission import Admission, Demand, Grant
+from ..admission.limiter import name_of
 from ..admission.memory_gate import MemoryPressureGate
 from ..errors import CancellationRequested, UncorrectableError, add_suppressed
 from ..jobs.context import current_job
 from .provider import DBHandle, DBResourceProvider
 
 if TYPE_CHECKING:
-    from ..admission.demand import DemandEntry
     from ..admission.limiter import RateLimiter
     from ..jobs.context import JobContext
     from ..jobs.requirements import JobRequirements
@@ -779,7 +779,7 @@ class JobResources:
                 self._admission.release(self.grant)
         except Exception as exc:
             account = _account_that_raised(exc, self.grant)
-            accounts = account or ", ".join(_name_of(e) for e in self.grant.entries)
+            accounts = account or ", ".join(name_of(e.key) for e in self.grant.entries)
             job = self._context.job_id if self._context is not None else "a job"
             verb = "rolling back" if rollback else "releasing"
             raise GrantReleaseError(
@@ -822,11 +822,6 @@ def _log_release_fault(fault: GrantReleaseError) -> None:
     log.error("%s", fault, exc_info=fault)
 
 
-def _name_of(entry: DemandEntry) -> str:
-    name = getattr(entry.key, "limiter_name", None) or getattr(entry.limiter, "limiter_name", None)
-    return str(name) if name else repr(entry.limiter)
-
-
 def _account_that_raised(exc: BaseException, grant: Grant) -> str | None:
     """The name of the grant's account whose ``give`` raised ``exc``, or ``None``.
 
@@ -839,6 +834,6 @@ def _account_that_raised(exc: BaseException, grant: Grant) -> str | None:
     while frame is not None:
         entry = entries.get(id(frame.tb_frame.f_locals.get("self")))
         if entry is not None:
-            return _name_of(entry)
+            return name_of(entry.key)
         frame = frame.tb_next
     return None
