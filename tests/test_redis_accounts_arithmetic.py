@@ -265,3 +265,36 @@ def test_three_workers_and_deaths_never_overfill_a_shared_gate(
     redis_server: Any, steps: list[tuple[int, str, float]]
 ) -> None:
     trio.run(_drive_gate, redis_server.url, steps)
+
+
+async def test_the_last_request_goes_to_the_head_while_a_follower_asks_beside_it(
+    redis_server: Any,
+) -> None:
+    """One request is left in a shared bucket. This worker's head asks for one request (nothing
+    reserved ahead of it) and a follower for one beside the head's reservation, two in all: the
+    settle asks Redis for the head's whole demand, which fits, and the follower's share as extra,
+    best effort. Asking for both as one all-or-nothing need was refused with one left, so the
+    request sat unused until the bucket refilled (seen under load with two workers)."""
+    now = [1_000.0]
+    namespace = f"head-{uuid.uuid4().hex[:10]}"
+    mine, elsewhere = (
+        RedisAccounts(
+            redis_server.url,
+            namespace=namespace,
+            worker=worker,
+            autostart=False,
+            redis_clock=lambda: now[0],
+        )
+        for worker in ("mine", "elsewhere")
+    )
+    bucket, other = (
+        hub.token_bucket("q", rpm=6, tpm=1_000_000, burst=4, lease_max=1)
+        for hub in (mine, elsewhere)
+    )
+    assert other.try_take([1] * 3, []) is False
+    await elsewhere.settle_once()
+    assert other.try_take([1] * 3, []) is True  # three of the burst's four are spent
+    assert bucket.try_take([1], []) is False  # the head's ask
+    assert bucket.try_take([1], [1]) is False  # a follower's, beside the head's reservation
+    await mine.settle_once()
+    assert bucket.try_take([1], []) is True, bucket.status()

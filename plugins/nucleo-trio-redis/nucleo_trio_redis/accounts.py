@@ -139,6 +139,8 @@ class _Settlement:
     need_b: float
     ask_a: float = 0.0
     ask_b: float = 0.0
+    head_a: float = 0.0
+    head_b: float = 0.0
 
 
 class SharedAccount(AbstractRateLimiter):
@@ -183,6 +185,10 @@ class SharedAccount(AbstractRateLimiter):
         # settle, and whether anyone asked since: a need nobody repeats is dropped.
         self._ask_a = 0.0
         self._ask_b = 0.0
+        # Of those, the largest asked with nothing reserved ahead: the head of admission's line,
+        # whose whole demand alone is what lets the line move (0: the head did not ask).
+        self._head_a = 0.0
+        self._head_b = 0.0
         self._noted = False
         self._flying = (0.0, 0.0)  # the ask a settle in flight carries: no second poke for it
         self._refused = (0.0, 0.0)  # the ask the last settle refused
@@ -339,11 +345,14 @@ class SharedAccount(AbstractRateLimiter):
             return a, b
         cap_a, cap_b = self._caps()
         ask_a, ask_b = min(a + ra, cap_a), min(b + rb, cap_b)
+        head_a, head_b = (min(a, cap_a), min(b, cap_b)) if not reserved else (0.0, 0.0)
         if self._noted:  # the largest ask since the last settle
             ask_a, ask_b = max(self._ask_a, ask_a), max(self._ask_b, ask_b)
+            head_a, head_b = max(self._head_a, head_a), max(self._head_b, head_b)
         # else the first ask since then: it replaces one a refused settle kept
         self._noted = True
         self._ask_a, self._ask_b = ask_a, ask_b
+        self._head_a, self._head_b = head_a, head_b
         # Settle now only for an ask larger than the one in flight and the one Redis just
         # refused: those wait for the instant Redis named or a wake-up (asking again at once
         # would only be refused again, a round trip per admission pass).
@@ -384,6 +393,7 @@ class SharedAccount(AbstractRateLimiter):
         self._last_take = _now()
         # the ask that was short is served; whoever else waits says so again when asked
         self._ask_a = self._ask_b = 0.0
+        self._head_a = self._head_b = 0.0
         self._noted = False
         if self._lease and self._spare_a < self._target()[0] / 2:
             self._hub.poke()  # top the lease up before the next ask finds it empty
@@ -514,17 +524,28 @@ class SharedAccount(AbstractRateLimiter):
             ret_a += self._spare_a - keep_a
             ret_b += self._spare_b - keep_b
             self._spare_a, self._spare_b = keep_a, keep_b
+        rest_a = rest_b = 0.0
         if asking:
-            need_a = max(0.0, self._ask_a - self._spare_a)
-            need_b = max(0.0, self._ask_b - self._spare_b)
+            # The need is the head's whole demand when the head asked: all or nothing in Redis,
+            # it must not wait for the reservation a follower's ask adds on top (with one unit
+            # left and every worker asking for two, nobody would get the one). What the
+            # followers want beyond it is asked for as extra, beside it, best effort.
+            want_a, want_b = self._ask_a, self._ask_b
+            if self._head_a or self._head_b:
+                want_a, want_b = min(want_a, self._head_a), min(want_b, self._head_b)
+            need_a = max(0.0, want_a - self._spare_a)
+            need_b = max(0.0, want_b - self._spare_b)
+            rest_a = max(0.0, self._ask_a - self._spare_a - need_a)
+            rest_b = max(0.0, self._ask_b - self._spare_b - need_b)
         else:
             need_a = need_b = 0.0  # nobody asked again since the last settle: the ask is gone
         asked = (self._ask_a, self._ask_b) if need_a or need_b else (0.0, 0.0)
+        heads = (self._head_a, self._head_b) if need_a or need_b else (0.0, 0.0)
         extra_a = extra_b = 0.0
         if not give_back:
             target_a, target_b = self._target()
-            extra_a = max(0.0, target_a - self._spare_a - need_a)
-            extra_b = max(0.0, target_b - self._spare_b - need_b)
+            extra_a = max(rest_a, target_a - self._spare_a - need_a, 0.0)
+            extra_b = max(rest_b, target_b - self._spare_b - need_b, 0.0)
         confirm = self._confirm_now()
         cap1, cap2, cap3 = self._params()
         args = [
@@ -554,8 +575,10 @@ class SharedAccount(AbstractRateLimiter):
         self._credit_a = self._credit_b = 0.0
         self._pressure = self._successes = 0
         self._ask_a = self._ask_b = 0.0  # asks noted while the call flies start afresh
+        self._head_a = self._head_b = 0.0
         self._noted = False
         plan.ask_a, plan.ask_b = asked
+        plan.head_a, plan.head_b = heads
         self._flying = asked
         return plan
 
@@ -603,6 +626,8 @@ class SharedAccount(AbstractRateLimiter):
             # ask anew; one that left does not, and the next settle drops its need.
             self._ask_a = max(self._ask_a, plan.ask_a)
             self._ask_b = max(self._ask_b, plan.ask_b)
+            self._head_a = max(self._head_a, plan.head_a)
+            self._head_b = max(self._head_b, plan.head_b)
             self._refused = (plan.ask_a, plan.ask_b)
             self._wait = None if wait < 0 else wait
             self._capacity_changed()
@@ -636,6 +661,7 @@ class SharedAccount(AbstractRateLimiter):
         self._taken_a = self._taken_b = 0.0
         self._credit_a = self._credit_b = 0.0
         self._ask_a = self._ask_b = 0.0
+        self._head_a = self._head_b = 0.0
         self._noted = False
         self._earmark_a = self._earmark_b = 0.0
         self._flying = (0.0, 0.0)
