@@ -166,11 +166,15 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.set_defaults(handler=_run_demo)
 
 
-def _job_count(text: str) -> int:
+def _whole_number(text: str) -> int:
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _job_count(text: str) -> int:
+    value = _whole_number(text)
     if not MIN_JOBS <= value <= MAX_JOBS:
         raise argparse.ArgumentTypeError(f"must be from {MIN_JOBS} to {MAX_JOBS}, got {value}")
     return value
@@ -234,10 +238,7 @@ def _add_trajectory(commands: argparse._SubParsersAction[argparse.ArgumentParser
 
 
 def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    value = _whole_number(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value

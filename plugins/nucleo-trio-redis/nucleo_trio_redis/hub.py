@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import coredis
 import coredis.exceptions
@@ -56,6 +56,8 @@ from .accounts import (
 )
 
 __all__ = ["RedisAccounts"]
+
+_A = TypeVar("_A", bound=SharedAccount)
 
 log = logging.getLogger("nucleo_trio_redis")
 
@@ -184,7 +186,7 @@ class RedisAccounts:
         )
 
     # -- the accounts -------------------------------------------------------------------------------
-    def _add(self, account: SharedAccount) -> Any:
+    def _add(self, account: _A) -> _A:
         name = account.limiter_name
         if name in self.accounts:
             raise ValueError(
@@ -223,8 +225,7 @@ class RedisAccounts:
             lease_max=lease_max,
             grant_log=grant_log,
         )
-        result: SharedTokenBucket = self._add(bucket)
-        return result
+        return self._add(bucket)
 
     def elastic_window(
         self,
@@ -250,8 +251,7 @@ class RedisAccounts:
             lease_max=lease_max,
             grant_log=grant_log,
         )
-        result: SharedElasticWindow = self._add(account)
-        return result
+        return self._add(account)
 
     def counting_gate(
         self,
@@ -267,8 +267,7 @@ class RedisAccounts:
         gate = SharedCountingGate(
             self, name, capacity, lease=lease, lease_max=lease_max, grant_log=grant_log
         )
-        result: SharedCountingGate = self._add(gate)
-        return result
+        return self._add(gate)
 
     # -- running ------------------------------------------------------------------------------------
     def poke(self) -> None:
