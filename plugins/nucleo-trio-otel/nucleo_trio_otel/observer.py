@@ -148,6 +148,24 @@ class _Traced:
         self.name = name
 
 
+def check_providers(
+    owner: str,
+    tracer_provider: trace.TracerProvider | None,
+    meter_provider: metrics.MeterProvider | None,
+) -> None:
+    """Refuse a provider of the wrong kind, naming ``owner``'s argument and what was given."""
+    if tracer_provider is not None and not isinstance(tracer_provider, trace.TracerProvider):
+        raise TypeError(
+            f"{owner}(tracer_provider=...) takes an opentelemetry.trace.TracerProvider, got "
+            f"{type(tracer_provider).__name__}"
+        )
+    if meter_provider is not None and not isinstance(meter_provider, metrics.MeterProvider):
+        raise TypeError(
+            f"{owner}(meter_provider=...) takes an opentelemetry.metrics.MeterProvider, got "
+            f"{type(meter_provider).__name__}"
+        )
+
+
 class OpenTelemetryObserver(JobObserver[JobEvent]):
     """Traces the jobs of one dispatcher and reports its metrics through OpenTelemetry.
 
@@ -182,16 +200,7 @@ class OpenTelemetryObserver(JobObserver[JobEvent]):
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
     ) -> None:
-        if tracer_provider is not None and not isinstance(tracer_provider, trace.TracerProvider):
-            raise TypeError(
-                "OpenTelemetryObserver(tracer_provider=...) takes an "
-                f"opentelemetry.trace.TracerProvider, got {type(tracer_provider).__name__}"
-            )
-        if meter_provider is not None and not isinstance(meter_provider, metrics.MeterProvider):
-            raise TypeError(
-                "OpenTelemetryObserver(meter_provider=...) takes an "
-                f"opentelemetry.metrics.MeterProvider, got {type(meter_provider).__name__}"
-            )
+        check_providers("OpenTelemetryObserver", tracer_provider, meter_provider)
         self._dispatcher = dispatcher
         self._tracer = trace.get_tracer(
             INSTRUMENTATION_NAME, INSTRUMENTATION_VERSION, tracer_provider=tracer_provider

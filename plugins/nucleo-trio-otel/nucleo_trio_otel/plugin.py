@@ -27,7 +27,7 @@ from opentelemetry import metrics, trace
 
 from nucleo_trio.plugins import hookimpl
 
-from .observer import OpenTelemetryObserver
+from .observer import OpenTelemetryObserver, check_providers
 
 if TYPE_CHECKING:
     from nucleo_trio.dispatch import JobDispatcher
@@ -66,16 +66,7 @@ class OpenTelemetryPlugin:
         tracer_provider: trace.TracerProvider | None = None,
         meter_provider: metrics.MeterProvider | None = None,
     ) -> None:
-        if tracer_provider is not None and not isinstance(tracer_provider, trace.TracerProvider):
-            raise TypeError(
-                "OpenTelemetryPlugin(tracer_provider=...) takes an "
-                f"opentelemetry.trace.TracerProvider, got {type(tracer_provider).__name__}"
-            )
-        if meter_provider is not None and not isinstance(meter_provider, metrics.MeterProvider):
-            raise TypeError(
-                "OpenTelemetryPlugin(meter_provider=...) takes an "
-                f"opentelemetry.metrics.MeterProvider, got {type(meter_provider).__name__}"
-            )
+        check_providers("OpenTelemetryPlugin", tracer_provider, meter_provider)
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
 
