@@ -1191,21 +1191,31 @@ class Admission:
         w.on_memory = on_memory
         if not w.in_line:
             return  # the fast path: enqueueing makes it a candidate of the next pass
-        self._leave_groups(w)
         if head is None:
+            self._leave_groups(w)
             self._hold_head(
                 w, shorts, on_memory=on_memory, memory_deadline=memory_deadline, now=now
             )
             return
         if on_memory:
             group = self._memory_account.group(w.signature)
-            self._join(group, w)
+            self._regroup(w, [group])
             self._schedule(group, memory_deadline)
             return
-        for index, instant in shorts:
-            group = w.accounts[index].group(w.signature)
-            self._join(group, w)
+        accounts = w.accounts
+        groups = [accounts[index].group(w.signature) for index, _ in shorts]
+        self._regroup(w, groups)
+        for group, (_, instant) in zip(groups, shorts, strict=True):
             self._schedule(group, instant)
+
+    def _regroup(self, w: _Waiter, groups: list[_Group]) -> None:
+        """Put ``w`` in exactly ``groups``. Held again where it was held before (the common
+        case in a long line), it keeps its places: its entries stay valid, and no heap moves."""
+        if groups == w.groups:
+            return
+        self._leave_groups(w)
+        for group in groups:
+            self._join(group, w)
 
     def _hold_head(
         self,
