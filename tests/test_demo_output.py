@@ -12,10 +12,16 @@ import contextlib
 import re
 
 import pytest
+import trio
+import trio.testing
 
 from nucleo_trio._demo.render import WIDTH, Style
+from nucleo_trio._demo.tally import Tally
 from nucleo_trio._demo.thinking import render_thinker_section, run_thinker
+from nucleo_trio._demo.workload import META_LABEL, Kind
+from nucleo_trio.bus import events as ev
 from nucleo_trio.cli import main
+from nucleo_trio.jobs import JobSnapshot
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +95,58 @@ def test_one_seed_still_prints_one_report(report: str, capsys: pytest.CaptureFix
     again = capsys.readouterr().out
     strip = re.compile(r"\(the run took [0-9.]+ s of real time\)")
     assert strip.sub("", again) == strip.sub("", report)
+
+
+def _timed_out(heard: list[str], label: str) -> ev.JobTimedOut:
+    """A demo fetch job's timeout, the job heard of in the order of ``heard``."""
+    index = heard.index(label)
+    snapshot = JobSnapshot(
+        job_id=f"fetch-{index:012x}",
+        workflow_id="wf",
+        parent_job_id="fanout",
+        user_id="u",
+        job_class="Fetch",
+        job_class_qualname="nucleo_trio._demo.workload.Fetch",
+        name="Fetch",
+        metadata={META_LABEL: label},
+    )
+    return ev.JobTimedOut(snapshot=snapshot, timeout=2.0)
+
+
+@pytest.mark.parametrize("arrival", [("#2", "#1", "#3"), ("#3", "#1", "#2"), ("#1", "#2", "#3")])
+def test_the_example_of_jobs_timing_out_together_is_the_first_submitted(
+    arrival: tuple[str, ...],
+) -> None:
+    """Jobs that time out at one instant are woken in an order trio leaves to memory addresses
+    (a tie between deadlines goes by ``id()``): the example the report shows is the one
+    submitted first whatever the order their events arrive in; one heard at an earlier instant
+    still comes first."""
+    heard = ["#3", "#1", "#2", "#0"]  # the order the tally first hears of each job
+    tally = Tally({"Fetch": Kind.FETCH})
+    events = {label: _timed_out(heard, label) for label in heard}
+
+    async def run() -> None:
+        for label in heard:
+            tally.record(ev.JobStartedEvent(snapshot=events[label].snapshot, attempt=1))
+        await trio.sleep(2.0)
+        for label in arrival:
+            tally.record(events[label])
+        await trio.sleep(1.0)
+        tally.record(events["#0"])
+
+    trio.run(run, clock=trio.testing.MockClock(autojump_threshold=0))
+    (example,) = tally.report().examples
+    assert (example.outcome, example.label) == ("timed out", "#3")
+
+    first = Tally({"Fetch": Kind.FETCH})
+
+    async def earlier_wins() -> None:
+        for label in heard:
+            first.record(ev.JobStartedEvent(snapshot=events[label].snapshot, attempt=1))
+        await trio.sleep(1.0)
+        first.record(events["#2"])
+        await trio.sleep(1.0)
+        first.record(events["#3"])
+
+    trio.run(earlier_wins, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert first.report().examples[0].label == "#2"

@@ -338,3 +338,31 @@ def test_the_demo_records_and_prints_its_trajectory(
     assert main(["demo", "--jobs", "20"]) == 0
     plain = capsys.readouterr().out
     assert "recorded into a temporary file" in plain and "All of it:" not in plain
+
+
+async def test_without_ids_a_failure_names_its_own_job_by_name(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    """A job's id is random: a failure that names its own job by id (as the runtime's messages
+    do, ``Step-parse-7df1...``) names it by its name when ids are left out, so two runs print
+    the same tree; with ids it is left as recorded."""
+
+    class GivesUp(Step):
+        async def execute(self, context: JobContext) -> str:
+            raise RuntimeError(f"{self.name} gave up ({self.job_id})")
+
+    path = tmp_path / "runs.db"
+    recorder = TrajectoryRecorder(path)
+    job = GivesUp(workflow("bob", "give-up"), "parse")
+    async with open_dispatcher() as dispatcher:
+        recorder.attach(dispatcher)
+        with pytest.raises(RuntimeError):
+            await dispatcher.submit(job).result()
+    recorder.close()
+    recorded = trajectory(path, job.workflow_id)
+
+    assert job.name == f"GivesUp-{job.job_id}"
+    plain = render_trajectory(recorded, ids=False, durations=False).splitlines()
+    assert plain[1] == "parse  FAILED: RuntimeError: parse gave up (parse)"
+    full = render_trajectory(recorded, durations=False).splitlines()
+    assert full[1].endswith(f"FAILED: RuntimeError: {job.name} gave up ({job.job_id})")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 import attrs
 
+from .._clock import trio_now_or_none
 from ..admission import LimiterEventType, RateLimiter
 from ..bus import JobObserver, events as ev
 from ..errors import UncorrectableError, UpstreamRetry
@@ -113,6 +114,10 @@ class _AccountCounts:
 # cancelled", and the per-kind table already counts them.)
 _EXAMPLE_ORDER = ("timed out", "failed", "over budget")
 
+_ExampleKey = tuple[float | None, int]
+"""When an example was heard (the run's clock; ``None`` outside a run, where the first heard is
+kept) and the order its job was first heard of: of two at one instant, the smaller is shown."""
+
 
 class Tally(JobObserver[ev.JobEvent]):
     """Counts events by type, outcomes by job kind and grants by account.
@@ -121,6 +126,13 @@ class Tally(JobObserver[ev.JobEvent]):
     orchestrator) count as events only. ``on_settled`` is called once per terminal event of
     such a job, as it is counted (the progress bar's tick). The accounts to report are named with :meth:`watch`,
     in order; an account heard of but not watched (the memory account, say) comes after them.
+
+    The example of each kind of failure is the first one heard; of several heard at the same
+    instant of the run's clock, the one whose job was heard of first (its submission, for the
+    demo's jobs). Jobs that time out together are woken in an order trio leaves to memory
+    addresses (it breaks a tie between two deadlines by ``id()``), so the order their events
+    arrive in at one instant can change with anything that allocates differently; the report
+    must not.
     """
 
     def __init__(
@@ -135,7 +147,8 @@ class Tally(JobObserver[ev.JobEvent]):
         self._by_kind: dict[Kind, _KindCounts] = {kind: _KindCounts() for kind in Kind}
         self._by_account: dict[str, _AccountCounts] = {}
         self._parked_waits: dict[str, float] = {}
-        self._examples: dict[str, Example] = {}
+        self._examples: dict[str, tuple[_ExampleKey, Example]] = {}
+        self._heard: dict[str, int] = {}  # job id -> the order the tally first heard of it
         self._workflow: str | None = None
 
     def watch(self, account: RateLimiter, size: str) -> None:
@@ -161,6 +174,7 @@ class Tally(JobObserver[ev.JobEvent]):
             return
         counts = self._by_kind[kind]
         counts.jobs.add(snapshot.job_id)
+        heard = self._heard.setdefault(snapshot.job_id, len(self._heard))
         if self._on_settled is not None and isinstance(event, ev.TerminalEvent):
             self._on_settled()
         label = str(snapshot.metadata.get(META_LABEL, snapshot.name))
@@ -172,7 +186,7 @@ class Tally(JobObserver[ev.JobEvent]):
         elif isinstance(event, ev.JobTimedOut):
             counts.timed_out += 1
             self._record_wait(counts, snapshot.job_id, event.metadata)
-            self._example("timed out", label, event.message)
+            self._example("timed out", (trio_now_or_none(), heard), label, event.message)
         elif isinstance(event, ev.JobCancelled):
             counts.cancelled += 1
             self._record_wait(counts, snapshot.job_id, event.metadata)
@@ -183,7 +197,10 @@ class Tally(JobObserver[ev.JobEvent]):
             error = event.error
             outcome = "over budget" if _is_budget_refusal(error) else "failed"
             self._example(
-                outcome, label, _one_line(error, snapshot.job_class, snapshot.job_id, label)
+                outcome,
+                (trio_now_or_none(), heard),
+                label,
+                _one_line(error, snapshot.job_class, snapshot.job_id, label),
             )
 
     def _record_limiter(self, event: ev.LimiterEvent) -> None:
@@ -217,8 +234,10 @@ class Tally(JobObserver[ev.JobEvent]):
         elif job_id in self._parked_waits:
             counts.waits.append(self._parked_waits[job_id])
 
-    def _example(self, outcome: str, label: str, text: str) -> None:
-        self._examples.setdefault(outcome, Example(outcome, label, text))
+    def _example(self, outcome: str, key: _ExampleKey, label: str, text: str) -> None:
+        kept = self._examples.get(outcome)
+        if kept is None or (key[0] is not None and key[0] == kept[0][0] and key[1] < kept[0][1]):
+            self._examples[outcome] = (key, Example(outcome, label, text))
 
     # -- the report -------------------------------------------------------------------------------
     def report(self) -> TallyReport:
@@ -245,7 +264,9 @@ class Tally(JobObserver[ev.JobEvent]):
                 if self._limiter[kind.name]
             ),
             examples=tuple(
-                self._examples[outcome] for outcome in _EXAMPLE_ORDER if outcome in self._examples
+                self._examples[outcome][1]
+                for outcome in _EXAMPLE_ORDER
+                if outcome in self._examples
             ),
             workflow=self._workflow,
             rejections=tuple(

@@ -305,7 +305,8 @@ def render_trajectory(
     """The trajectory as an indented tree, one job a line, in call order.
 
     Each line reads ``[ordinal] name  STATE  (n attempts)  duration  failure``. ``ids`` adds
-    each job's id (and the workflow's to the heading); ``durations`` adds start-to-end seconds
+    each job's id (and the workflow's to the heading); without it, a failure that names its own
+    job by id names it by its name instead; ``durations`` adds start-to-end seconds
     on the runtime's own clock (:attr:`TrajectoryStep.duration`);
     ``max_children`` shows at most that many children of a parent and sums up the rest in one
     line; ``width`` cuts longer lines with ``...``. ASCII only.
@@ -363,5 +364,14 @@ def _describe(step: TrajectoryStep, ids: bool, durations: bool) -> str:
         parts.append(f"{step.duration:.3f} s")
     text = "  ".join(parts)
     if step.failure:
-        text += f": {step.failure}"
+        text += f": {step.failure if ids else _named(step.failure, step)}"
     return text
+
+
+def _named(failure: str, step: TrajectoryStep) -> str:
+    """``failure`` with the step's own job named by its name instead of its id: the runtime
+    names a job in its messages by its id, led by its class when a prefix was given
+    (``Search-search-7efd...``), and an id is random, so without ids two runs of one seed would
+    print different failures."""
+    cls = step.job_class.rpartition(".")[2]
+    return failure.replace(f"{cls}-{step.job_id}", step.name).replace(step.job_id, step.name)
