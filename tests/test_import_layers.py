@@ -4,11 +4,22 @@ A cycle between modules works only while every module in it happens to be import
 order; a function-level import that exists to dodge one hides it until a caller imports the
 other side first. These tests read the source (``ast``), so they see every import whether or
 not it runs, and name the modules and lines at fault.
+
+Importing ``a.b.c`` runs ``a/b/__init__.py`` first, and the package ``__init__`` files re-export
+their submodules, so two packages can still need each other with no cycle between modules
+(``jobs.context`` imports ``bus.events``; ``bus/__init__`` loads ``bus.jsonl``, which imports
+``jobs.requirements``). Such a cycle is safe only while no module in it reads a name from one
+that is still running, so a test below imports each of its modules first, in a fresh
+interpreter.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import nucleo_trio
@@ -71,12 +82,24 @@ def _module_level(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
 
 
 def _in_functions(tree: ast.Module) -> list[tuple[str, ast.ImportFrom | ast.Import]]:
+    """Every import statement inside a function or method, with that function's name (an
+    import in a nested function is listed under each function around it)."""
     found: list[tuple[str, ast.ImportFrom | ast.Import]] = []
     for function in ast.walk(tree):
         if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
             for node in ast.walk(function):
                 if isinstance(node, ast.Import | ast.ImportFrom):
                     found.append((function.name, node))
+    return found
+
+
+def _function_level(module: str, tree: ast.Module, is_package: bool) -> dict[int, set[str]]:
+    """The package's own modules imported inside functions of ``module``, by line."""
+    found: dict[int, set[str]] = {}
+    for _, node in _in_functions(tree):
+        targets = _imports(module, node, is_package) - {module}
+        if targets:
+            found.setdefault(node.lineno, set()).update(targets)
     return found
 
 
@@ -134,6 +157,21 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def _with_packages(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``edges`` plus what importing a submodule also runs: each package around it (below the
+    root package, which every import runs first anyway), unless the importer is inside it."""
+    found: dict[str, set[str]] = {}
+    for name, targets in edges.items():
+        found[name] = set(targets)
+        for target in targets:
+            parts = target.split(".")
+            for end in range(2, len(parts)):
+                package = ".".join(parts[:end])
+                if name != package and not name.startswith(package + "."):
+                    found[name].add(package)
+    return found
+
+
 def test_no_module_level_import_cycle() -> None:
     assert _cycles(_graph()) == []
 
@@ -154,10 +192,20 @@ BROKEN_CYCLES = [
     ("nucleo_trio.models.catalog", "nucleo_trio.plugins"),
     ("nucleo_trio.jobs.context", "nucleo_trio.heartbeat"),
     ("nucleo_trio.errors", "nucleo_trio.jobs"),
+    # and the ones that took jobs.context's, jobs.job's, jobs.requirements' and bus.events'
+    # imports out of their functions: the events take a job's snapshot and a heartbeat's mint
+    # from leaf modules (_job_snapshot, _heartbeat_mint), a job its scope guard from _scope,
+    # and the requirements check a model binding against the ModelClaim it extends.
+    ("nucleo_trio.bus.events", "nucleo_trio.jobs"),
+    ("nucleo_trio.bus.events", "nucleo_trio.heartbeat"),
+    ("nucleo_trio.jobs.job", "nucleo_trio.guardrails"),
+    ("nucleo_trio.jobs.requirements", "nucleo_trio.models"),
 ]
 
 
 def test_the_broken_cycles_stay_broken() -> None:
+    """No module of BROKEN_CYCLES' first names imports the second, at module level or in a
+    function."""
     offending: list[str] = []
     for importer, imported in BROKEN_CYCLES:
         names = [n for n in MODULES if n == importer or n.startswith(importer + ".")]
@@ -175,3 +223,165 @@ def test_the_broken_cycles_stay_broken() -> None:
                 if hits:
                     offending.append(f"{path.name}:{node.lineno} imports {sorted(hits)}")
     assert offending == []
+
+
+# The function-level imports of the package's own modules that stay, by importing module and
+# the module it may import that way (with that module's submodules), each with its reason: why
+# it is not a cycle dodged inside a function, or which cycle it still dodges.
+ALLOWED_IN_FUNCTIONS: dict[tuple[str, str], str] = {
+    ("nucleo_trio.cli", "nucleo_trio"): (
+        "a subcommand imports what it runs only when it runs (the module's docstring), so one "
+        "broken subcommand cannot take the others down; only __main__ imports the CLI, so no "
+        "cycle can run through it"
+    ),
+    ("nucleo_trio.bus.jsonl", "nucleo_trio.heartbeat.records"): (
+        "a cycle still dodged: nucleo_trio.bus re-exports this module, so every import of an "
+        "event loads it, and the heartbeat package builds JobContexts in its Heart, whose "
+        "module publishes events (jobs.context -> bus -> bus.jsonl -> heartbeat -> "
+        "heartbeat.heart -> jobs.context). Only writing or reading a heartbeat event needs "
+        "the heartbeat rows, and no order of those imports survives a module-level import here"
+    ),
+}
+
+
+def _allowed(importer: str, target: str) -> tuple[str, str] | None:
+    """The ALLOWED_IN_FUNCTIONS entry that lets ``importer`` import ``target`` in a function."""
+    for module, allowed in ALLOWED_IN_FUNCTIONS:
+        if importer == module and (target == allowed or target.startswith(allowed + ".")):
+            return module, allowed
+    return None
+
+
+def _function_level_imports() -> dict[str, dict[int, set[str]]]:
+    found: dict[str, dict[int, set[str]]] = {}
+    for name, (path, is_package) in sorted(MODULES.items()):
+        lines = _function_level(name, ast.parse(path.read_text()), is_package)
+        if lines:
+            found[name] = lines
+    return found
+
+
+def test_no_function_level_import_of_the_package() -> None:
+    """A function inside nucleo_trio imports one of the package's own modules only where
+    ALLOWED_IN_FUNCTIONS says why. Everything else is imported at module level (or under
+    TYPE_CHECKING when only annotations need it), where the graph checks above see it."""
+    offending = [
+        f"{MODULES[name][0].relative_to(PACKAGE.parent)}:{line} imports {sorted(unexplained)}"
+        for name, lines in _function_level_imports().items()
+        for line, targets in sorted(lines.items())
+        if (unexplained := {t for t in targets if _allowed(name, t) is None})
+    ]
+    assert offending == []
+
+
+def test_every_allowed_function_level_import_is_still_there() -> None:
+    """An ALLOWED_IN_FUNCTIONS entry that no import needs any more is taken out of the list, so
+    the list names only what the package does."""
+    used = {
+        _allowed(name, target)
+        for name, lines in _function_level_imports().items()
+        for targets in lines.values()
+        for target in targets
+    }
+    assert sorted(set(ALLOWED_IN_FUNCTIONS) - used) == []
+
+
+def test_the_function_level_check_sees_an_import_in_any_function() -> None:
+    """The check itself: it finds the package's modules imported in a function, in a method and
+    in a function nested in one, relative imports resolved, and nothing imported at module
+    level, under TYPE_CHECKING or from outside the package."""
+    source = textwrap.dedent(
+        """
+        from typing import TYPE_CHECKING
+        import json
+        import nucleo_trio.errors
+        if TYPE_CHECKING:
+            from nucleo_trio.bus import events
+        def publish():
+            from ..bus.events import JobProgressEvent
+            import json
+        class Handle:
+            def result(self):
+                def inner():
+                    from . import state
+                return inner
+        """
+    )
+    found = _function_level("nucleo_trio.jobs.context", ast.parse(source), is_package=False)
+    assert found == {8: {"nucleo_trio.bus.events"}, 13: {"nucleo_trio.jobs.state"}}
+
+
+# Run in a fresh interpreter: imports each module it is given as the first of its package to
+# load (none of the package's modules loaded, the package itself standing empty so its own
+# __init__ decides no order), and prints the ones that failed, with their errors, as JSON.
+_IMPORT_EACH_FIRST = """
+import importlib, importlib.util, json, sys, types
+
+search, package, *names = sys.argv[1:]
+sys.path.insert(0, search)
+spec = importlib.util.find_spec(package)
+failures = {}
+for name in names:
+    for loaded in [m for m in sys.modules if m == package or m.startswith(package + ".")]:
+        del sys.modules[loaded]
+    root = types.ModuleType(package)
+    root.__path__ = list(spec.submodule_search_locations)
+    sys.modules[package] = root
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        failures[name] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(failures))
+"""
+
+
+def _failures_importing_each_first(search: Path, package: str, names: list[str]) -> object:
+    """What :data:`_IMPORT_EACH_FIRST` reports for ``names``, ``package`` found on ``search``."""
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EACH_FIRST, str(search), package, *names],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_each_module_of_a_cycle_through_package_inits_imports_first() -> None:
+    """Every module on a cycle that runs through package ``__init__`` files imports when it is
+    the first of the package to load, so no order of the ``__init__`` imports breaks it.
+
+    nucleo_trio's own ``__init__`` loads its subpackages in one fixed order; the check leaves it
+    out and enters each cycle at each of its members, as a reordered ``__init__`` could. A
+    module on no such cycle cannot be part-way loaded when one of the cycle's is imported, so
+    these are all the entries there are.
+    """
+    members = sorted({name for cycle in _cycles(_with_packages(_graph())) for name in cycle})
+    assert _failures_importing_each_first(PACKAGE.parent, "nucleo_trio", members) == {}
+
+
+def test_the_first_import_check_sees_a_name_read_from_a_module_still_loading(
+    tmp_path: Path,
+) -> None:
+    """The check itself: in a made-up package whose ``a`` defines ``A`` and then imports
+    ``b``, which reads ``A``, importing ``a`` first works and importing ``b`` first fails."""
+    package = tmp_path / "made_up"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("A = 1\nfrom .b import B\n")
+    (package / "b.py").write_text("from .a import A\nB = 2\n")
+    failures = _failures_importing_each_first(tmp_path, "made_up", ["made_up.a", "made_up.b"])
+    assert isinstance(failures, dict)
+    assert list(failures) == ["made_up.b"]
+    assert "partially initialized module 'made_up.b'" in failures["made_up.b"]
+
+
+def test_the_package_edges_follow_a_submodule_import_to_its_packages() -> None:
+    """The graph that finds the cycles through ``__init__`` files: importing ``p.q.r`` also runs
+    ``p.q``, except from inside ``p.q`` itself; the root package adds no edge."""
+    edges = {"root.p.q": {"root.p.q.r"}, "root.p.q.s": {"root.p.q.r"}, "root.x": {"root.p.q.r"}}
+    assert _with_packages(edges) == {
+        "root.p.q": {"root.p.q.r"},
+        "root.p.q.s": {"root.p.q.r"},
+        "root.x": {"root.p.q.r", "root.p", "root.p.q"},
+    }

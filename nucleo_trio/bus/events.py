@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, final
 import attrs
 
 from nucleo_trio._amounts import units_of
+from nucleo_trio._heartbeat_mint import MintedHeartbeat, format_instant, is_genuine
+from nucleo_trio._job_snapshot import JobSnapshot, JobState
 from nucleo_trio.admission.limiter import LimiterEventType
-from nucleo_trio.jobs.snapshot import JobSnapshot
-from nucleo_trio.jobs.state import JobState
 
 if TYPE_CHECKING:
     from nucleo_trio.heartbeat.records import Heartbeat
@@ -1052,10 +1052,7 @@ class SchedulerEvent(SystemEvent):
 
 
 def _minted_heartbeat(instance: object, attribute: Any, value: Any) -> None:
-    # Imported here: the heartbeat package imports this module.
-    from nucleo_trio.heartbeat.records import Heartbeat, is_genuine
-
-    if not isinstance(value, Heartbeat):
+    if not isinstance(value, MintedHeartbeat):
         raise TypeError(f"{attribute.name} must be a Heartbeat, got {type(value).__name__}")
     if not is_genuine(value):
         raise TypeError(
@@ -1119,8 +1116,6 @@ class HeartbeatRebound(HeartbeatEvent):
 
     @property
     def message(self) -> str:
-        from nucleo_trio.heartbeat.records import format_instant
-
         was = format_instant(self.displaced.run_at)
         now = format_instant(self.heartbeat.run_at)
         return f"Heartbeat rebound: {self.heartbeat.id} (was {was}, now {now})"

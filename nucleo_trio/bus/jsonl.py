@@ -41,6 +41,7 @@ import attrs
 
 from .._serialization import converter as _library_converter
 from ..admission.limiter import name_of
+from ..errors import NucleoSystemError
 from ..jobs.requirements import JobRequirements
 from . import events as ev
 from .observers import JobObserver
@@ -190,11 +191,10 @@ _JSON_KEYS: Final = (str, int, float, bool, type(None))
 
 
 def _heartbeat_data(heartbeat: Heartbeat) -> dict[str, Any]:
-    from ..errors import NucleoSystemError
-    from ..heartbeat.sqlite import _row_of
+    from ..heartbeat.records import heartbeat_to_row
 
     try:
-        row = _row_of(heartbeat)
+        row = heartbeat_to_row(heartbeat)
     except NucleoSystemError:
         # A job class with no import path, or an input JSON cannot hold: say what it was.
         cls = heartbeat.job_class
@@ -207,21 +207,20 @@ def _heartbeat_data(heartbeat: Heartbeat) -> dict[str, Any]:
             "restorable": False,
             "text": str(heartbeat),
         }
-    heartbeat_id, run_at, job_class, user_id, guard, conversation_id, input, recurrence = row
     return {
-        "id": heartbeat_id,
-        "run_at": run_at,
-        "job_class": job_class,
-        "user_id": user_id,
-        "conversation_id": conversation_id,
-        "scope_guard": json.loads(guard),
-        "input": None if input is None else json.loads(input),
-        "recurrence": None if recurrence is None else json.loads(recurrence),
+        "id": row.id,
+        "run_at": row.run_at,
+        "job_class": row.job_class,
+        "user_id": row.user_id,
+        "conversation_id": row.conversation_id,
+        "scope_guard": json.loads(row.scope_guard),
+        "input": None if row.input is None else json.loads(row.input),
+        "recurrence": None if row.recurrence is None else json.loads(row.recurrence),
     }
 
 
 def _heartbeat_of(data: object) -> Heartbeat:
-    from ..heartbeat.sqlite import _heartbeat_of as restore
+    from ..heartbeat.records import HeartbeatRow, heartbeat_from_row
 
     if not isinstance(data, Mapping):
         raise ValueError(f"a heartbeat is an object, got {data!r}")
@@ -230,7 +229,7 @@ def _heartbeat_of(data: object) -> Heartbeat:
             f"the heartbeat {data.get('id')!r} ({data.get('text')}) was written without what "
             "restores it (its job class has no import path, or its input is not JSON)"
         )
-    row = (
+    row = HeartbeatRow(
         data["id"],
         data["run_at"],
         data["job_class"],
@@ -240,7 +239,7 @@ def _heartbeat_of(data: object) -> Heartbeat:
         None if data.get("input") is None else json.dumps(data["input"]),
         None if data.get("recurrence") is None else json.dumps(data["recurrence"]),
     )
-    return restore(row)
+    return heartbeat_from_row(row)
 
 
 class _Codec(enum.Enum):

@@ -27,10 +27,13 @@ from .records import (
     ConversationCarrier as ConversationCarrier,
     FixedInterval as FixedInterval,
     Heartbeat as Heartbeat,
+    HeartbeatRow as HeartbeatRow,
     Recurrence as Recurrence,
     ScheduleHeartbeat as ScheduleHeartbeat,
     format_instant as format_instant,
+    heartbeat_from_row as heartbeat_from_row,
     heartbeat_now as heartbeat_now,
+    heartbeat_to_row as heartbeat_to_row,
     is_genuine as is_genuine,
 )
 from .sqlite import SQLiteHeartbeatStore as SQLiteHeartbeatStore
@@ -53,6 +56,7 @@ __all__ = [
     "HeartbeatFired",
     "HeartbeatRebound",
     "HeartbeatRequested",
+    "HeartbeatRow",
     "HeartbeatScheduled",
     "HeartbeatStore",
     "InMemoryHeartbeatStore",
@@ -61,7 +65,9 @@ __all__ = [
     "ScheduleHeartbeat",
     "Stethoscope",
     "format_instant",
+    "heartbeat_from_row",
     "heartbeat_now",
     "heartbeat_store_from",
+    "heartbeat_to_row",
     "is_genuine",
 ]

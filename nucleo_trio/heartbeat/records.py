@@ -18,6 +18,10 @@ A store refuses a :class:`Heartbeat` those two did not mint (:func:`is_genuine`)
 hand-built object nor ``attrs.evolve``-style copying can put a forged user or guard on the
 schedule. :meth:`Heartbeat.next` is the recurrence's copy: everything but the instant.
 
+A durable store writes a heartbeat as a :class:`HeartbeatRow` (:func:`heartbeat_to_row`, which
+refuses what would not read back) and restores it from the row it wrote
+(:func:`heartbeat_from_row`, the runtime's restore: the one genuine heartbeat a row can give).
+
 **Instants** are wall-clock seconds since the epoch (``time.time()``), so a durable store means
 the same moment after a restart. The Heart reads them on trio's clock through
 :func:`heartbeat_now`, anchored to the wall clock once per ``trio.run``, which is what lets a
@@ -28,15 +32,20 @@ from __future__ import annotations
 
 import abc
 import datetime
+import importlib
+import json
 import math
 import time
-import weakref
-from typing import Any, ClassVar, NoReturn, final
+from collections.abc import Sequence
+from typing import Any, ClassVar, NamedTuple, NoReturn, final
 
 import attrs
 import trio
 
-from ..guardrails.scope import ScopeGuard
+from .._heartbeat_mint import MintedHeartbeat, format_instant, is_genuine, register_minted
+from .._serialization import converter
+from ..errors import NucleoSystemError
+from ..guardrails.scope import CompositeScope, Scope, ScopeGuard
 from ..jobs.carrier import ConversationCarrier
 from ..jobs.job import AbstractJob
 
@@ -44,10 +53,13 @@ __all__ = [
     "ConversationCarrier",
     "FixedInterval",
     "Heartbeat",
+    "HeartbeatRow",
     "Recurrence",
     "ScheduleHeartbeat",
     "format_instant",
+    "heartbeat_from_row",
     "heartbeat_now",
+    "heartbeat_to_row",
     "is_genuine",
 ]
 
@@ -72,13 +84,6 @@ def heartbeat_now() -> float:
         offset = time.time() - trio.current_time()
         _WALL_OFFSET.set(offset)
     return trio.current_time() + offset
-
-
-def format_instant(instant: float) -> str:
-    """``instant`` (epoch seconds) as UTC ISO 8601 to the millisecond, e.g.
-    ``2025-11-30T12:00:00.000Z``: how heartbeat messages name a run instant."""
-    moment = datetime.datetime.fromtimestamp(instant, tz=datetime.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _instant(value: object) -> float:
@@ -213,19 +218,8 @@ class ScheduleHeartbeat:
 # -- the stored record -----------------------------------------------------------------------------
 
 
-_GENUINE: weakref.WeakValueDictionary[int, Heartbeat] = weakref.WeakValueDictionary()
-"""Every heartbeat the mints made and that is still alive, by identity."""
-
-
-def is_genuine(heartbeat: object) -> bool:
-    """Whether ``heartbeat`` is a :class:`Heartbeat` one of the two mints made (or a store
-    restored, or :meth:`Heartbeat.next` copied from one): what a store checks before it
-    enqueues anything."""
-    return isinstance(heartbeat, Heartbeat) and _GENUINE.get(id(heartbeat)) is heartbeat
-
-
 @final
-class Heartbeat:
+class Heartbeat(MintedHeartbeat):
     """A scheduled heartbeat as the store holds it: the intent, the user, the sealed guard.
 
     It has no public constructor (building one raises :class:`TypeError`): the runtime mints it
@@ -236,7 +230,6 @@ class Heartbeat:
     """
 
     __slots__ = (
-        "__weakref__",
         "conversation_id",
         "id",
         "input",
@@ -372,7 +365,7 @@ def _mint(
     }
     for name, value in values.items():
         object.__setattr__(heartbeat, name, value)
-    _GENUINE[id(heartbeat)] = heartbeat
+    register_minted(heartbeat)
     return heartbeat
 
 
@@ -390,3 +383,172 @@ def _mint_from(spec: ScheduleHeartbeat, user_id: str, scope_guard: ScopeGuard) -
         user_id,
         scope_guard,
     )
+
+
+# -- the durable form ------------------------------------------------------------------------------
+
+_COMPONENT = "heartbeat-store"
+"""The component a refusal to write or restore a heartbeat names (its stores' component)."""
+
+
+class HeartbeatRow(NamedTuple):
+    """A heartbeat as a durable store keeps it: eight plain values, in this order.
+
+    ``job_class`` is the job class's import path (``module:qualname``). ``scope_guard`` is the
+    guard as a JSON list, one object per scope: its class's import path and its fields through
+    the library's converter, or for a :class:`~nucleo_trio.guardrails.CompositeScope`
+    ``{"composite": [...]}`` with its components. ``input`` and ``recurrence`` are JSON objects
+    holding the value's class path and its fields, or ``None``. The SQLite store writes the eight as the columns of its
+    table, the Redis store as one JSON list; either hands what it reads back to
+    :func:`heartbeat_from_row`.
+    """
+
+    id: str
+    run_at: float
+    job_class: str
+    user_id: str
+    scope_guard: str
+    conversation_id: str | None
+    input: str | None
+    recurrence: str | None
+
+
+def heartbeat_to_row(heartbeat: Heartbeat) -> HeartbeatRow:
+    """``heartbeat`` as the row a durable store writes (see :class:`HeartbeatRow`).
+
+    Everything is checked here, so what cannot be stored is refused when it is stored, never
+    discovered after a restart: a class with no import path that leads back to it (defined
+    inside a function, say) and a value that does not come back equal from JSON raise
+    :class:`~nucleo_trio.errors.NucleoSystemError`, naming the heartbeat and what it holds.
+    """
+    what = f"heartbeat {heartbeat.id!r}"
+    guard = [_scope_data(scope, what) for scope in heartbeat.scope_guard]
+    if _guard_of(guard) != heartbeat.scope_guard:
+        raise NucleoSystemError(
+            _COMPONENT, f"{what}: its scope guard {heartbeat.scope_guard} does not survive JSON"
+        )
+    return HeartbeatRow(
+        heartbeat.id,
+        heartbeat.run_at,
+        _class_path(heartbeat.job_class, f"{what}: the job class"),
+        heartbeat.user_id,
+        _dumps(guard, what),
+        heartbeat.conversation_id,
+        None if heartbeat.input is None else _value_text(heartbeat.input, f"{what}: the input"),
+        None
+        if heartbeat.recurrence is None
+        else _value_text(heartbeat.recurrence, f"{what}: the recurrence"),
+    )
+
+
+def heartbeat_from_row(row: Sequence[Any]) -> Heartbeat:
+    """The heartbeat a row holds, restored: a genuine :class:`Heartbeat`, equal to the one
+    :func:`heartbeat_to_row` wrote.
+
+    ``row`` is a :class:`HeartbeatRow` or any sequence of its eight values in its order (what a
+    database driver answers, a decoded JSON list). The heartbeat carries the user and the scope
+    guard the row names, and its classes are imported by path, which runs their modules: call
+    it only on rows your store wrote, and keep them where only the runtime writes. A class that
+    no longer imports, or is no longer a job class, a :class:`Recurrence` or a scope, and a
+    value that no longer reads back raise :class:`~nucleo_trio.errors.NucleoSystemError`.
+    """
+    heartbeat_id, run_at, job_class, user_id, guard, conversation_id, input, recurrence = row
+    cls = _resolve(job_class)
+    if not issubclass(cls, AbstractJob):
+        raise NucleoSystemError(_COMPONENT, f"{job_class} is no longer a job class")
+    restored_recurrence = None if recurrence is None else _value_of(json.loads(recurrence))
+    if restored_recurrence is not None and not isinstance(restored_recurrence, Recurrence):
+        raise NucleoSystemError(_COMPONENT, f"{recurrence} is no longer a Recurrence")
+    return _mint(
+        cls,
+        heartbeat_id,
+        float(run_at),
+        conversation_id,
+        None if input is None else _value_of(json.loads(input)),
+        restored_recurrence,
+        user_id,
+        _guard_of(json.loads(guard)),
+    )
+
+
+def _class_path(cls: type, what: str) -> str:
+    """``module:qualname`` of ``cls``, once it is certain the path leads back to ``cls``."""
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    try:
+        found: object = _resolve(path)
+    except NucleoSystemError:
+        found = None
+    if found is not cls:
+        raise NucleoSystemError(
+            _COMPONENT,
+            f"{what} {cls.__qualname__} cannot be named by an import path ({path}); a durable "
+            "store restores classes by import path, so define it at module level",
+        )
+    return path
+
+
+def _resolve(path: str) -> type:
+    module_name, _, qualname = path.partition(":")
+    try:
+        found: object = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise NucleoSystemError(_COMPONENT, f"the class {path} no longer imports: {exc}") from exc
+    if not isinstance(found, type):
+        raise NucleoSystemError(_COMPONENT, f"{path} is not a class")
+    return found
+
+
+def _value_data(value: object, what: str) -> dict[str, Any]:
+    return {"type": _class_path(type(value), what), "value": converter.unstructure(value)}
+
+
+def _value_of(data: dict[str, Any]) -> Any:
+    cls = _resolve(data["type"])
+    try:
+        return converter.structure(data["value"], cls)
+    except Exception as exc:
+        raise NucleoSystemError(
+            _COMPONENT, f"a stored {data['type']} no longer reads back: {exc}"
+        ) from exc
+
+
+def _value_text(value: object, what: str) -> str:
+    data = _value_data(value, what)
+    text = _dumps(data, what)
+    try:
+        back = _value_of(json.loads(text))
+    except NucleoSystemError as exc:
+        raise NucleoSystemError(_COMPONENT, f"{what} {value!r} does not read back: {exc}") from exc
+    if back != value:
+        raise NucleoSystemError(
+            _COMPONENT, f"{what} {value!r} does not survive JSON (it reads back as {back!r})"
+        )
+    return text
+
+
+def _scope_data(scope: Scope, what: str) -> dict[str, Any]:
+    if isinstance(scope, CompositeScope):
+        return {"composite": [_scope_data(part, what) for part in scope.components]}
+    return _value_data(scope, f"{what}: the scope")
+
+
+def _scope_of(data: dict[str, Any]) -> Scope:
+    if "composite" in data:
+        return CompositeScope(*(_scope_of(part) for part in data["composite"]))
+    scope = _value_of(data)
+    if not isinstance(scope, Scope):
+        raise NucleoSystemError(_COMPONENT, f"{data['type']} is no longer a Scope")
+    return scope
+
+
+def _guard_of(data: list[dict[str, Any]]) -> ScopeGuard:
+    return ScopeGuard(*(_scope_of(scope) for scope in data))
+
+
+def _dumps(data: object, what: str) -> str:
+    try:
+        return json.dumps(data, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise NucleoSystemError(_COMPONENT, f"{what} cannot be written as JSON: {exc}") from exc

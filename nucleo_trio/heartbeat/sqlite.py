@@ -9,12 +9,14 @@ fell due while it was down fire back to back, each exactly one period after the 
 **One process per file.** The change listener tells this process only, and the store assumes
 nobody else writes the table. Readers (``sqlite3`` on the command line) are harmless.
 
-**How a heartbeat is written.** A row holds the intent, the user and the sealed guard. Classes
-(the job class, each scope of the guard, the recurrence, the input's type) are written as import
-paths and values as JSON through the library's converter, so a class must be importable by its
-path (defined at module level) and a value must come back equal from JSON; anything else is
-refused when it is stored, naming what cannot be written, never discovered after a restart.
-A row whose job class no longer imports is dropped with an error log when it falls due.
+**How a heartbeat is written.** A row holds the intent, the user and the sealed guard, one
+column per value of :class:`~nucleo_trio.heartbeat.HeartbeatRow`. Classes (the job class, each
+scope of the guard, the recurrence, the input's type) are written as import paths and values as
+JSON through the library's converter, so a class must be importable by its path (defined at
+module level) and a value must come back equal from JSON; anything else is refused when it is
+stored, naming what cannot be written, never discovered after a restart
+(:func:`~nucleo_trio.heartbeat.heartbeat_to_row`). A row whose job class no longer imports is
+dropped with an error log when it falls due.
 
 **Off the loop, and as durable as before.** The standard library's driver blocks, and a
 commit with ``synchronous=FULL`` (WAL mode) waits for the disk: a schedule is written rarely and
@@ -38,20 +40,15 @@ file in the worker.
 from __future__ import annotations
 
 import contextlib
-import importlib
-import json
 import logging
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .._serialization import converter
 from .._sqlite_writer import SQLiteWriter, WriterStatistics
 from ..errors import NucleoSystemError
-from ..guardrails.scope import CompositeScope, Scope, ScopeGuard
-from ..jobs.job import AbstractJob
-from .records import Heartbeat, Recurrence, _mint
+from .records import Heartbeat, HeartbeatRow, heartbeat_from_row, heartbeat_to_row
 from .store import ChangeListeners, require_genuine
 
 __all__ = ["SQLiteHeartbeatStore"]
@@ -60,16 +57,7 @@ log = logging.getLogger("nucleo_trio.heartbeat")
 
 _COMPONENT = "heartbeat-store"
 
-_COLUMNS = (
-    "id",
-    "run_at",
-    "job_class",
-    "user_id",
-    "scope_guard",
-    "conversation_id",
-    "input",
-    "recurrence",
-)
+_COLUMNS = HeartbeatRow._fields
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS heartbeats (
@@ -138,7 +126,7 @@ class SQLiteHeartbeatStore:
 
     # -- the contract ---------------------------------------------------------------------------
     async def enqueue(self, heartbeat: Heartbeat) -> Heartbeat | None:
-        row = _row_of(require_genuine(heartbeat))
+        row = heartbeat_to_row(require_genuine(heartbeat))
 
         def store(db: sqlite3.Connection) -> tuple[_Row | None, _Row | None, _Row | None]:
             head = db.execute(_HEAD).fetchone()
@@ -188,7 +176,7 @@ class SQLiteHeartbeatStore:
         return None if run_at is None else float(run_at)
 
     async def re_enqueue_if_absent(self, heartbeat: Heartbeat) -> bool:
-        row = _row_of(require_genuine(heartbeat))
+        row = heartbeat_to_row(require_genuine(heartbeat))
 
         def put_back(db: sqlite3.Connection) -> tuple[_Row | None, int, _Row | None]:
             head = db.execute(_HEAD).fetchone()
@@ -234,7 +222,7 @@ class SQLiteHeartbeatStore:
 
     def _restored(self, row: _Row, what: str) -> Heartbeat | None:
         try:
-            return _heartbeat_of(row)
+            return heartbeat_from_row(row)
         except NucleoSystemError:
             log.exception(
                 "heartbeat %r (%s) could not be restored from %s", row[0], what, self.path
@@ -249,130 +237,3 @@ def _failures(doing: str) -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise NucleoSystemError(_COMPONENT, f"{doing} failed: {exc}", exc) from exc
-
-
-# -- writing and reading a row ---------------------------------------------------------------------
-
-
-def _row_of(heartbeat: Heartbeat) -> _Row:
-    what = f"heartbeat {heartbeat.id!r}"
-    guard = [_scope_data(scope, what) for scope in heartbeat.scope_guard]
-    if _guard_of(guard) != heartbeat.scope_guard:
-        raise NucleoSystemError(
-            _COMPONENT, f"{what}: its scope guard {heartbeat.scope_guard} does not survive JSON"
-        )
-    return (
-        heartbeat.id,
-        heartbeat.run_at,
-        _class_path(heartbeat.job_class, f"{what}: the job class"),
-        heartbeat.user_id,
-        _dumps(guard, what),
-        heartbeat.conversation_id,
-        None if heartbeat.input is None else _value_text(heartbeat.input, f"{what}: the input"),
-        None
-        if heartbeat.recurrence is None
-        else _value_text(heartbeat.recurrence, f"{what}: the recurrence"),
-    )
-
-
-def _heartbeat_of(row: _Row) -> Heartbeat:
-    heartbeat_id, run_at, job_class, user_id, guard, conversation_id, input, recurrence = row
-    cls = _resolve(job_class)
-    if not issubclass(cls, AbstractJob):
-        raise NucleoSystemError(_COMPONENT, f"{job_class} is no longer a job class")
-    restored_recurrence = None if recurrence is None else _value_of(json.loads(recurrence))
-    if restored_recurrence is not None and not isinstance(restored_recurrence, Recurrence):
-        raise NucleoSystemError(_COMPONENT, f"{recurrence} is no longer a Recurrence")
-    return _mint(
-        cls,
-        heartbeat_id,
-        float(run_at),
-        conversation_id,
-        None if input is None else _value_of(json.loads(input)),
-        restored_recurrence,
-        user_id,
-        _guard_of(json.loads(guard)),
-    )
-
-
-def _class_path(cls: type, what: str) -> str:
-    """``module:qualname`` of ``cls``, once it is certain the path leads back to ``cls``."""
-    path = f"{cls.__module__}:{cls.__qualname__}"
-    try:
-        found: object = _resolve(path)
-    except NucleoSystemError:
-        found = None
-    if found is not cls:
-        raise NucleoSystemError(
-            _COMPONENT,
-            f"{what} {cls.__qualname__} cannot be named by an import path ({path}); a durable "
-            "store restores classes by import path, so define it at module level",
-        )
-    return path
-
-
-def _resolve(path: str) -> type:
-    module_name, _, qualname = path.partition(":")
-    try:
-        found: object = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise NucleoSystemError(_COMPONENT, f"the class {path} no longer imports: {exc}") from exc
-    if not isinstance(found, type):
-        raise NucleoSystemError(_COMPONENT, f"{path} is not a class")
-    return found
-
-
-def _value_data(value: object, what: str) -> dict[str, Any]:
-    return {"type": _class_path(type(value), what), "value": converter.unstructure(value)}
-
-
-def _value_of(data: dict[str, Any]) -> Any:
-    cls = _resolve(data["type"])
-    try:
-        return converter.structure(data["value"], cls)
-    except Exception as exc:
-        raise NucleoSystemError(
-            _COMPONENT, f"a stored {data['type']} no longer reads back: {exc}"
-        ) from exc
-
-
-def _value_text(value: object, what: str) -> str:
-    data = _value_data(value, what)
-    text = _dumps(data, what)
-    try:
-        back = _value_of(json.loads(text))
-    except NucleoSystemError as exc:
-        raise NucleoSystemError(_COMPONENT, f"{what} {value!r} does not read back: {exc}") from exc
-    if back != value:
-        raise NucleoSystemError(
-            _COMPONENT, f"{what} {value!r} does not survive JSON (it reads back as {back!r})"
-        )
-    return text
-
-
-def _scope_data(scope: Scope, what: str) -> dict[str, Any]:
-    if isinstance(scope, CompositeScope):
-        return {"composite": [_scope_data(part, what) for part in scope.components]}
-    return _value_data(scope, f"{what}: the scope")
-
-
-def _scope_of(data: dict[str, Any]) -> Scope:
-    if "composite" in data:
-        return CompositeScope(*(_scope_of(part) for part in data["composite"]))
-    scope = _value_of(data)
-    if not isinstance(scope, Scope):
-        raise NucleoSystemError(_COMPONENT, f"{data['type']} is no longer a Scope")
-    return scope
-
-
-def _guard_of(data: list[dict[str, Any]]) -> ScopeGuard:
-    return ScopeGuard(*(_scope_of(scope) for scope in data))
-
-
-def _dumps(data: object, what: str) -> str:
-    try:
-        return json.dumps(data, allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise NucleoSystemError(_COMPONENT, f"{what} cannot be written as JSON: {exc}") from exc

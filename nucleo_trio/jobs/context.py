@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from ..bus.events import JobEvent, JobProgressEvent, Severity, UserNotificationEvent
 from ..errors import CancellationRequested
 from .snapshot import JobSnapshot, class_facts
 from .state import JobState
 
 if TYPE_CHECKING:
-    from ..bus.events import JobEvent, Severity
     from ..dispatch.dispatcher import JobDispatcher
     from ..guardrails.scope import ScopeGuard
     from ..resources.job_resources import JobResources
@@ -456,8 +456,6 @@ class JobContext:
 
     def publish_user_notification(self, severity: Severity, title: str, message: str) -> None:
         """Publish a :class:`UserNotificationEvent` of ``severity`` (CTX-10)."""
-        from ..bus.events import UserNotificationEvent
-
         self._emit(
             UserNotificationEvent(
                 snapshot=self.snapshot(), severity=severity, title=title, text=message
@@ -465,8 +463,6 @@ class JobContext:
         )
 
     def _record_progress(self, data: Any, percent: int | None) -> None:
-        from ..bus.events import JobProgressEvent
-
         if percent is not None:
             if not 0 <= percent <= 100:
                 raise ValueError(f"progress percent must be within 0..100, got {percent}")

@@ -27,16 +27,11 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar,
 
 import attrs
 
+from ..guardrails.kinds import AdmissionGuardrail, AuthGuardrail, ContentGuardrail, Guardrail
 from .job import DEFAULT_TIMEOUT, DEFAULT_UPSTREAM_RETRIES, Tool
 from .requirements import JobRequirements
 
 if TYPE_CHECKING:
-    from ..guardrails.kinds import (
-        AdmissionGuardrail,
-        AuthGuardrail,
-        ContentGuardrail,
-        Guardrail,
-    )
     from .context import JobContext
     from .identity import Identifiable
 
@@ -135,12 +130,6 @@ class _GuardedFunctionTool(FunctionTool[R]):
         return [guard for guard in self._nucleo_built if isinstance(guard, kind)]
 
     def _guards(self) -> list[Guardrail]:
-        from ..guardrails.kinds import (
-            AdmissionGuardrail,
-            AuthGuardrail,
-            ContentGuardrail,
-        )
-
         built: list[Guardrail] = []
         for factory in type(self)._nucleo_guards:
             guard = factory(self)
@@ -154,18 +143,12 @@ class _GuardedFunctionTool(FunctionTool[R]):
         return built
 
     def content_guardrails(self) -> Sequence[ContentGuardrail]:
-        from ..guardrails.kinds import ContentGuardrail
-
         return self._built(ContentGuardrail)
 
     def auth_guardrails(self) -> Sequence[AuthGuardrail]:
-        from ..guardrails.kinds import AuthGuardrail
-
         return self._built(AuthGuardrail)
 
     def admission_guardrails(self) -> Sequence[AdmissionGuardrail]:
-        from ..guardrails.kinds import AdmissionGuardrail
-
         return self._built(AdmissionGuardrail)
 
 

@@ -10,6 +10,7 @@ import reprlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from .._scope import ScopeGuard
 from .guarded import GuardedExecution
 from .identity import Identifiable, mint_id
 from .requirements import JobRequirements
@@ -17,7 +18,6 @@ from .snapshot import forget_class_facts
 from .state import JobType
 
 if TYPE_CHECKING:
-    from ..guardrails.scope import ScopeGuard
     from .context import JobContext
     from .handle import JobHandle
 
@@ -413,8 +413,6 @@ class ScopeAuthority:
     def set_scope_guard(self, guard: ScopeGuard) -> None:
         """Bind this orchestrator to ``guard`` before it is dispatched; the door merges it into
         the guard it seals. After the seal this raises :class:`RuntimeError`."""
-        from ..guardrails.scope import ScopeGuard
-
         if self._sealed_scope_guard is not None:
             raise RuntimeError(
                 f"{self!r}: the scope guard was sealed at dispatch ({self._sealed_scope_guard}); "

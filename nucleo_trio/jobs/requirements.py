@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..models.binding import ModelBinding
     from ..resources.provider import DBResourceProvider
 
-__all__ = ["JobRequirements", "LimiterRequirement"]
+__all__ = ["JobRequirements", "LimiterRequirement", "ModelClaim"]
 
 
 def _check_limiter_amount(
@@ -36,6 +36,17 @@ def _check_limiter_amount(
         resolve(amount)
     if isinstance(limiter, CountingGate):
         limiter.check_declared(amount)
+
+
+class ModelClaim:
+    """What :meth:`JobRequirements.require_model` takes: a job's claim on a model for one
+    attempt. :class:`~nucleo_trio.models.ModelBinding` is the one kind there is.
+
+    The base is defined here, below the models package (whose runtime imports the jobs), so
+    the requirements check what they are given without importing that package.
+    """
+
+    __slots__ = ()
 
 
 @attrs.frozen
@@ -96,9 +107,7 @@ class JobRequirements:
         bucket (or a permit on its gate) heads the demand, and the ``http`` gate joins it (JR-02,
         JR-03). Mint the binding inside :meth:`Job.requirements`, so every attempt gets a fresh one.
         """
-        from ..models.binding import ModelBinding
-
-        if not isinstance(binding, ModelBinding):
+        if not isinstance(binding, ModelClaim):
             raise ValueError(f"require_model takes a ModelBinding, got {binding!r}")
         self.model_bindings.append(binding)
         return self

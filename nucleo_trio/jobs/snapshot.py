@@ -1,102 +1,13 @@
-"""An immutable picture of a job at one moment: what events carry and recorders persist."""
+"""An immutable picture of a job at one moment: what events carry and recorders persist.
 
-from __future__ import annotations
+:class:`JobSnapshot` is defined in :mod:`nucleo_trio._job_snapshot`, a leaf module the event bus
+imports without importing this package.
+"""
 
-from collections.abc import Mapping
-from types import MappingProxyType
-from typing import Any
-
-import attrs
-
-from .state import JobState, JobType
+from .._job_snapshot import (
+    JobSnapshot as JobSnapshot,
+    class_facts as class_facts,
+    forget_class_facts as forget_class_facts,
+)
 
 __all__ = ["JobSnapshot"]
-
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
-
-
-def _freeze(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    if not value:
-        return _EMPTY
-    return MappingProxyType(dict(value))
-
-
-@attrs.frozen(kw_only=True)
-class JobSnapshot:
-    """What a job is and where it stands, frozen.
-
-    ``job_class`` is the class's simple name and ``job_class_qualname`` its fully qualified
-    name. ``name`` follows the naming rule (ID-08): the job's own ``display_name`` when it
-    answers one, else the ``@display_name`` decorator's, else the class's simple name.
-    ``with_state``, ``with_attempt_number`` and ``with_description`` return copies.
-    """
-
-    job_id: str
-    workflow_id: str
-    parent_job_id: str | None
-    user_id: str
-    job_class: str
-    job_class_qualname: str
-    kind: JobType = JobType.JOB
-    name: str
-    action: str = ""
-    description: str | None = None
-    state: JobState = JobState.QUEUED
-    attempt_number: int = 0
-    priority: int = 0
-    timeout: float | None = None
-    metadata: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_freeze, hash=False)
-    created_at: float | None = None
-    started_at: float | None = None
-    ended_at: float | None = None
-
-    @property
-    def job_type(self) -> str:
-        """The job's class simple name (the reference's ``jobType()``)."""
-        return self.job_class
-
-    @property
-    def is_root(self) -> bool:
-        return self.parent_job_id == self.workflow_id
-
-    def with_state(self, state: JobState) -> JobSnapshot:
-        return attrs.evolve(self, state=state)
-
-    def with_attempt_number(self, attempt_number: int) -> JobSnapshot:
-        return attrs.evolve(self, attempt_number=attempt_number)
-
-    def with_description(self, description: str | None) -> JobSnapshot:
-        return attrs.evolve(self, description=description)
-
-    def with_metadata(self, metadata: Mapping[str, Any]) -> JobSnapshot:
-        return attrs.evolve(self, metadata=metadata)
-
-
-class _ClassFacts:
-    """What a snapshot reads from a job's class, read once per class; the naming decorators
-    (``@display_name``, ``@tool_description``) forget what was read when they mark a class."""
-
-    __slots__ = ("action", "description", "display_name", "name", "qualname")
-
-    def __init__(self, cls: type) -> None:
-        self.name = cls.__name__
-        self.qualname = f"{cls.__module__}.{cls.__qualname__}"
-        self.display_name: str = getattr(cls, "__nucleo_display_name__", None) or cls.__name__
-        self.action: str = getattr(cls, "__nucleo_action__", "")
-        self.description: str | None = getattr(cls, "__nucleo_description__", None)
-
-
-_CLASS_FACTS: dict[type, _ClassFacts] = {}
-
-
-def class_facts(cls: type) -> _ClassFacts:
-    """The class-level facts of a snapshot of a ``cls`` job, read once per class."""
-    facts = _CLASS_FACTS.get(cls)
-    if facts is None:
-        facts = _CLASS_FACTS[cls] = _ClassFacts(cls)
-    return facts
-
-
-def forget_class_facts() -> None:
-    """Read every class afresh: a decorator just marked one (its subclasses read it too)."""
-    _CLASS_FACTS.clear()

@@ -30,11 +30,12 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import attrs
 
 from ..errors import UncorrectableError
+from ..jobs.requirements import ModelClaim
+from .catalog import ModelSpec
 from .grades import Depth, Grade, Input, ModelKind, OutputSize
 
 if TYPE_CHECKING:
     from ..admission.limiter import RateLimiter
-    from .catalog import ModelSpec
 
 __all__ = ["ModelBinding", "OutputDeclaration", "WiredConversation"]
 
@@ -120,8 +121,6 @@ def _require_count(value: object, what: str, form: str) -> int:
 
 
 def _require_spec(spec: object, kind: ModelKind, form: str) -> ModelSpec:
-    from .catalog import ModelSpec
-
     if not isinstance(spec, ModelSpec):
         raise ValueError(f"ModelBinding.{form}: a pinned form needs a ModelSpec, got {spec!r}")
     if spec.kind is not kind:
@@ -132,7 +131,7 @@ def _require_spec(spec: object, kind: ModelKind, form: str) -> ModelSpec:
     return spec
 
 
-class ModelBinding:
+class ModelBinding(ModelClaim):
     """One model a job needs for one attempt; build it with a class method per form.
 
     ``resolve(spec)`` happens once (a second call is a RuntimeError), ``model`` is readable

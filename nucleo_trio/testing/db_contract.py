@@ -51,7 +51,9 @@ from typing import Any, ClassVar
 
 import trio
 
+from ..dispatch import open_dispatcher
 from ..errors import UncorrectableError
+from ..jobs import JobContext, JobRequirements, Tool, workflow
 from ..resources import CountingDBResourceProvider, DBHandle, DBResourceProvider
 
 __all__ = ["DBProviderContract"]
@@ -381,9 +383,6 @@ class DBProviderContract:
         """DB-12, DB-02: six jobs declaring the database and a transaction, through a real
         dispatcher (which acquires, begins, commits and closes for them), commit six rows with
         never more connections out than the bound; every permit and connection comes back."""
-        from ..dispatch import open_dispatcher
-        from ..jobs import JobContext, JobRequirements, Tool, workflow
-
         contract = self
         peak = 0
 

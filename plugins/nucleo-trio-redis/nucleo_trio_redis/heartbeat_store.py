@@ -49,9 +49,10 @@ heartbeat another worker scheduled sooner, even if that worker stops before it f
 :meth:`~RedisHeartbeatStore.peek_next_run_at` also answers the instant the earliest claim runs
 out, when that is sooner than the head, so a Heart wakes to take over a crashed worker's slot.
 
-Rows are written the way :class:`~nucleo_trio.heartbeat.SQLiteHeartbeatStore` writes them (job
-class and recurrence by import path, input and scope guard as JSON that must read back equal);
-a row whose job class no longer imports is dropped with an error log when it falls due.
+Rows are written the way :class:`~nucleo_trio.heartbeat.SQLiteHeartbeatStore` writes them, as a
+JSON list of :func:`~nucleo_trio.heartbeat.heartbeat_to_row`'s values (job class and recurrence
+by import path, input and scope guard as JSON that must read back equal); a row whose job class
+no longer imports is dropped with an error log when it falls due.
 """
 
 from __future__ import annotations
@@ -71,8 +72,7 @@ import trio
 
 from nucleo_trio._clock import wait_holding_the_clock
 from nucleo_trio.errors import NucleoSystemError
-from nucleo_trio.heartbeat import Heartbeat, heartbeat_now
-from nucleo_trio.heartbeat.sqlite import _heartbeat_of, _row_of
+from nucleo_trio.heartbeat import Heartbeat, heartbeat_from_row, heartbeat_now, heartbeat_to_row
 from nucleo_trio.heartbeat.store import ChangeListeners, require_genuine
 
 from . import heartbeat_scripts as scripts
@@ -540,11 +540,11 @@ class RedisHeartbeatStore:
 
     @staticmethod
     def _row(heartbeat: Heartbeat) -> str:
-        return json.dumps(list(_row_of(heartbeat)), allow_nan=False)
+        return json.dumps(list(heartbeat_to_row(heartbeat)), allow_nan=False)
 
     def _restored(self, row: str, what: str) -> Heartbeat | None:
         try:
-            return _heartbeat_of(tuple(json.loads(row)))
+            return heartbeat_from_row(tuple(json.loads(row)))
         except (NucleoSystemError, ValueError, TypeError) as exc:
             log.error("a heartbeat (%s) could not be restored from %s: %s", what, self._where, exc)
             return None
