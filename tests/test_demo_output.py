@@ -9,13 +9,16 @@ Every run here is in virtual time; nothing sleeps on the real clock.
 from __future__ import annotations
 
 import contextlib
+import gc
 import re
 
 import pytest
 import trio
 import trio.testing
 
+from nucleo_trio._demo.options import DemoOptions
 from nucleo_trio._demo.render import WIDTH, Style
+from nucleo_trio._demo.runner import execute_demo
 from nucleo_trio._demo.tally import Tally
 from nucleo_trio._demo.thinking import render_thinker_section, run_thinker
 from nucleo_trio._demo.workload import META_LABEL, Kind
@@ -150,3 +153,15 @@ def test_the_example_of_jobs_timing_out_together_is_the_first_submitted(
 
     trio.run(earlier_wins, clock=trio.testing.MockClock(autojump_threshold=0))
     assert first.report().examples[0].label == "#2"
+
+
+def test_a_run_puts_the_collector_thresholds_back() -> None:
+    """The run paces the collector's full passes (none during a fan-out of up to 10,000 jobs)
+    and leaves the process's thresholds as it found them."""
+    before = gc.get_threshold()
+    gc.set_threshold(before[0], before[1], 7)
+    try:
+        execute_demo(DemoOptions(jobs=10))
+        assert gc.get_threshold() == (before[0], before[1], 7)
+    finally:
+        gc.set_threshold(*before)
