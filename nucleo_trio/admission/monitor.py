@@ -1198,24 +1198,26 @@ class Admission:
             )
             return
         if on_memory:
-            group = self._memory_account.group(w.signature)
-            self._regroup(w, [group])
-            self._schedule(group, memory_deadline)
+            self._regroup(w, [self._memory_account])
+            self._schedule(w.groups[0], memory_deadline)
             return
         accounts = w.accounts
-        groups = [accounts[index].group(w.signature) for index, _ in shorts]
-        self._regroup(w, groups)
-        for group, (_, instant) in zip(groups, shorts, strict=True):
+        self._regroup(w, [accounts[index] for index, _ in shorts])
+        for group, (_, instant) in zip(w.groups, shorts, strict=True):
             self._schedule(group, instant)
 
-    def _regroup(self, w: _Waiter, groups: list[_Group]) -> None:
-        """Put ``w`` in exactly ``groups``. Held again where it was held before (the common
-        case in a long line), it keeps its places: its entries stay valid, and no heap moves."""
-        if groups == w.groups:
+    def _regroup(self, w: _Waiter, accounts: list[_Account]) -> None:
+        """Put ``w`` in its group on each of ``accounts``, in order. Held again where it was
+        held before (the common case in a long line), it keeps its places: its entries stay
+        valid and no heap moves (a group with a member is never dropped)."""
+        groups = w.groups
+        if len(groups) == len(accounts) and all(
+            group.account is account for group, account in zip(groups, accounts, strict=True)
+        ):
             return
-        self._leave_groups(w)
-        for group in groups:
-            self._join(group, w)
+        self._leave_groups(w)  # may drop a group it was the last member of: look up afresh
+        for account in accounts:
+            self._join(account.group(w.signature), w)
 
     def _hold_head(
         self,
