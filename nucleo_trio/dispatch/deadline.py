@@ -39,7 +39,15 @@ class Deadline:
     the deadline and, once phase one ran, the phase-two force-close. :meth:`cancel` drops what
     has not run when the attempt ends."""
 
-    __slots__ = ("_grace", "_keeper", "_phase_one", "_phase_two", "_queued", "_resources", "_scope")
+    __slots__ = (
+        "_budget",
+        "_keeper",
+        "_phase_one",
+        "_phase_two",
+        "_queued",
+        "_resources",
+        "_scope",
+    )
 
     def __init__(
         self,
@@ -56,7 +64,7 @@ class Deadline:
         self._queued = queued
         self._scope = scope
         self._resources = resources
-        self._grace = grace_period(budget)
+        self._budget = budget
         self._phase_two: TimerHandle | None = None
         self._phase_one = keeper.call_at(context.deadline, self.phase_one)
 
@@ -73,7 +81,7 @@ class Deadline:
         queued.context.time_out()
         assert queued.nursery is not None
         queued.nursery.start_soon(close_cooperatively, resources)
-        phase_two = trio.current_time() + self._grace
+        phase_two = trio.current_time() + grace_period(self._budget)
         self._scope.deadline = phase_two
         self._phase_two = self._keeper.call_at(phase_two, resources.force_close)
 

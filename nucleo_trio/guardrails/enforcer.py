@@ -163,7 +163,7 @@ class StandardGuardrailEnforcer:
         :meth:`after_release`."""
         if _is_guard_class(type(job)):
             return True
-        if context in self._output_guards:
+        if self._output_guards and context in self._output_guards:  # empty: no weak ref made
             return False
         if _declares_no_guards(type(job)) and not attached_guardrails(job, context):
             context.metadata[OBS_GUARDS_OUTPUT] = 0  # none applied (GRD-15)
