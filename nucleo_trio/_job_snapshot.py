@@ -158,3 +158,12 @@ def class_facts(cls: type) -> _ClassFacts:
 def forget_class_facts() -> None:
     """Read every class afresh: a decorator just marked one (its subclasses read it too)."""
     _CLASS_FACTS.clear()
+
+
+# The classes answer to the modules users import them from, as they did when they were defined
+# there: reprs, pickles and the API reference name ``nucleo_trio.jobs.state.JobState`` and
+# ``nucleo_trio.jobs.snapshot.JobSnapshot``. The snapshot's annotations are resolved here first,
+# against this module, so a converter that reads them never looks in the public module.
+attrs.resolve_types(JobSnapshot)
+JobState.__module__ = JobType.__module__ = "nucleo_trio.jobs.state"
+JobSnapshot.__module__ = "nucleo_trio.jobs.snapshot"
