@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import logging
 import math
+import weakref
 from typing import Any
 
 import pytest
@@ -404,6 +405,32 @@ async def test_the_timekeeper_takes_ints_and_infinities(
     never.cancel()
     beyond.cancel()
     assert len(keeper) == 0
+
+
+async def test_a_timer_that_ran_or_was_cancelled_keeps_nothing_of_its_callback(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    """A cancelled call waits in the heap until it is popped or compacted away, and a job's
+    deadline keeps its handle: neither keeps what the callback holds (a job's deadline, its
+    resources and grant) alive for the collector to walk."""
+
+    class Held:
+        def fire(self) -> None:
+            fired.append(trio.current_time())
+
+    keeper = Timekeeper()
+    await nursery.start(keeper.run)
+    fired: list[float] = []
+    cancelled, ran = Held(), Held()
+    cancelled_ref, ran_ref = weakref.ref(cancelled), weakref.ref(ran)
+    kept_cancelled = keeper.call_at(5, cancelled.fire)
+    kept_ran = keeper.call_at(1, ran.fire)
+    del cancelled, ran
+    kept_cancelled.cancel()
+    await trio.sleep(10)
+    assert fired == [1.0]
+    assert cancelled_ref() is None and ran_ref() is None
+    assert kept_cancelled.cancelled and kept_ran.cancelled
 
 
 # -- a handle and the trio run it belongs to -------------------------------------------------

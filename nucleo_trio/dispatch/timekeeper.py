@@ -33,6 +33,10 @@ def _checked_when(when: object) -> float:
     return seconds
 
 
+def _nothing() -> None:
+    return None
+
+
 class TimerHandle:
     """A pending call; :meth:`cancel` drops it if it has not run yet."""
 
@@ -48,6 +52,9 @@ class TimerHandle:
         if not self.cancelled:
             self.cancelled = True
             self._keeper._dropped += 1
+            # A cancelled entry waits in the heap until it is popped or compacted away; what
+            # the callback holds (a job's deadline, its resources and grant) need not wait too.
+            self.callback = _nothing
 
 
 class Timekeeper:
@@ -111,7 +118,10 @@ class Timekeeper:
                     self._dropped -= 1
                     continue
                 handle.cancelled = True  # ran: a later cancel() is a no-op and counts nothing
+                callback, handle.callback = handle.callback, _nothing
                 try:
-                    handle.callback()
+                    callback()
                 except Exception:
                     log.exception("a timed callback raised; the timekeeper goes on")
+                finally:
+                    del callback, handle  # the keeper sleeps next: it keeps neither alive
