@@ -303,35 +303,41 @@ class _LiveSubscription(Subscription):
         self.close_queue()
         self._scope.deadline = min(self._scope.deadline, deadline)
 
-    async def _deliver_logged(self, event: JobEvent) -> None:
-        try:
-            await self._deliver(event)
-        except Exception:
-            # The observer keeps receiving (BUS-09).
-            logger.exception("observer of %r failed on %s", self, _describe(event))
-        except (KeyboardInterrupt, SystemExit) as fatal:
-            # Not an observer's failure but the program's: hand it to the bus's owner, which
-            # stops in order; the bus keeps delivering meanwhile (the terminal events to come).
-            on_fatal = self._bus.on_fatal
-            if on_fatal is None:
-                raise
-            on_fatal(fatal)
-
     @trio.lowlevel.enable_ki_protection
     async def consume(self) -> None:
+        deliver, receive = self._deliver, self._receive
         try:
-            with self._scope, self._receive:
-                async for event in self._receive:
-                    await self._deliver_logged(event)
+            with self._scope, receive:
+                while True:
+                    try:
+                        event = await receive.receive()
+                    except trio.EndOfChannel:
+                        break
                     # What queued meanwhile goes out in the same step, up to a batch: a burst of
                     # events costs one scheduler step, not one each, and a long burst still
                     # yields (``receive`` checkpoints) between batches.
-                    for _ in range(DELIVERY_BATCH - 1):
+                    left = DELIVERY_BATCH
+                    while True:
                         try:
-                            event = self._receive.receive_nowait()
+                            await deliver(event)
+                        except Exception:
+                            # The observer keeps receiving (BUS-09).
+                            logger.exception("observer of %r failed on %s", self, _describe(event))
+                        except (KeyboardInterrupt, SystemExit) as fatal:
+                            # Not an observer's failure but the program's: hand it to the bus's
+                            # owner, which stops in order; the bus keeps delivering meanwhile
+                            # (the terminal events to come).
+                            on_fatal = self._bus.on_fatal
+                            if on_fatal is None:
+                                raise
+                            on_fatal(fatal)
+                        left -= 1
+                        if not left:
+                            break
+                        try:
+                            event = receive.receive_nowait()
                         except (trio.WouldBlock, trio.EndOfChannel):
                             break
-                        await self._deliver_logged(event)
             if self._scope.cancelled_caught:
                 logger.warning(
                     "%r did not drain within %s s of stop; the rest of its queue is dropped",
