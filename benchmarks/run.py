@@ -19,6 +19,7 @@ from types import ModuleType
 
 from . import (
     admission_scaling,
+    demo_scaling,
     dispatch_overhead,
     graph_submit,
     hostage,
@@ -38,6 +39,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     rate_accuracy,
     memory_pressure,
     loop_stall,
+    demo_scaling,
     redis_accounts,
     soak,
 )
