@@ -19,6 +19,11 @@ the timed section), so both measure timed sections of the same length.
 The same drain with multi-account demands (each waiter needs two or three of four one-slot
 gates, a fixed seeded mix) checks the claim where demands overlap: disjoint demands are granted
 side by side, and a freed gate re-asks the first waiter of each group of followers short on it.
+Drained whole, a line of 100 spends a good part of its drain on grants with few waiters behind
+them, where its ten demand groups empty one by one and fewer are asked again, so the
+multi-account target is judged on drains where every timed grant keeps at least N parked behind
+it (N + the timed grants are parked; the rest are cancelled, untimed); the whole-line drains
+stand beside them for context.
 
 Two more drains are given for context. trio's own ``CapacityLimiter(1)`` drained the same way is
 the floor of a hand-off between tasks; whatever grows with the line there is the interpreter's
@@ -61,6 +66,9 @@ TARGET_RATIO = 1.2
 HANDOFF_TARGET = 2.5
 """A grant on Admission against a trio.CapacityLimiter(1) hand-off (issue 13's target)."""
 SHORT, LONG = 100, 10_000
+BEHIND_GRANTS = 2_000
+"""Grants timed on each side when every grant keeps N parked behind it: 20 batches of 100
+behind a line of 100, one batch of 2,000 behind a line of 10,000."""
 
 
 async def drain_admission(watch: Stopwatch, line: int, grants: int) -> None:
@@ -117,6 +125,40 @@ async def drain_multi_account(watch: Stopwatch, line: int, grants: int) -> None:
             admission.release(held)
             await drained.done.wait()
             watch.stop()
+        nursery.cancel_scope.cancel()
+
+
+async def drain_multi_account_behind(watch: Stopwatch, line: int, grants: int) -> None:
+    """The multi-account drain, timed only while every grant has at least ``line`` waiters
+    parked behind it: ``line`` more than the timed grants are parked (at most ``line`` timed a
+    batch), and once the timed grants are through, the rest are cancelled, untimed. A full drain
+    also times a line's last grants, made with almost nobody behind them: a line of 100 spends a
+    good part of its drain there, a line of 10,000 almost none of it."""
+    admission = Admission()
+    gates = [CountingGate(f"slot-{n}", 1) for n in range(4)]
+    mix = random.Random(13)
+    timed_per_batch = min(line, grants)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(admission.run)
+        for _ in range(_batches(timed_per_batch, grants)):
+            held = await admission.admit(_demand_of(gates))
+            timed = _Countdown(timed_per_batch)
+
+            async def waiter(needs: list[CountingGate], timed: _Countdown = timed) -> None:
+                grant = await admission.admit(_demand_of(needs))
+                admission.release(grant)
+                timed.tick()
+
+            async with trio.open_nursery() as waiters:
+                for _ in range(line + timed_per_batch):
+                    waiters.start_soon(waiter, mix.sample(gates, mix.choice((2, 3))))
+                await trio.testing.wait_all_tasks_blocked()
+                _check_parked(admission.queue_size, line + timed_per_batch)
+                watch.start()
+                admission.release(held)
+                await timed.done.wait()
+                watch.stop()
+                waiters.cancel_scope.cancel()
         nursery.cancel_scope.cancel()
 
 
@@ -227,7 +269,9 @@ class _Drains:
     growth_median: Timing
 
 
-def _drain_pair(kind: str, drain: Drain, short: int, long: int, rounds: int) -> _Drains:
+def _drain_pair(
+    kind: str, drain: Drain, short: int, long: int, rounds: int, grants: int | None = None
+) -> _Drains:
     """Best per-grant microseconds with a line of ``short`` and of ``long``, rounds interleaved.
 
     Both sides time the same number of grants (``long``): the short line is parked and drained
@@ -235,16 +279,17 @@ def _drain_pair(kind: str, drain: Drain, short: int, long: int, rounds: int) -> 
     best of many ten-millisecond drains is a luckier sample than the best of a few one-second
     ones, and that luck would pass for a cost that grows with the line.
     """
+    timed = long if grants is None else grants
     short_times: list[Timing] = []
     long_times: list[Timing] = []
     for _ in range(rounds):
-        short_times.append(run_trio(partial(drain, line=short, grants=long)))
-        long_times.append(run_trio(partial(drain, line=long, grants=long)))
+        short_times.append(run_trio(partial(drain, line=short, grants=timed)))
+        long_times.append(run_trio(partial(drain, line=long, grants=timed)))
     drains = _Drains(
-        best(short_times).per(long),
-        best(long_times).per(long),
-        median(short_times).per(long),
-        median(long_times).per(long),
+        best(short_times).per(timed),
+        best(long_times).per(timed),
+        median(short_times).per(timed),
+        median(long_times).per(timed),
         median_ratio(long_times, short_times),
     )
     progress(
@@ -262,6 +307,14 @@ def run(quick: bool) -> list[Row]:
     direct = _drain_pair("direct", drain_admission, SHORT, LONG, rounds)
     limiter = _drain_pair("trio.CapacityLimiter", drain_trio_limiter, SHORT, LONG, rounds)
     multi = _drain_pair("multi-account (2-3 of 4 gates)", drain_multi_account, SHORT, LONG, rounds)
+    behind = _drain_pair(
+        "multi-account, at least N parked behind every grant",
+        drain_multi_account_behind,
+        SHORT,
+        LONG,
+        rounds,
+        grants=BEHIND_GRANTS,
+    )
     via = _drain_pair("via dispatcher", drain_dispatcher, SHORT, dispatcher_long, dispatcher_rounds)
     # The verdicts read medians: of the per-round growth, and of the two drains for the hand-off.
     handoff_median = direct.short_median / limiter.short_median
@@ -276,7 +329,16 @@ def run(quick: bool) -> list[Row]:
             verdict(handoff_median.cpu <= HANDOFF_TARGET),
             median=handoff_median,
         ),
-        *_line_rows("multi-account (2-3 of 4 gates)", multi, SHORT, LONG, target=True),
+        *_line_rows(
+            "multi-account (2-3 of 4 gates), whole line drained", multi, SHORT, LONG, target=False
+        ),
+        *_line_rows(
+            "multi-account (2-3 of 4 gates), >= N parked behind each grant",
+            behind,
+            SHORT,
+            LONG,
+            target=True,
+        ),
         *_line_rows("trio.CapacityLimiter(1)", limiter, SHORT, LONG, target=False),
         *_line_rows("via dispatcher (a job per grant)", via, SHORT, dispatcher_long, target=False),
     ]

@@ -102,6 +102,7 @@ import trio
 from .._clock import whole_ms
 from ..errors import CancellationRequested, LLMReadableError, UncorrectableError
 from .demand import Demand, DemandEntry, Grant
+from .gates import CountingGate
 from .limiter import (
     LimiterEventType,
     LimiterIdentity,
@@ -384,6 +385,24 @@ ParkedWaiter: TypeAlias = tuple["AdmissionWaiter | None", float, tuple[str, ...]
 
 Ticket: TypeAlias = _Waiter
 """A parked demand's place in the line, as :meth:`Admission.enter` answers it (opaque)."""
+
+
+_SET_ASIDE_IS_TAKEN: dict[type, bool] = {}
+
+
+def _takes_what_it_set_aside(limiter: RateLimiter) -> bool:
+    """Whether a head's grant on ``limiter`` leaves every follower's answer as it was under the
+    head's reservation: true of a :class:`CountingGate` that keeps the gate's own questions
+    (``in use + asked + set aside <= capacity``, and never an instant). A time-based account
+    can answer a follower an instant once the reservation is a debit, so it is asked again."""
+    cls = type(limiter)
+    answer = _SET_ASIDE_IS_TAKEN.get(cls)
+    if answer is None:
+        answer = _SET_ASIDE_IS_TAKEN[cls] = isinstance(limiter, CountingGate) and all(
+            getattr(cls, name) is getattr(CountingGate, name)
+            for name in ("fits", "try_take", "earliest_fit", "give", "_ask", "_permits")
+        )
+    return answer
 
 
 def _signature(demand: tuple[Any, ...], seq: int) -> Hashable:
@@ -1406,7 +1425,12 @@ class Admission:
             new_head = self._line[next(iter(self._line))]
             self._leave_groups(new_head)  # the head is asked with no reservation, never grouped
             self._push(new_head.seq, None)
+        granted = old.grant is not None
         for account in old.accounts:
+            if granted and _takes_what_it_set_aside(account.limiter):
+                # The head took exactly what it had set aside there: no follower fits on this
+                # account now that did not fit before, so none is asked again for it.
+                continue
             self._mark_account(account)
         if old.entries or was_memory_short:
             self._mark_account(self._memory_account)
