@@ -232,13 +232,18 @@ class _Group:
 
 class _Wake:
     """The wake-up admission installs on a limiter (ADM-10): a callable that reaches the
-    monitor and the limiter only weakly, so an idle limiter keeps neither alive and a wake
-    from a limiter the monitor no longer tracks does nothing."""
+    monitors and the limiter only weakly, so an idle limiter keeps none of them alive and a
+    wake from a limiter a monitor no longer tracks does nothing.
 
-    __slots__ = ("__weakref__", "_limiter", "_limiter_id", "_monitor")
+    A limiter has one wake slot, and one limiter may serve several monitors (two dispatchers
+    in one program): the second joins the wake the first installed, so a change of capacity
+    reaches both, and each tells the others when it gives back (:meth:`others_than`).
+    """
+
+    __slots__ = ("__weakref__", "_limiter", "_limiter_id", "_monitors")
 
     def __init__(self, monitor: Admission, limiter: RateLimiter) -> None:
-        self._monitor = weakref.ref(monitor)
+        self._monitors: list[weakref.ref[Admission]] = [weakref.ref(monitor)]
         self._limiter_id = id(limiter)
         self._limiter: Callable[[], RateLimiter | None]
         try:
@@ -249,9 +254,30 @@ class _Wake:
             self._limiter = lambda: limiter
 
     def __call__(self) -> None:
-        monitor = self._monitor()
-        if monitor is not None:
-            monitor._limiter_woke(self._limiter_id)
+        for ref in self._monitors:
+            monitor = ref()
+            if monitor is not None:
+                monitor._limiter_woke(self._limiter_id)
+
+    def join(self, monitor: Admission) -> None:
+        self._monitors = [ref for ref in self._monitors if ref() is not None]
+        self._monitors.append(weakref.ref(monitor))
+
+    def leave(self, monitor: Admission) -> bool:
+        """Forget ``monitor``; answers whether another monitor still listens."""
+        self._monitors = [ref for ref in self._monitors if ref() not in (None, monitor)]
+        return bool(self._monitors)
+
+    @property
+    def shared(self) -> bool:
+        return len(self._monitors) > 1
+
+    def others_than(self, monitor: Admission) -> None:
+        """Wake every monitor but ``monitor``: it gave back capacity the others may be short of."""
+        for ref in self._monitors:
+            other = ref()
+            if other is not None and other is not monitor:
+                other._limiter_woke(self._limiter_id)
 
     @property
     def limiter(self) -> RateLimiter | None:
@@ -670,14 +696,27 @@ class Admission:
                 and getattr(limiter, "_wake", hook) is hook
             ):
                 return
-        hook = _Wake(self, limiter)
-        limiter.on_capacity_change(hook)
+        existing = getattr(limiter, "_wake", None)
+        if isinstance(existing, _Wake) and existing.limiter is limiter:
+            # Another monitor's wake is in the limiter's one slot: listen through it too.
+            existing.join(self)
+            hook = existing
+        else:
+            hook = _Wake(self, limiter)
+            limiter.on_capacity_change(hook)
 
         def dropped(ref: weakref.ref[_Wake]) -> None:
             if hooks.get(limiter_id) is ref:
                 del hooks[limiter_id]
 
         hooks[limiter_id] = weakref.ref(hook, dropped)
+
+    def _tell_others(self, limiter: RateLimiter) -> None:
+        """Another monitor serving ``limiter`` hears that this one gave back to it."""
+        ref = self._hooks.get(id(limiter))
+        hook = ref() if ref is not None else None
+        if hook is not None and hook.shared:
+            hook.others_than(self)
 
     def _limiter_woke(self, limiter_id: int) -> None:
         if self.is_stopped:
@@ -933,6 +972,7 @@ class Admission:
             except Exception as exc:  # noqa: BLE001 - give back the rest, then raise the first
                 first_error = first_error or exc
                 continue
+            self._tell_others(entry.limiter)
             self._emit(
                 entry.key,
                 grant.snapshot,
@@ -992,6 +1032,9 @@ class Admission:
             if limiter is not None:
                 limiters.setdefault(id(limiter), limiter)
         for limiter in limiters.values():
+            shared = getattr(limiter, "_wake", None)
+            if isinstance(shared, _Wake) and shared.limiter is limiter and shared.leave(self):
+                continue  # another monitor still listens through it: it stays in place
             try:
                 limiter.on_capacity_change(None)
             except Exception:  # noqa: BLE001 - stopping goes on whatever one account does
