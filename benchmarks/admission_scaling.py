@@ -102,30 +102,7 @@ async def drain_multi_account(watch: Stopwatch, line: int, grants: int) -> None:
     """Drain lines whose waiters each need two or three of four one-slot gates (a fixed,
     seeded mix), directly on Admission: every gate is held while the line forms, then all
     four are given back and the line drains, disjoint demands granted side by side."""
-    admission = Admission()
-    gates = [CountingGate(f"slot-{n}", 1) for n in range(4)]
-    mix = random.Random(13)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(admission.run)
-        for _ in range(_batches(line, grants)):
-            held = await admission.admit(_demand_of(gates))
-            drained = _Countdown(line)
-
-            async def waiter(needs: list[CountingGate], drained: _Countdown = drained) -> None:
-                grant = await admission.admit(_demand_of(needs))
-                admission.release(grant)
-                drained.tick()
-
-            for _ in range(line):
-                needs = mix.sample(gates, mix.choice((2, 3)))
-                nursery.start_soon(waiter, needs)
-            await trio.testing.wait_all_tasks_blocked()
-            _check_parked(admission.queue_size, line)
-            watch.start()
-            admission.release(held)
-            await drained.done.wait()
-            watch.stop()
-        nursery.cancel_scope.cancel()
+    await _multi_account(watch, behind=0, timed_per_batch=line, grants=grants)
 
 
 async def drain_multi_account_behind(watch: Stopwatch, line: int, grants: int) -> None:
@@ -134,10 +111,18 @@ async def drain_multi_account_behind(watch: Stopwatch, line: int, grants: int) -
     batch), and once the timed grants are through, the rest are cancelled, untimed. A full drain
     also times a line's last grants, made with almost nobody behind them: a line of 100 spends a
     good part of its drain there, a line of 10,000 almost none of it."""
+    await _multi_account(watch, behind=line, timed_per_batch=min(line, grants), grants=grants)
+
+
+async def _multi_account(
+    watch: Stopwatch, *, behind: int, timed_per_batch: int, grants: int
+) -> None:
+    """Batches of ``behind + timed_per_batch`` multi-account waiters behind all four gates held;
+    the first ``timed_per_batch`` grants of each are timed, and whoever is still parked then
+    is cancelled, untimed."""
     admission = Admission()
     gates = [CountingGate(f"slot-{n}", 1) for n in range(4)]
     mix = random.Random(13)
-    timed_per_batch = min(line, grants)
     async with trio.open_nursery() as nursery:
         await nursery.start(admission.run)
         for _ in range(_batches(timed_per_batch, grants)):
@@ -150,10 +135,10 @@ async def drain_multi_account_behind(watch: Stopwatch, line: int, grants: int) -
                 timed.tick()
 
             async with trio.open_nursery() as waiters:
-                for _ in range(line + timed_per_batch):
+                for _ in range(behind + timed_per_batch):
                     waiters.start_soon(waiter, mix.sample(gates, mix.choice((2, 3))))
                 await trio.testing.wait_all_tasks_blocked()
-                _check_parked(admission.queue_size, line + timed_per_batch)
+                _check_parked(admission.queue_size, behind + timed_per_batch)
                 watch.start()
                 admission.release(held)
                 await timed.done.wait()
