@@ -23,8 +23,8 @@ from .test_admission import one, park, running, settle
 async def test_a_release_in_one_admission_grants_the_waiter_of_another(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """ADM-10, ADM-20: the gate's holder and its waiter live in two admissions; the release in
-    one grants the waiter in the other at once, in both directions."""
+    """ADM-20: the gate's holder and its waiter live in two admissions; the release in one
+    grants the waiter in the other at once, in both directions."""
     gate = CountingGate("shared", 1)
     async with running() as (first, nursery), running() as (second, _):
         held = await first.admit(one(gate))

@@ -149,8 +149,8 @@ async def test_publish_never_waits_and_a_slow_observer_never_starves_a_fast_one(
 async def test_a_burst_longer_than_a_batch_arrives_whole_and_in_order_yielding_between_batches(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """BUS-01, BUS-06: a burst of 2.5 batches reaches the observer whole and in publish order; the
-    consumer delivers a whole batch per scheduler step, and another task runs between batches."""
+    """A burst of 2.5 batches reaches the observer whole and in publish order; the consumer
+    delivers a whole batch per scheduler step, and another task runs between batches."""
     async with running_bus() as (bus, nursery):
         seen = Recorder()
         bus.subscribe(seen)
