@@ -378,13 +378,14 @@ async def test_shutdown_refuses_parked_waiters_interrupts_the_rest_and_stops_the
 async def test_a_job_still_queued_at_shutdown_is_settled_cancelled(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """A job submitted just before the block ends is settled CANCELLED "Cancelled by shutdown",
+    """A job submitted just before shutdown() is settled CANCELLED "Cancelled by shutdown",
     never started into a closed admission."""
     rec = Recorder()
     async with open_dispatcher() as d:
         d.bus.subscribe(rec)
         job = Echo(workflow("u", "wf"))
         handle = d.submit(job)
+        await d.shutdown()
     with pytest.raises(errors.JobCancelledError):
         await handle.result()
     assert job.runs == 0

@@ -429,6 +429,7 @@ async def test_a_delayed_submission_outlived_by_the_dispatcher_says_so(
     async with open_dispatcher() as d:
         later = d.submit_with_delay(Echo(workflow("u", "later")), 60)
         await trio.sleep(1)
+        await d.shutdown()
     with pytest.raises(errors.NucleoSystemError, match="stopped before the delay passed"):
         await later.handle()
 

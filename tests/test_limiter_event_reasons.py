@@ -111,6 +111,7 @@ async def test_admission_rejects_only_with_its_four_reasons(
             await blocked.result()
         with pytest.raises(UncorrectableError, match="buggy failed during admission"):
             await aborted.result()
+        await dispatcher.shutdown()  # the parked are refused: the stop's reason
     assert await holder.result() == "ok"
     with pytest.raises(AdmissionClosedError):
         await stranded_handle.result()

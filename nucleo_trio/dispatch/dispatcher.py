@@ -231,6 +231,8 @@ class JobDispatcher:
         self._interrupted_at = 0.0
         self._background = 0
         self._background_done = trio.Event()
+        self._delayed = 0  # submissions of submit_with_delay still waiting out their delay
+        self._drained: trio.Event | None = None  # set while the block's exit waits for jobs
         self.interrupt_window = INTERRUPT_WINDOW
         """Seconds the stop waits for interrupted jobs to end before it settles them as
         cancelled and names each one still running in a warning (repeated while it runs)."""
@@ -376,6 +378,7 @@ class JobDispatcher:
         graceful stop already waiting."""
         if not self._stopping:
             self._stopping = True
+            self._wake_drain()
             self.state.value = DispatcherState.STOPPING
             if self.heart is not None:
                 self.heart.stop()  # from this instant nothing fires into a stopping dispatcher
@@ -385,6 +388,30 @@ class JobDispatcher:
         if fast and not self._stop_fast:
             self._stop_fast = True
             self._grace_scope.cancel()
+
+    async def wait_until_settled(self) -> None:
+        """Wait until every job submitted so far, and every job those submit, has settled.
+
+        Queued, parked in admission, waiting on a dependency, running, or still waiting out a
+        :meth:`submit_with_delay`: each counts until its handle settles. Heartbeats stop firing
+        from the first call on (what falls due stays in the store, for the next start), so a
+        recurring heartbeat cannot keep the wait open; requests to schedule are still taken.
+        Returns at once when the dispatcher is stopping. This is what leaving the
+        ``async with open_dispatcher()`` block normally does before it stops the dispatcher.
+        """
+        if self.heart is not None:
+            self.heart.hold_fires()
+        while (self._live or self._delayed) and not self._stopping:
+            self._drained = trio.Event()
+            try:
+                await self._drained.wait()
+            finally:
+                self._drained = None
+
+    def _wake_drain(self) -> None:
+        """The block's exit waits for the last job: tell it when there may be none left."""
+        if self._drained is not None and (self._stopping or not (self._live or self._delayed)):
+            self._drained.set()
 
     def _fast_requested(self) -> bool:
         """``_stop_fast`` read afresh after an await (a direct read there would be narrowed
@@ -755,7 +782,10 @@ class JobDispatcher:
                 if answer._handle is None and answer._error is None:
                     answer._error = self._stopped_error("before the delay passed")
                 answer._done.set()
+                self._delayed -= 1
+                self._wake_drain()
 
+        self._delayed += 1
         self._system.start_soon(later)
         return answer
 
@@ -971,6 +1001,8 @@ class JobDispatcher:
                 self.bus.publish(workflow_event(snapshot, verdict))
         # teardown: out of the live set, conversations released, recorded calls released
         self._live.pop(job.job_id, None)
+        if self._drained is not None:
+            self._wake_drain()
         if queued.dependencies:
             self._graph.untrack(job.job_id)
         context.release_conversations()
@@ -1103,11 +1135,15 @@ async def open_dispatcher(
     """Run a :class:`JobDispatcher` for the duration of the block; leaving it shuts down.
 
     A start-up error (``ConfigError``, a broken plugin) is raised bare before the block runs.
-    Leaving the block normally is a graceful :meth:`~JobDispatcher.shutdown`; leaving it with an
-    exception or a cancellation (an outer ``move_on_after``, Ctrl-C) stops the dispatcher at
-    once: every job is cancelled and every handle settled before the block is left. What the
-    block raised comes out as it was raised; an exception group comes out only when the block
-    and the dispatcher failed at once.
+    Leaving the block normally waits, as a nursery waits for its children, for every job
+    submitted in it to settle (:meth:`~JobDispatcher.wait_until_settled`: heartbeats stop
+    firing, so a recurring one does not hold the block open), then stops the dispatcher.
+    Leaving it with an exception or a cancellation (an outer ``move_on_after``, Ctrl-C, also
+    while it waits for the jobs) stops the dispatcher at once: every job is cancelled and every
+    handle settled before the block is left. ``await dispatcher.shutdown()`` inside the block is
+    the graceful stop with a deadline: the parked are refused, running jobs get the timeout,
+    then are interrupted. What the block raised comes out as it was raised; an exception group
+    comes out only when the block and the dispatcher failed at once.
     """
     dispatcher = JobDispatcher(config, **kwargs)
     dispatcher._load_plugins()  # a bad plugin or config raises here, not from inside a nursery
@@ -1121,6 +1157,7 @@ async def open_dispatcher(
             await nursery.start(dispatcher.run)
             try:
                 yield dispatcher
+                await dispatcher.wait_until_settled()
             except BaseException as exc:
                 body_error = exc
                 dispatcher._request_stop(fast=True)

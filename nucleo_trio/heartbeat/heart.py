@@ -79,6 +79,7 @@ class Heart:
         self._scope = trio.CancelScope()
         self._changed = trio.Event()
         self._stopping = False
+        self._holding = False
         self._running = False
         self._ended = trio.Event()
 
@@ -116,6 +117,13 @@ class Heart:
         finally:
             unlisten()
             self._ended.set()
+
+    def hold_fires(self) -> None:
+        """Fire nothing more, but keep taking requests: what falls due stays in the store, for
+        the next start to fire. The dispatcher holds the fires while the ``open_dispatcher``
+        block waits for its jobs, so a recurring heartbeat cannot keep the block open."""
+        self._holding = True
+        self._changed.set()
 
     def stop(self) -> None:
         """Stop both tasks; from now on whatever the Heart is handed is dropped with a warning."""
@@ -189,10 +197,12 @@ class Heart:
 
     async def _fire_due(self) -> float:
         """Fire everything due, then answer the trio instant to sleep until."""
+        if self._holding:
+            return math.inf
         while (heartbeat := await self.store.poll_due(self.now())) is not None:
-            if self._stopping:
-                # stop() came while the store was answering: the slot has not fired, so it goes
-                # back as it was, for the next start to fire.
+            if self._stopping or self._holding:
+                # stop() or hold_fires() came while the store was answering: the slot has not
+                # fired, so it goes back as it was, for the next start to fire.
                 await self._recur(heartbeat)
                 return math.inf
             self._fire(heartbeat)

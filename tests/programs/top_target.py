@@ -49,7 +49,8 @@ async def main(socket: str) -> None:
         assert dispatcher.admission.queue_size == 3
         print("ready", flush=True)
         await trio.to_thread.run_sync(sys.stdin.read, abandon_on_cancel=True)
-    # Leaving the block waits shutdown_timeout for the running jobs, then interrupts them.
+        # The stop refuses the parked, waits shutdown_timeout for the running, interrupts them.
+        await dispatcher.shutdown()
     assert all(handle.done for handle in handles)
     print("stopped", flush=True)
 
