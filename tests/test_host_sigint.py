@@ -47,12 +47,12 @@ def _interrupt_after(proc: subprocess.Popen[str], marker: str) -> tuple[str, str
 
 
 @pytest.mark.parametrize("attempt", range(3))  # where the signal lands varies run to run
-@pytest.mark.parametrize("where", ["block", "shutdown"])
+@pytest.mark.parametrize("where", ["block", "shutdown", "exit"])
 def test_ctrl_c_on_a_user_program_settles_everything_and_raises_itself(
     where: str, attempt: int
 ) -> None:
-    """SIGINT while the block awaits a handle, or while a graceful shutdown waits 300 s for
-    running jobs: the program sees a bare KeyboardInterrupt, every handle has settled
+    """SIGINT while the block awaits a handle, while a graceful shutdown waits 300 s for
+    running jobs, or while the block's normal exit waits for every job: the program sees a bare KeyboardInterrupt, every handle has settled
     (the parked one refused or cancelled, the rest cancelled), one terminal event each, and
     the gate is back to zero."""
     proc = _start(sys.executable, "-m", "tests.programs.ctrl_c", where)

@@ -1,7 +1,8 @@
 """A user's program for the Ctrl-C tests: a dispatcher with jobs running, parked on a gate and
 waiting on a dependency, on the real clock. It prints ``ready`` when the jobs are in place,
-then waits where ``argv[1]`` says: ``block`` (the main task awaits a handle in the block) or
-``shutdown`` (the block has ended and a graceful shutdown waits for the running jobs). On
+then waits where ``argv[1]`` says: ``block`` (the main task awaits a handle in the block),
+``shutdown`` (a graceful ``shutdown()`` waits for the running jobs) or ``exit`` (the block has
+ended normally and waits, as a nursery does, for every job to settle). On
 Ctrl-C it prints one line describing what it can see and exits with status 130.
 """
 
@@ -58,7 +59,9 @@ async def main(where: str) -> None:
         print("ready", flush=True)
         if where == "block":
             await running.result()
-    # where == "shutdown": leaving the block waits up to 300 s for the running jobs
+        elif where == "shutdown":
+            await d.shutdown()  # waits up to 300 s for the running jobs
+    # where == "exit": leaving the block waits for every job (500 s of sleeps) to settle
 
 
 if __name__ == "__main__":
