@@ -477,32 +477,66 @@ def test_failover_share_and_candidate_rules() -> None:
     assert picker.pick(Grade.SMALL, Situation(attempts=twice)).id == "a"
 
 
-async def test_availability_turnoff_applies_only_to_availability_failures(
+async def test_only_a_not_found_turns_a_model_off_for_a_day(
     autojump_clock: Any,
 ) -> None:
-    """MOD-28: connection errors, 5xx and not-found with no success in the last 24 h turn a
-    model off; 429s and auth failures never do; a success turns it back on; pins bypass it."""
+    """MOD-28, as issue 20 (item 6) has it: a 404 or not-found on a model with no success for a
+    day turns it off for a day from the latest verdict, and the book says why and since when; a
+    5xx, an overload, a timeout, a refused or dropped connection, a 429 or an auth failure never
+    does; a success turns it back on at once, and a verdict within a day of one is not taken;
+    pins bypass the turnoff."""
+    import httpx
     import trio
 
-    from nucleo_trio.errors import Http503Error
+    from nucleo_trio.errors import (
+        ExternalServiceError,
+        Http404Error,
+        Http500Error,
+        Http503Error,
+        ModelNotFoundError,
+    )
 
-    book = AvailabilityBook()
-    book.record("m", RateLimitRetry("429"))
-    book.record("m", UnauthorizedError("bad key"))
-    assert not book.is_off("m")
-    book.record("m", Http503Error("down", service="m"))
+    book = AvailabilityBook(wall=lambda: 0.0)  # the wall clock at the epoch: a fixed text
+    refused = ExternalServiceError("refused", service="api", cause=httpx.ConnectError("refused"))
+    for failure in (
+        RateLimitRetry("429"),
+        UnauthorizedError("bad key"),
+        OverloadRetry("529", failure=UpstreamFailure(529, "api", "overloaded")),
+        Http500Error("boom", service="api"),
+        Http503Error("down", service="api"),
+        TransientErrorRetry("500", failure=UpstreamFailure(500, "api", "boom")),
+        TransientErrorRetry("refused", cause=refused),
+        TransientErrorRetry("reset", cause=ConnectionResetError()),
+        ConnectionRefusedError(),
+        refused,
+    ):
+        book.record("m", failure)
+        assert not book.is_off("m"), failure
+    book.record("m", Http404Error("the model does not exist", service="api"))
+    await trio.sleep(3600)
+    assert book.why_off("m") == (
+        "m is turned off since 1970-01-01 00:00:00 UTC (60 min ago) after HTTP 404: the model "
+        "does not exist; it is tried again in 23.0 h, or at once if it answers"
+    )
+    await trio.sleep(23 * 3600 - 1)
     assert book.is_off("m")
-    book.record("m", None)
+    await trio.sleep(2)  # a day after the verdict: tried again
+    assert not book.is_off("m") and book.turned_off() == ()
+
+    book.record("m", ModelNotFoundError("no such model"))
+    assert [t.spec_id for t in book.turned_off()] == ["m"]
+    book.record("m", None)  # it answered: on at once
     assert not book.is_off("m")
-    book.record("m", TransientErrorRetry("reset", cause=ConnectionResetError()))
-    assert not book.is_off("m")  # a success within the day keeps it on
+    book.record("m", Http404Error("gone", service="api"))
+    assert not book.is_off("m")  # within a day of a success: not taken
     await trio.sleep(24 * 3600 + 1)
+    book.record("m", Http404Error("gone", service="api"))
     assert book.is_off("m")
 
     cat = catalog(priced("flaky"), priced("steady"), pins={"SMALL": ["flaky", "steady"]})
     models = runtime(cat)
     models.availability = book
-    book.record("flaky", Http503Error("down", service="m"))
+    book.record("flaky", Http404Error("gone", service="api"))
     from nucleo_trio.admission import RateLimiterRegistry
     from nucleo_trio.models.picker import RegistryRouteHealth
 
@@ -514,6 +548,51 @@ async def test_availability_turnoff_applies_only_to_availability_failures(
     assert models.resolve(flat()).id == "steady"
     pinned = ModelBinding.pinned(cat.spec("flaky"), Depth.IMMEDIATE, 1, 1)
     assert models.resolve(pinned).id == "flaky"
+
+
+def test_a_turnoff_never_takes_the_last_entry_away_and_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """MOD-28, as issue 20 (item 6) has it: an entry turned off is passed over with one warning
+    that says why and since when; when every entry that could serve is turned off, the first of
+    the order serves all the same (one warning); a refusal for another reason names the
+    turnoffs among its candidates."""
+    from nucleo_trio.admission import RateLimiterRegistry
+    from nucleo_trio.errors import Http404Error
+    from nucleo_trio.models.picker import RegistryRouteHealth
+
+    book = AvailabilityBook(clock=lambda: 50.0, wall=lambda: 0.0)
+    cat = catalog(priced("gone", price=1.0), priced("steady", price=9.0))
+    health = RegistryRouteHealth(RateLimiterRegistry(), book)
+    picker = DefaultModelPicker(cat, providers("fake-llm"), health=health)
+    book.record("gone", Http404Error("no such model", service="api"))
+    with caplog.at_level(logging.WARNING, logger="nucleo_trio.models.picker"):
+        assert picker.pick(Grade.SMALL, Situation()).id == "steady"
+        assert picker.pick(Grade.MICRO, Situation()).id == "steady"
+    assert [r.getMessage() for r in caplog.records] == [
+        "gone is turned off since 1970-01-01 00:00:00 UTC (0 s ago) after HTTP 404: no such "
+        "model; it is tried again in 24.0 h, or at once if it answers; passed over"
+    ]
+    caplog.clear()
+    book.record("steady", Http404Error("no such model", service="api"))
+    with caplog.at_level(logging.WARNING, logger="nucleo_trio.models.picker"):
+        assert picker.pick(Grade.SMALL, Situation()).id == "gone"
+        assert picker.pick(Grade.SMALL, Situation()).id == "gone"
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0].startswith("steady is turned off since 1970-01-01 00:00:00 UTC")
+    assert messages[1].startswith(
+        "every entry that can serve SMALL or above is turned off; gone serves all the same "
+        "(a turnoff never takes the last entry away): gone is turned off since"
+    )
+    assert len(messages) == 2
+
+    envelope = DefaultComplianceEnvelope(denied_identities={"gone", "steady"})
+    with pytest.raises(ModelResolutionError) as refusal:
+        picker.pick(Grade.SMALL, Situation(envelope=envelope))
+    message = str(refusal.value)
+    assert "refused by the compliance envelope: gone, steady" in message
+    assert "gone is turned off since 1970-01-01 00:00:00 UTC (0 s ago) after HTTP 404" in message
+    assert "steady is turned off since" in message
 
 
 def test_the_prior_spec_is_kept_while_it_qualifies() -> None:

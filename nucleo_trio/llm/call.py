@@ -14,7 +14,13 @@ entry's client (every call lands on the job's context) and reads the reply:
   with the outgoing turn's budget raised to the model's ceiling, so the re-run reserves it; a
   reply already cut at the ceiling fails (TOOL-28, TOOL-37);
 * an upstream failure goes into the execution's history, so the re-run resolves with it
-  (failover is the picker's decision), and is raised as it is for the dispatcher to pace.
+  (failover is the picker's decision), and is raised as it is for the dispatcher to pace; a
+  404 from the model's endpoint (the model is not there) goes into it too, and is the one
+  failure that turns the entry off for a while (see
+  :class:`~nucleo_trio.models.picker.AvailabilityBook`);
+* a reply that reports no token usage is recorded at the call's reservation, marked estimated
+  (:class:`~nucleo_trio.llm.clients.ObservableLLMClient`), so a spend ledger books what the
+  call was let through on rather than nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 from ..errors import (
     CorrectableError,
     ExternalServiceError,
+    ModelNotFoundError,
     OutputTruncationRetry,
+    ResourceNotFoundError,
     ResponseCorrectionRetry,
     UncorrectableError,
     UpstreamRetry,
@@ -38,7 +46,7 @@ from ..jobs.state import JobType
 from ..models.binding import ModelBinding
 from ..models.grades import Depth, Grade
 from .answers import RawResponse, ResponseHandler
-from .clients import LLMResponse, ObservableLLMClient, ToolSpec
+from .clients import LLMResponse, ObservableLLMClient, ToolSpec, Usage
 from .conversation import Conversation
 
 if TYPE_CHECKING:
@@ -136,16 +144,32 @@ class LLMCall(Tool[T], Generic[T]):
     # -- the call ------------------------------------------------------------------------------------
     async def execute(self, context: JobContext) -> T:
         assert self.binding is not None, "the dispatcher resolves the binding before execute"
-        spec = self.binding.model
+        binding = self.binding
+        spec = binding.model
         models = context.dispatcher.models
-        client = ObservableLLMClient(models.provider_client(spec), context)
+        reserved = (
+            Usage(
+                input_tokens=binding.input_reservation,
+                output_tokens=binding.output_reservation,
+                estimated=True,
+            )
+            if binding.is_priced
+            else None
+        )
+        client = ObservableLLMClient(models.provider_client(spec), context, reserved=reserved)
         request = self.conversation.request_for(
             spec, tools=self.tools, output_schema=self.answer.output_schema()
         )
         try:
             response = await client.complete(request)
-        except (UpstreamRetry, ExternalServiceError) as failure:
-            models.note_attempt(context, spec, failure)
+        except (
+            UpstreamRetry,
+            ExternalServiceError,
+            ResourceNotFoundError,
+            ModelNotFoundError,
+        ) as e:
+            # The execution's history (the re-run resolves with it) and the availability book.
+            models.note_attempt(context, spec, e)
             raise
         models.note_success(spec, response)
         if response.is_truncated:

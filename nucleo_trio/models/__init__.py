@@ -44,6 +44,7 @@ from .picker import (
     Providers as Providers,
     RouteHealth as RouteHealth,
     Situation as Situation,
+    Turnoff as Turnoff,
     failover_share as failover_share,
 )
 from .pricing import Cost as Cost
@@ -90,6 +91,7 @@ __all__ = [
     "Situation",
     "SpendGate",
     "ThinkingMode",
+    "Turnoff",
     "WiredConversation",
     "WorkflowSpend",
     "binding_accounts",

@@ -10,12 +10,19 @@ pinned order and then its other entries cheapest first, and serves the first ent
 callable, permitted by the envelope and accepts every declared input (MOD-08, MOD-09). It
 caches nothing for language-model seats, so its choice follows credentials as they come and
 go (MOD-11). A route overloaded earlier in the execution, or slowed by its upstream's push-back,
-hands its traffic to another route of the same model (MOD-27); a model whose every recent call
-failed for availability is turned off for a day (MOD-28).
+hands its traffic to another route of the same model (MOD-27).
+
+A model whose endpoint says it is not there (a 404, "model not found") and that has not answered
+for a day is **turned off** for a day (MOD-28, :class:`AvailabilityBook`): the picker serves the
+seat from the next entry instead, and logs why and since when. A 5xx, a timeout, a refused or
+dropped connection is a re-run, never a verdict on the model; and a turnoff never takes away
+the last entry that can serve a seat: when every entry that could is turned off, the first of
+them serves all the same.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import math
 import os
@@ -28,13 +35,11 @@ import attrs
 import trio
 
 from ..errors import (
-    ExternalServiceError,
     HttpErrorResponse,
     ModelNotFoundError,
     ModelResolutionError,
     OverloadRetry,
     ResourceNotFoundError,
-    TransientErrorRetry,
     UpstreamFailure,
 )
 from .catalog import PIN_DECISION, PIN_EMBEDDINGS, ModelCatalog, ModelSpec
@@ -54,15 +59,19 @@ __all__ = [
     "Providers",
     "RouteHealth",
     "Situation",
+    "Turnoff",
     "failover_share",
+    "is_availability_failure",
 ]
 
 log = logging.getLogger("nucleo_trio.models.picker")
 
 AVAILABILITY_MEMORY = 24 * 60 * 60.0
-"""Seconds a success keeps a model on after availability failures (MOD-28)."""
+"""A day, in seconds (MOD-28): a verdict within it of a success is not taken, and a turnoff
+lasts it from the latest verdict."""
 
 OVERLOAD_STATUS = 529
+NOT_FOUND_STATUS = 404
 
 
 def _now() -> float:
@@ -183,23 +192,26 @@ class Attempt:
 
     @property
     def availability_shaped(self) -> bool:
-        """A connection error, a 5xx (overload aside) or a not-found: the model may be gone.
-        A 429, an auth failure or an envelope refusal never is (MOD-28)."""
+        """Whether the endpoint said the model is not there (a 404, a not-found): the one
+        failure that is a verdict on the model (:func:`is_availability_failure`)."""
         return is_availability_failure(self.failure)
 
 
 def is_availability_failure(failure: BaseException) -> bool:
-    """Whether ``failure`` says the model may be unavailable rather than busy or refused."""
+    """Whether ``failure`` is a verdict on the model: its endpoint says it is not there.
+
+    Only a not-found is (an HTTP 404, :class:`~nucleo_trio.errors.ModelNotFoundError`, or
+    :class:`~nucleo_trio.errors.ResourceNotFoundError`). A 5xx, an overload, a timeout, a
+    refused or dropped connection says the upstream failed this once: it is a re-run, and says
+    nothing about whether the model exists. A 429, an auth failure or an envelope refusal never
+    is one either.
+    """
     if isinstance(failure, OverloadRetry):
         return False
     status = _status_of(failure)
     if status is not None:
-        return status == 404 or (500 <= status < 600 and status != OVERLOAD_STATUS)
-    if isinstance(failure, ModelNotFoundError | ResourceNotFoundError):
-        return True
-    if isinstance(failure, TransientErrorRetry | ExternalServiceError):
-        return isinstance(failure.__cause__, OSError | trio.BrokenResourceError)
-    return isinstance(failure, OSError | trio.BrokenResourceError | ConnectionError)
+        return status == NOT_FOUND_STATUS
+    return isinstance(failure, ModelNotFoundError | ResourceNotFoundError)
 
 
 @attrs.frozen(kw_only=True)
@@ -240,32 +252,111 @@ def failover_share(slowdown: float) -> float:
     return 1.0 - 1.0 / slowdown
 
 
-class AvailabilityBook:
-    """Which models are turned off for availability (MOD-28).
+def _utc_text(wall: float) -> str:
+    return datetime.datetime.fromtimestamp(wall, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
-    A model is off while its last outcome is an availability-shaped failure and it has had no
-    success for a day (:data:`AVAILABILITY_MEMORY`). Any other failure is not recorded, and a
-    success turns it back on.
+
+def _span(seconds: float) -> str:
+    """``seconds`` as a person reads a wait: "45 s", "12 min", "3.5 h"."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@attrs.frozen
+class Turnoff:
+    """Why and since when a model is turned off (MOD-28).
+
+    ``since`` is the clock reading of the first verdict of the run (``at`` the wall-clock time
+    of it, for people), ``latest`` the last one's, from which the turnoff lasts
+    :data:`AVAILABILITY_MEMORY`; ``reason`` is what the endpoint said.
     """
 
-    def __init__(self, clock: Callable[[], float] = _now) -> None:
+    spec_id: str
+    since: float
+    at: float
+    latest: float
+    reason: str
+
+    @property
+    def until(self) -> float:
+        """The clock reading at which the model is tried again."""
+        return self.latest + AVAILABILITY_MEMORY
+
+    def describe(self, now: float) -> str:
+        """One sentence: which model, since when, why, and when it is tried again."""
+        return (
+            f"{self.spec_id} is turned off since {_utc_text(self.at)} "
+            f"({_span(max(0.0, now - self.since))} ago) after {self.reason}; it is tried again "
+            f"in {_span(max(0.0, self.until - now))}, or at once if it answers"
+        )
+
+
+class AvailabilityBook:
+    """Which models are turned off for availability (MOD-28), and why and since when.
+
+    A verdict (:func:`is_availability_failure`: the endpoint says the model is not there) on a
+    model that has had no success for a day (:data:`AVAILABILITY_MEMORY`) turns it off, for a
+    day from the latest verdict; a success turns it back on at once. A verdict within a day of
+    a success is not taken (the model answered lately; a verdict once a day has passed without
+    a success is). Any other failure is not recorded.
+    """
+
+    def __init__(
+        self, clock: Callable[[], float] = _now, wall: Callable[[], float] = time.time
+    ) -> None:
         self._clock = clock
+        self._wall = wall
         self._last_success: dict[str, float] = {}
-        self._failing: set[str] = set()
+        self._turnoffs: dict[str, Turnoff] = {}
 
     def record(self, spec_id: str, failure: BaseException | None) -> None:
         """Record one call's outcome on ``spec_id``: ``None`` for a success."""
+        now = self._clock()
         if failure is None:
-            self._last_success[spec_id] = self._clock()
-            self._failing.discard(spec_id)
-        elif is_availability_failure(failure):
-            self._failing.add(spec_id)
+            self._last_success[spec_id] = now
+            self._turnoffs.pop(spec_id, None)
+            return
+        if not is_availability_failure(failure):
+            return
+        last = self._last_success.get(spec_id)
+        if last is not None and now - last <= AVAILABILITY_MEMORY:
+            return
+        reason = _failure_text(failure)
+        current = self._turnoffs.get(spec_id)
+        if current is not None and now < current.until:
+            self._turnoffs[spec_id] = attrs.evolve(current, latest=now, reason=reason)
+        else:
+            self._turnoffs[spec_id] = Turnoff(spec_id, now, self._wall(), now, reason)
+
+    def turnoff(self, spec_id: str) -> Turnoff | None:
+        """Why and since when ``spec_id`` is turned off, or ``None`` while it is on."""
+        found = self._turnoffs.get(spec_id)
+        if found is None:
+            return None
+        return found if self._clock() < found.until else None
 
     def is_off(self, spec_id: str) -> bool:
-        if spec_id not in self._failing:
-            return False
-        last = self._last_success.get(spec_id)
-        return last is None or self._clock() - last > AVAILABILITY_MEMORY
+        return self.turnoff(spec_id) is not None
+
+    def why_off(self, spec_id: str) -> str | None:
+        """The sentence that says why and since when ``spec_id`` is off, or ``None``."""
+        found = self.turnoff(spec_id)
+        return found.describe(self._clock()) if found is not None else None
+
+    def turned_off(self) -> tuple[Turnoff, ...]:
+        """Every model turned off now, earliest first."""
+        found = (self.turnoff(spec_id) for spec_id in tuple(self._turnoffs))
+        return tuple(sorted((t for t in found if t is not None), key=lambda t: t.since))
+
+
+def _failure_text(failure: BaseException) -> str:
+    status = _status_of(failure)
+    text = str(failure) or type(failure).__name__
+    head = f"HTTP {status}" if status is not None and f"HTTP {status}" not in text else ""
+    return f"{head}: {text}" if head else text
 
 
 @runtime_checkable
@@ -279,7 +370,8 @@ class RouteHealth(Protocol):
 
 class RegistryRouteHealth:
     """Route health read from a dispatcher's accounts and availability book: a route's
-    slowdown is ``1 + throttle`` of its token bucket (1.0 before it has one)."""
+    slowdown is ``1 + throttle`` of its token bucket (1.0 before it has one); a route is down
+    while the book has it turned off, and :meth:`why_down` says why and since when."""
 
     def __init__(self, accounts: RateLimiterRegistry, availability: AvailabilityBook) -> None:
         self._accounts = accounts
@@ -295,6 +387,17 @@ class RegistryRouteHealth:
 
     def is_down(self, spec: ModelSpec) -> bool:
         return self._availability.is_off(spec.id)
+
+    def why_down(self, spec: ModelSpec) -> str | None:
+        return self._availability.why_off(spec.id)
+
+
+def _why_down(health: RouteHealth, spec: ModelSpec) -> str:
+    """What ``health`` says about a route it has down: its own words when it has a
+    ``why_down``, else that it is marked down."""
+    explain = getattr(health, "why_down", None)
+    said = explain(spec) if callable(explain) else None
+    return said if isinstance(said, str) and said else f"{spec.id} is marked down by route health"
 
 
 class _Healthy:
@@ -352,6 +455,8 @@ class DefaultModelPicker:
         self.health: RouteHealth = health or _Healthy()
         self._rng = rng or random.Random()
         self._logged: set[tuple[str, str]] = set()
+        self._down_logged: set[str] = set()  # entries whose turnoff was logged, while off
+        self._held_logged: set[tuple[str, str]] = set()  # (grade, entry) served though off
         self._decision: ModelSpec | None = None
 
     # -- the order --------------------------------------------------------------------------------
@@ -367,7 +472,10 @@ class DefaultModelPicker:
         unpriced = [e for e in rest if e.price_per_million is None]
         return (*pinned, *priced, *unpriced)
 
-    def _qualifies(self, spec: ModelSpec, situation: Situation, grade: Grade) -> bool:
+    def _qualifies(
+        self, spec: ModelSpec, situation: Situation, grade: Grade, *, healthy: bool = True
+    ) -> bool:
+        """Open, callable, permitted, accepting the inputs and, when ``healthy``, not down."""
         if not spec.is_open or spec.kind is not ModelKind.LLM:
             return False
         if not self.providers.is_callable(spec):
@@ -378,13 +486,17 @@ class DefaultModelPicker:
         if not situation.envelope.permits(spec):
             self._log_once("envelope", spec.id, f"{spec.id} is refused by the envelope; skipped")
             return False
-        if self.health.is_down(spec):
+        if healthy and self.health.is_down(spec):
             return False
         return spec.accepts(situation.inputs)
 
     def pick(self, grade: Grade, situation: Situation) -> ModelSpec:
         """The first qualifying entry of the grade's order, then of each grade above; a prior
-        entry the conversation used is kept while it still qualifies (stickiness)."""
+        entry the conversation used is kept while it still qualifies (stickiness).
+
+        An entry that is down (turned off for availability) is passed over, with a warning
+        that says why and since when; but when every entry that could serve is down, the first
+        of them serves all the same (MOD-28): a turnoff never takes the last entry away."""
         if not grade.is_rung:
             raise ValueError("pick() takes a rung; translate CEILING with ceiling() first")
         prior = self.catalog.find_spec(situation.prior_spec_id)
@@ -396,12 +508,21 @@ class DefaultModelPicker:
             and self._qualifies(prior, situation, grade)
         ):
             return self._route(prior, situation)
+        held: ModelSpec | None = None
         for rung in grade.at_least():
             order = self.order(rung)
             pinned = len(self.catalog.pins(rung))
             for index, spec in enumerate(order):
-                if not self._qualifies(spec, situation, rung):
+                if not self._qualifies(spec, situation, rung, healthy=False):
                     continue
+                if self.health.is_down(spec):
+                    if spec.id not in self._down_logged:
+                        self._down_logged.add(spec.id)
+                        log.warning("%s; passed over", _why_down(self.health, spec))
+                    held = held or spec
+                    continue
+                self._down_logged.discard(spec.id)
+                self._held_logged.discard((grade.value, spec.id))
                 if index >= pinned and pinned:
                     self._log_once(
                         "fill-in",
@@ -410,6 +531,17 @@ class DefaultModelPicker:
                         level=logging.WARNING,
                     )
                 return self._route(spec, situation)
+        if held is not None:
+            if (grade.value, held.id) not in self._held_logged:
+                self._held_logged.add((grade.value, held.id))
+                log.warning(
+                    "every entry that can serve %s or above is turned off; %s serves all the "
+                    "same (a turnoff never takes the last entry away): %s",
+                    grade.value,
+                    held.id,
+                    _why_down(self.health, held),
+                )
+            return held
         raise ModelResolutionError(self._nothing_for(grade, situation), grade=grade.value)
 
     def _route(self, chosen: ModelSpec, situation: Situation) -> ModelSpec:
@@ -462,6 +594,11 @@ class DefaultModelPicker:
         refused = [e.id for e in candidates if e.is_open and not situation.envelope.permits(e)]
         if refused:
             parts.append(f"refused by the compliance envelope: {', '.join(refused)}")
+        down = [
+            _why_down(self.health, e) for e in candidates if e.is_open and self.health.is_down(e)
+        ]
+        if down:
+            parts.append("; ".join(down))
         if not candidates:
             parts.append("the catalog has no entry at or above it")
         return " - ".join([parts[0], "; ".join(parts[1:])]) if parts[1:] else parts[0]

@@ -14,6 +14,11 @@ dispatcher with :meth:`CostLedger.attach`::
 
     ledger = CostLedger(dispatcher.models.catalog).attach(dispatcher)
     ledger.cap(root.workflow_id, Cost(Decimal("0.50"), "USD"))
+
+A reply whose provider reported no token usage is booked all the same, at the estimate its
+response carries (an :class:`~nucleo_trio.llm.LLMCall`'s is its reservation, the most the call
+could cost), and its :class:`Call` is marked ``estimated``; the ledger warns once per model
+that its calls are being estimated, so a cap keeps capping and nobody reads a guess as a bill.
 """
 
 from __future__ import annotations
@@ -55,7 +60,11 @@ class SpendGate(Protocol):
 
 @attrs.frozen
 class Call:
-    """One recorded model call (OBS-28). ``cost`` is ``None`` for an unpriced model."""
+    """One recorded model call (OBS-28). ``cost`` is ``None`` for an unpriced model.
+
+    ``estimated`` is true when the provider reported no usage: the tokens (and so the cost) are
+    the estimate the response carried, never a zero.
+    """
 
     job_id: str
     job_name: str
@@ -68,6 +77,7 @@ class Call:
     latency: float | None
     successful: bool
     cost: Cost | None
+    estimated: bool = False
 
 
 @attrs.define
@@ -80,6 +90,11 @@ class WorkflowSpend:
 
     def spent(self, currency: str) -> Cost:
         return self.totals.get(currency, Cost.zero(currency))
+
+    @property
+    def estimated(self) -> bool:
+        """Whether any of its calls is booked at an estimate (its provider reported no usage)."""
+        return any(call.estimated for call in self.calls)
 
 
 def _int(value: object) -> int:
@@ -99,7 +114,8 @@ class CostLedger(JobObserver[JobEvent]):
         self._caps: dict[str, dict[str, Cost]] = {}
         self._committed: dict[str, dict[str, Cost]] = {}  # job id -> currency -> reserved
         self._workflow_of: dict[str, str] = {}  # job id -> workflow id, while committed
-        self._warned: set[str] = set()
+        self._warned: set[str] = set()  # models without a catalog entry, warned of
+        self._estimating: set[str] = set()  # models whose calls are booked at an estimate
 
     @property
     def catalog(self) -> ModelCatalog:
@@ -132,6 +148,14 @@ class CostLedger(JobObserver[JobEvent]):
         output_tokens = _int(getattr(usage, "output_tokens", 0))
         cache_read = _int(getattr(usage, "cache_read_tokens", 0))
         cache_write = _int(getattr(usage, "cache_write_tokens", 0))
+        estimated = getattr(usage, "estimated", False) is True
+        if estimated and model_id not in self._estimating:
+            self._estimating.add(model_id)
+            log.warning(
+                "%s reported no token usage; its calls are booked at an estimate (the call's "
+                "reservation, or the text's length) and marked estimated",
+                model_id,
+            )
         spec = self._spec_for(model_id)
         cost = (
             None
@@ -150,6 +174,7 @@ class CostLedger(JobObserver[JobEvent]):
             latency=getattr(response, "duration", None),
             successful=bool(getattr(response, "successful", True)),
             cost=cost,
+            estimated=estimated,
         )
         spend = self._workflows.setdefault(workflow_id, WorkflowSpend(workflow_id))
         spend.calls.append(call)

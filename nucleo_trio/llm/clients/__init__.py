@@ -50,7 +50,8 @@ The records (every field has the name given here; all are keyword arguments):
   ``output_schema: OutputSchema | None = None``, ``temperature: float | None = None``,
   ``stop: tuple[str, ...] = ()``, ``extra: Mapping[str, Any] = {}`` (provider fields passed
   through as they are). ``with_max_tokens(n)`` and ``with_model(id)`` return modified copies.
-* :class:`Usage`: ``input_tokens: int = 0``, ``output_tokens: int = 0``; ``total_tokens``.
+* :class:`Usage`: ``input_tokens: int = 0``, ``output_tokens: int = 0``, ``estimated: bool =
+  False`` (the provider reported none; see :meth:`Usage.estimate`); ``total_tokens``.
 * :class:`LLMResponse`: ``content: str = ""``, ``tool_calls: tuple[ToolCall, ...] = ()``,
   ``stop_reason: LLMStopReason = UNKNOWN``, ``provider_stop_reason: str | None`` (the provider's
   own word, e.g. "length"), ``usage: Usage``, ``model: str | None`` (the model id the call was

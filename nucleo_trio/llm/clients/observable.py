@@ -8,7 +8,11 @@ between a job and any client and append one record per call to the job's
 * a success is recorded as the delegate's own response object, and returned as it is;
 * a failure is recorded as an unsuccessful response (the reason, the error, the model, the start
   and end times), and the same exception is raised on, so the dispatcher still sees the signal
-  or error the delegate raised; a truncation signal is recorded with the MAX_TOKENS stop reason.
+  or error the delegate raised; a truncation signal is recorded with the MAX_TOKENS stop reason;
+* a success whose usage is an estimate (the provider reported none) is recorded, and returned,
+  at the call's reservation when the wrapper was given one (``reserved``, what admission held
+  for the call: the most it could cost), or at the text's estimate where that is larger, so
+  what a ledger books for it is never less than what the call was let through on.
 
 A wrapper built with a context records there. One built without records on
 :func:`~nucleo_trio.jobs.context.current_job` at each call, so one wrapper can serve every job
@@ -27,7 +31,7 @@ import trio
 
 from ...jobs.context import JobContext, current_job
 from .protocols import EmbeddingsClient, LLMClient, TextSink
-from .records import EmbeddingPurpose, EmbeddingsResponse, LLMRequest, LLMResponse
+from .records import EmbeddingPurpose, EmbeddingsResponse, LLMRequest, LLMResponse, Usage
 
 __all__ = ["ObservableEmbeddingsClient", "ObservableLLMClient"]
 
@@ -90,6 +94,32 @@ class ObservableLLMClient(_Observing[LLMClient]):
     _protocol = LLMClient
     _needs = "an LLMClient (complete, stream, model_identifier)"
 
+    def __init__(
+        self,
+        delegate: LLMClient,
+        context: JobContext | None = None,
+        *,
+        reserved: Usage | None = None,
+    ) -> None:
+        """Wrap ``delegate``; record on ``context``, or on the current job at each call.
+
+        ``reserved`` is the usage the call was admitted on (its binding's input and output
+        reservation): a reply that reports no usage is recorded at it, or at its own estimate
+        from the text where that is larger, and marked estimated.
+        """
+        super().__init__(delegate, context)
+        if reserved is not None and not isinstance(reserved, Usage):
+            raise TypeError(
+                f"ObservableLLMClient: reserved must be a Usage or None, got "
+                f"{type(reserved).__name__}"
+            )
+        self._reserved = reserved
+
+    @property
+    def reserved(self) -> Usage | None:
+        """The usage an estimated reply is recorded at, or ``None``."""
+        return self._reserved
+
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """The delegate's reply, recorded as it is; a failure is recorded and raised (OC-01/02)."""
         return await self._observe(request, lambda: self._delegate.complete(request), stream=False)
@@ -130,6 +160,8 @@ class ObservableLLMClient(_Observing[LLMClient]):
             raise
         if stream and response.started_at is None:
             response = attrs.evolve(response, started_at=started)
+        if response.usage.estimated and self._reserved is not None:
+            response = attrs.evolve(response, usage=response.usage.at_least(self._reserved))
         self._record(response)
         return response
 

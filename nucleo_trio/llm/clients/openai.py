@@ -30,7 +30,13 @@ else ``Retry-After`` as seconds or an HTTP date) as ``retry_after``, and an
 :class:`~nucleo_trio.errors.UpstreamFailure` whose backpressure is the signal's own, so the
 dispatcher's pacing and an account's push-back both read it; the HTTP error is the cause. A reply
 cut at its budget (``finish_reason: "length"``) is a successful response whose stop reason is
-MAX_TOKENS: whether to re-run it with a larger budget is the caller's decision.
+MAX_TOKENS: whether to re-run it with a larger budget is the caller's decision. A stream that
+ends with neither a finish reason nor ``[DONE]`` was cut by the upstream, not by the budget: it
+is a :class:`~nucleo_trio.errors.TransientErrorRetry`, never an answer.
+
+A reply that reports no token usage (the streams of some servers, some gateways) gets an estimate
+from its text instead (:meth:`~nucleo_trio.llm.clients.Usage.estimate`), marked ``estimated``,
+so a spend ledger never books it at zero.
 
 A successful answer's ``x-ratelimit-limit-*`` and ``x-ratelimit-remaining-*`` headers become its
 :class:`~nucleo_trio.llm.clients.RateLimitInfo` (a CAPACITY reading; ``None`` when the endpoint
@@ -322,13 +328,46 @@ def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-def _usage(data: object) -> Usage:
+def _counted(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _usage(data: object, *, input_key: str = "prompt_tokens") -> Usage | None:
+    """The usage the provider reported, or ``None`` when it reported none (no ``usage``, a null
+    one, or one that counts neither side)."""
     if not isinstance(data, dict):
-        return Usage()
-    return Usage(
-        input_tokens=_int(data.get("prompt_tokens")),
-        output_tokens=_int(data.get("completion_tokens")),
-    )
+        return None
+    sent, written = data.get(input_key), data.get("completion_tokens")
+    if not _counted(sent) and not _counted(written):
+        return None
+    return Usage(input_tokens=_int(sent), output_tokens=_int(written))
+
+
+def _request_text(request: LLMRequest) -> str:
+    """Everything a request sends that a model reads, as text, to estimate its tokens by."""
+    parts: list[str] = []
+    for message in request.messages:
+        parts.append(message.content)
+        for call in message.tool_calls:
+            parts.extend((call.name, call.arguments))
+    for tool in request.tools:
+        parts.extend((tool.name, tool.description, json.dumps(_plain(tool.parameters))))
+    if request.output_schema is not None:
+        parts.append(json.dumps(_plain(request.output_schema.schema)))
+    return "\n".join(parts)
+
+
+def _reply_text(content: str, calls: Sequence[ToolCall]) -> str:
+    """What a reply wrote, as text: its content and each tool call's name and arguments."""
+    return "\n".join([content, *(f"{call.name} {call.arguments}" for call in calls)])
+
+
+def _reported_or_estimated(
+    reported: Usage | None, request: LLMRequest, content: str, calls: Sequence[ToolCall]
+) -> Usage:
+    if reported is not None:
+        return reported
+    return Usage.estimate(_request_text(request), _reply_text(content, calls))
 
 
 def _stop_reason(finish_reason: object, refusal: object) -> tuple[LLMStopReason, str | None]:
@@ -636,24 +675,31 @@ class OpenAICompatibleClient(_PooledClient):
         body = _request_body(request, model, self._max_tokens_field)
         started = trio.current_time()
         data, headers = await self._endpoint.post("chat/completions", body)
-        return self._parse_completion(data, model, started, headers)
+        return self._parse_completion(data, request, model, started, headers)
 
     def _parse_completion(
-        self, data: Any, model: str, started: float, headers: Mapping[str, str]
+        self,
+        data: Any,
+        request: LLMRequest,
+        model: str,
+        started: float,
+        headers: Mapping[str, str],
     ) -> LLMResponse:
         endpoint = self._endpoint.url("chat/completions")
         try:
             choice = data["choices"][0]
             message = choice["message"]
             content = message.get("content")
+            content = content if isinstance(content, str) else ""
             tool_calls = _parse_calls(message.get("tool_calls"))
             stop_reason, raw = _stop_reason(choice.get("finish_reason"), message.get("refusal"))
+            usage = _reported_or_estimated(_usage(data.get("usage")), request, content, tool_calls)
             return LLMResponse(
-                content=content if isinstance(content, str) else "",
+                content=content,
                 tool_calls=tool_calls,
                 stop_reason=stop_reason,
                 provider_stop_reason=raw,
-                usage=_usage(data.get("usage")),
+                usage=usage,
                 model=model,
                 provider_model=data.get("model") if isinstance(data.get("model"), str) else None,
                 response_id=data.get("id") if isinstance(data.get("id"), str) else None,
@@ -670,7 +716,12 @@ class OpenAICompatibleClient(_PooledClient):
             ) from exc
 
     async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
-        """Send ``request`` with ``stream: true``; each text delta goes to ``on_text``."""
+        """Send ``request`` with ``stream: true``; each text delta goes to ``on_text``.
+
+        A stream that ends with neither a finish reason nor ``[DONE]`` was cut by the upstream:
+        it raises :class:`~nucleo_trio.errors.TransientErrorRetry` (the text already handed to
+        ``on_text`` is all there is of it), never returns the half it sent.
+        """
         model = self._model_for(request)
         body = _request_body(request, model, self._max_tokens_field)
         body["stream"] = True
@@ -680,7 +731,8 @@ class OpenAICompatibleClient(_PooledClient):
         calls: dict[int, _StreamedCall] = {}
         finish: object = None
         refusal: list[str] = []
-        usage = Usage()
+        usage: Usage | None = None
+        done = False
         provider_model: str | None = None
         response_id: str | None = None
         endpoint = self._endpoint.url("chat/completions")
@@ -693,6 +745,7 @@ class OpenAICompatibleClient(_PooledClient):
                 if payload == "[DONE]":
                     # Read on to the end of the body rather than break: a response read to
                     # its end hands its connection back to the pool.
+                    done = True
                     continue
                 try:
                     chunk = json.loads(payload)
@@ -704,8 +757,7 @@ class OpenAICompatibleClient(_PooledClient):
                     continue
                 provider_model = chunk.get("model") or provider_model
                 response_id = chunk.get("id") or response_id
-                if chunk.get("usage"):
-                    usage = _usage(chunk["usage"])
+                usage = _usage(chunk.get("usage")) or usage
                 for choice in chunk.get("choices") or ():
                     delta = choice.get("delta") or {}
                     piece = delta.get("content")
@@ -717,22 +769,46 @@ class OpenAICompatibleClient(_PooledClient):
                     for raw in delta.get("tool_calls") or ():
                         _merge_call_delta(calls, raw)
                     finish = choice.get("finish_reason") or finish
+        content = "".join(text)
+        if not done and finish is None:
+            raise self._unterminated(endpoint, content, len(calls))
         stop_reason, raw_reason = _stop_reason(finish, "".join(refusal))
+        tool_calls = tuple(
+            ToolCall(id=call.id or f"call_{index}", name=call.name, arguments=call.arguments)
+            for index, call in sorted(calls.items())
+        )
         return LLMResponse(
-            content="".join(text),
-            tool_calls=tuple(
-                ToolCall(id=call.id or f"call_{index}", name=call.name, arguments=call.arguments)
-                for index, call in sorted(calls.items())
-            ),
+            content=content,
+            tool_calls=tool_calls,
             stop_reason=stop_reason,
             provider_stop_reason=raw_reason,
-            usage=usage,
+            usage=_reported_or_estimated(usage, request, content, tool_calls),
             model=model,
             provider_model=provider_model if isinstance(provider_model, str) else None,
             response_id=response_id if isinstance(response_id, str) else None,
             started_at=started,
             ended_at=trio.current_time(),
             rate_limit_info=rate_limit_info,
+        )
+
+    def _unterminated(self, endpoint: str, content: str, calls: int) -> TransientErrorRetry:
+        """The signal for a stream the upstream ended before the model finished."""
+        service = self._endpoint.service
+        said = f"{len(content)} characters of text" + (f" and {calls} tool calls" if calls else "")
+        error = ExternalServiceError(
+            f"{service} ended the stream for {endpoint} with neither a finish reason nor "
+            f"[DONE], after {said}: the reply is incomplete",
+            service=service,
+        )
+        return TransientErrorRetry(
+            f"{service} cut the stream for {endpoint} short (no finish reason, no [DONE])",
+            failure=UpstreamFailure(
+                status=None,
+                service=service,
+                detail=str(error),
+                backpressure=TransientErrorRetry.backpressure_increment,
+            ),
+            cause=error,
         )
 
     def __repr__(self) -> str:
@@ -801,7 +877,7 @@ class OpenAICompatibleEmbeddingsClient(_PooledClient):
                 vectors=vectors,
                 model=chosen,
                 purpose=purpose,
-                usage=Usage(input_tokens=_int(data.get("usage", {}).get("prompt_tokens"))),
+                usage=_usage(data.get("usage")) or Usage.estimate("\n".join(batch), ""),
                 started_at=started,
                 ended_at=trio.current_time(),
             )

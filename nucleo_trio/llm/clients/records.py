@@ -293,13 +293,48 @@ class LLMRequest:
 # Responses
 # --------------------------------------------------------------------------------------------
 
+# An estimate from text counts a token per four characters, rounded up: the usual rule of thumb
+# for English prose (code and other scripts run at fewer characters a token, so an estimate from
+# text is a floor, not a bound). The scripted clients count the same way.
+_CHARS_PER_TOKEN = 4
+
+
+def _estimated_tokens(text: str) -> int:
+    return -(-len(text) // _CHARS_PER_TOKEN)
+
 
 @attrs.frozen(kw_only=True)
 class Usage:
-    """The tokens a call consumed: the prompt read, and the output written (thinking included)."""
+    """The tokens a call consumed: the prompt read, and the output written (thinking included).
+
+    ``estimated`` is true when the provider reported no usage and the counts were worked out
+    here instead: from the text (see :meth:`estimate`), or from what the call reserved. A spend
+    ledger books such a call all the same, marked estimated, rather than at zero.
+    """
 
     input_tokens: int = attrs.field(default=0, validator=_count)
     output_tokens: int = attrs.field(default=0, validator=_count)
+    estimated: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+
+    @classmethod
+    def estimate(cls, input_text: str, output_text: str) -> Usage:
+        """An estimate for a call whose provider reported no usage: a token per four
+        characters (rounded up) of what was sent and of what came back, marked ``estimated``.
+        It is a floor (code and most scripts other than English run at fewer characters a
+        token, and a model's hidden thinking is not in its text)."""
+        return cls(
+            input_tokens=_estimated_tokens(input_text),
+            output_tokens=_estimated_tokens(output_text),
+            estimated=True,
+        )
+
+    def at_least(self, other: Usage) -> Usage:
+        """Each count the larger of this usage's and ``other``'s; estimated if either is."""
+        return Usage(
+            input_tokens=max(self.input_tokens, other.input_tokens),
+            output_tokens=max(self.output_tokens, other.output_tokens),
+            estimated=self.estimated or other.estimated,
+        )
 
     @property
     def total_tokens(self) -> int:
