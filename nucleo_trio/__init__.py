@@ -16,7 +16,13 @@ everything on a typed event bus::
             print(await dispatcher.submit(Hello(workflow("alice", "demo"))).result())
 
     trio.run(main)
+
+The library is quiet: its ``nucleo_trio`` logger has a :class:`logging.NullHandler`, so a program
+that configures no logging prints nothing for the failures it handles itself. Configure logging
+(``logging.basicConfig(level=logging.INFO)``) to see the runtime's records.
 """
+
+import logging as _logging
 
 from . import errors as errors
 from .admission import (
@@ -98,3 +104,7 @@ __all__ = [
     "tool_description",
     "workflow",
 ]
+
+# A library's logger gets a NullHandler, so Python's last-resort handler does not print the
+# warnings of an unconfigured program (every job failure it handles would reach stderr).
+_logging.getLogger("nucleo_trio").addHandler(_logging.NullHandler())

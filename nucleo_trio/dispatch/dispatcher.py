@@ -44,6 +44,9 @@ from ..bus.bus import MessageBus
 from ..errors import (
     ConfigError,
     NucleoSystemError,
+    UsageError,
+    UsageRuntimeError,
+    UsageTypeError,
     log_failure,
 )
 from ..guardrails import (
@@ -432,6 +435,24 @@ class JobDispatcher:
         what = f"the dispatcher stopped {when}" if when else "the dispatcher has stopped"
         return NucleoSystemError("dispatcher", what + why)
 
+    def _not_running(self, call: str) -> UsageRuntimeError:
+        """What a call that needs a running dispatcher raises before the start or after the
+        stop: the mistake, and where the call belongs."""
+        if not self._started:
+            return UsageRuntimeError(
+                "dispatcher",
+                f"JobDispatcher.{call}: the dispatcher is not started",
+                "call it inside `async with open_dispatcher() as dispatcher:`, or after "
+                "`await nursery.start(dispatcher.run)`",
+            )
+        why = "" if self._fatal is None else f" (it stopped on {self._fatal!r})"
+        return UsageRuntimeError(
+            "dispatcher",
+            f"JobDispatcher.{call}: the dispatcher has stopped{why}",
+            "call it before the `async with open_dispatcher()` block ends, or open a new "
+            "dispatcher",
+        )
+
     def _load_plugins(self) -> None:
         """Plugins (built-ins, then entry points, then ``check_pending``) and the configured
         limiters, before anything runs: a broken plugin or a bad limiter refuses the start."""
@@ -482,7 +503,7 @@ class JobDispatcher:
         named in a warning while its task lives.
         """
         if not self._started:
-            raise RuntimeError("JobDispatcher.shutdown: the dispatcher was never started")
+            raise self._not_running("shutdown()")
         if timeout is not None:
             timeout = _checked_seconds("shutdown(timeout)", timeout)
         self._request_stop(fast=False, timeout=timeout)
@@ -666,24 +687,32 @@ class JobDispatcher:
         submitted while the dispatcher shuts down is one. A dependency list that would close a
         cycle is a programming error and raises :class:`ValueError`; a submission before the
         dispatcher started, or once it has stopped (however its run ended), raises
-        :class:`RuntimeError`.
+        :class:`~nucleo_trio.errors.UsageRuntimeError` (a ``RuntimeError``), and a value that is
+        not a job or a handle :class:`~nucleo_trio.errors.UsageTypeError` (a ``TypeError``).
         """
-        if not self._started:
-            raise RuntimeError(
-                "JobDispatcher.submit: the dispatcher is not started; use "
-                "`async with open_dispatcher() as dispatcher:` or `await nursery.start(dispatcher.run)`"
-            )
-        if self._stopped:
-            raise RuntimeError(f"JobDispatcher.submit: {self._stopped_error()}")
+        if not self._started or self._stopped:
+            raise self._not_running("submit()")
         if not isinstance(job, AbstractJob):
-            raise TypeError(f"submit() takes a job (an AbstractJob), got {type(job).__name__}")
+            raise UsageTypeError(
+                "dispatcher",
+                f"JobDispatcher.submit() takes a job, got {type(job).__name__}",
+                "submit an instance of a Tool, Orchestrator or other AbstractJob subclass "
+                "(`dispatcher.submit(MyTool(workflow(user, name)))`)",
+            )
         if job._context is not None:
-            raise RuntimeError(f"{job.name} was already submitted; a job instance runs once")
+            raise UsageRuntimeError(
+                "dispatcher",
+                f"{job.name} was already submitted; a job instance runs once",
+                f"submit a new instance (`{type(job).__qualname__}(...)`) for another run",
+            )
         deps = tuple(dependencies)
         for dep in deps:
             if not isinstance(dep, JobHandle | AbstractJob):
-                raise TypeError(
-                    f"{job.name}: a dependency must be a JobHandle or a job, got {type(dep).__name__}"
+                raise UsageTypeError(
+                    "dispatcher",
+                    f"{job.name}: a dependency must be a JobHandle or a job, got "
+                    f"{type(dep).__name__}",
+                    "pass the handles submit() returned (`dependencies=[handle]`)",
                 )
         self._graph.refuse_cycle(job, deps)
 
@@ -714,24 +743,10 @@ class JobDispatcher:
         try:
             requirements = job.requirements()
         except Exception as exc:  # noqa: BLE001 - a job that breaks its contract is born failed
-            self._born_failed(
-                context,
-                handle,
-                NucleoSystemError(
-                    "job", f"{job.name}.requirements() raised {type(exc).__name__}: {exc}", exc
-                ),
-            )
+            self._born_failed(context, handle, _requirements_failure(job, exc))
             return handle
         if requirements.has_resources and job.timeout is None:
-            self._born_failed(
-                context,
-                handle,
-                NucleoSystemError(
-                    "dispatcher",
-                    f"{job.name} declares resources but no timeout; admission's progress rests on "
-                    "every permit returning in finite time, so set a timeout on the job",
-                ),
-            )
+            self._born_failed(context, handle, _no_timeout(job))
             return handle
 
         queued = QueuedJob(job, context, handle, deps, requirements)
@@ -761,10 +776,8 @@ class JobDispatcher:
         The submission happens on a fresh task outside any job, so it can only create roots: a
         delayed child of a live job is refused at the door (SUB-13).
         """
-        if not self._started or self._system is None:
-            raise RuntimeError("JobDispatcher.submit_with_delay: the dispatcher is not started")
-        if self._stopped:
-            raise RuntimeError(f"JobDispatcher.submit_with_delay: {self._stopped_error()}")
+        if not self._started or self._system is None or self._stopped:
+            raise self._not_running("submit_with_delay()")
         if delay is not None:
             delay = _checked_seconds("submit_with_delay(delay)", delay, allow_negative=True)
         answer = DelayedSubmission()
@@ -798,24 +811,30 @@ class JobDispatcher:
             and not isinstance(caller.job, ScopeAuthority)
             and not is_guard_under_enforcement(job, caller)  # the internal door
         ):
-            return NucleoSystemError(
+            return UsageError(
                 "dispatcher",
                 f"Only orchestrators may submit jobs from inside a job: {caller.job.name} "
-                f"({type(caller.job).__qualname__}) is not a ScopeAuthority and tried to submit {job.name}",
+                f"({type(caller.job).__qualname__}) is not a ScopeAuthority and tried to submit "
+                f"{job.name}",
+                f"make {type(caller.job).__qualname__} an Orchestrator (it then holds no resources "
+                "and may wait on its children), or submit the work from the orchestrator above it",
             )
         parent_id = job.parent_job_id
         if parent_id is not None and parent_id in self._live:
             if caller is None:
-                return NucleoSystemError(
+                return UsageError(
                     "dispatcher",
-                    f"{job.name} names the live job {parent_id} as its parent, but code outside any "
-                    "job may only create new roots",
+                    f"{job.name} names the live job {parent_id} as its parent, but code outside "
+                    "any job may only create new roots",
+                    "give it a new root (`workflow(user, name)`) as its parent, or let the parent "
+                    "submit it from its own execute() with `context.submit(...)`",
                 )
             if caller.job_id != parent_id:
-                return NucleoSystemError(
+                return UsageError(
                     "dispatcher",
                     f"{job.name} names the live job {parent_id} as its parent, but that job "
                     f"runs on the thread of its own task, not {caller.job.name}'s",
+                    f"build the child with {caller.job.name} (`context.job`) as its parent",
                 )
         if self._stopping:
             return NucleoSystemError(
@@ -1126,6 +1145,40 @@ class JobDispatcher:
 
 def _set_on_answer(event: trio.Event, committed: bool) -> None:
     event.set()
+
+
+def _requirements_failure(job: AbstractJob[Any], exc: Exception) -> NucleoSystemError:
+    """What a job whose ``requirements()`` raised is born failed with. A ``TypeError`` or
+    ``ValueError`` there is a declaration the runtime refused (an amount an account does not
+    take, a limiter's name for the limiter): the program's mistake, said as one."""
+    where = f"{type(job).__qualname__}.requirements()"
+    failure: NucleoSystemError
+    if isinstance(exc, UsageError):
+        failure = UsageError("job", f"{job.name}: {where}: {exc.problem}", exc.fix)
+    elif isinstance(exc, TypeError | ValueError):
+        failure = UsageError(
+            "job",
+            f"{job.name}: {where} raised {type(exc).__name__}: {exc}",
+            f"fix the declaration in {where}; the job did not run",
+        )
+    else:
+        return NucleoSystemError(
+            "job", f"{job.name}.requirements() raised {type(exc).__name__}: {exc}", exc
+        )
+    failure.__cause__ = exc
+    return failure
+
+
+def _no_timeout(job: AbstractJob[Any]) -> UsageError:
+    """What a job that declares resources with no timeout is born failed with (SUB-08)."""
+    cls = type(job).__qualname__
+    return UsageError(
+        "dispatcher",
+        f"{job.name} declares resources but no timeout (it is None); admission's progress rests on "
+        "every permit returning in finite time",
+        f"give {cls} a timeout: `timeout = 60` in the class body, or `job.timeout = 60` before "
+        "submit()",
+    )
 
 
 @asynccontextmanager

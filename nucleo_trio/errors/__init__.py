@@ -77,6 +77,10 @@ from .hierarchy import (
     UnauthorizedError as UnauthorizedError,
     UncorrectableError as UncorrectableError,
     UpstreamThrottleError as UpstreamThrottleError,
+    UsageError as UsageError,
+    UsageRuntimeError as UsageRuntimeError,
+    UsageTypeError as UsageTypeError,
+    UsageValueError as UsageValueError,
 )
 from .http import (
     Http400Error as Http400Error,
@@ -169,6 +173,10 @@ __all__ = [
     "is_fatal_crash",
     "log_failure",
     "suppressed",
+    "UsageError",
+    "UsageRuntimeError",
+    "UsageTypeError",
+    "UsageValueError",
     "unwrap",
     "unwrap_runtime",
     "wrap_with_context",

@@ -225,6 +225,38 @@ class NucleoSystemError(UncorrectableError):
         )
 
 
+class UsageError(NucleoSystemError):
+    """Raised when the program around the runtime uses it wrongly; the message says what to write instead."""
+
+    def __init__(self, component: str, problem: str, fix: str) -> None:
+        """``problem`` is what is wrong, ``fix`` what to change; the message is both.
+
+        Never a fault of the runtime itself. As a :class:`NucleoSystemError` it is still caught
+        by an ``except`` written for the runtime's refusals, and a model that meets it reads the
+        same "system error" text (the fix is the program's, not the model's). Where the runtime
+        raised a built-in error for the same mistake, a subclass that is also that built-in is
+        raised (:class:`UsageRuntimeError`, :class:`UsageTypeError`, :class:`UsageValueError`),
+        so ``except RuntimeError`` / ``TypeError`` / ``ValueError`` match as before.
+        """
+        owner = type(self).__name__
+        self.problem = _require_str("problem", problem, owner=owner)
+        self.fix = _require_str("fix", fix, owner=owner)
+        super().__init__(component, f"{problem}; {fix}")
+        self.args = (f"{problem}; {fix}",)  # the mistake and its fix, not "System error in"
+
+
+class UsageRuntimeError(UsageError, RuntimeError):
+    """Raised for a call made at the wrong moment (a submission before the start or after the stop)."""
+
+
+class UsageTypeError(UsageError, TypeError):
+    """Raised for a value of the wrong type, such as a limiter's name where the limiter is wanted."""
+
+
+class UsageValueError(UsageError, ValueError):
+    """Raised for a value of the right type that the runtime cannot take."""
+
+
 class JobCancelledError(UncorrectableError):
     """Raised to a job's caller when the job was cancelled before it finished."""
 

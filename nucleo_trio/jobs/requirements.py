@@ -10,6 +10,7 @@ import attrs
 from ..admission.demand import check_amount
 from ..admission.gates import CountingGate
 from ..admission.memory_reader import parse_memory_limit
+from ..errors import UsageTypeError
 
 if TYPE_CHECKING:
     from ..admission.limiter import RateLimiter
@@ -127,6 +128,8 @@ class JobRequirements:
         """
         if limiter is None:
             raise ValueError("require_rate_limiter: the limiter must not be None")
+        if not callable(getattr(limiter, "account_for", None)):
+            raise _not_a_limiter(limiter)
         for i, need in enumerate(self.rate_limiters):
             if need.limiter is limiter:
                 self.rate_limiters[i] = LimiterRequirement(limiter, amount)
@@ -186,3 +189,21 @@ class JobRequirements:
             or self.needs_http
             or self.memory_bytes is not None
         )
+
+
+def _not_a_limiter(value: object) -> UsageTypeError:
+    """What ``require_rate_limiter`` raises for a value that is not an account; a name gets the
+    way to the account it names."""
+    if isinstance(value, str):
+        return UsageTypeError(
+            "job",
+            f"require_rate_limiter takes the limiter object, not its name {value!r}",
+            f"pass the account itself: `self.context.dispatcher.limiters[{value!r}]` for a limiter "
+            "the config declares, or the object you built (`CountingGate(...)`)",
+        )
+    return UsageTypeError(
+        "job",
+        f"require_rate_limiter takes a RateLimiter (an account with account_for, fits, "
+        f"try_take, give), got {type(value).__name__}",
+        "pass a CountingGate, TokenBucket, ElasticWindow or an account of your own",
+    )

@@ -16,6 +16,8 @@ reports through it (the entry point is :mod:`nucleo_trio_otel.plugin`)::
 :class:`DispatcherMetrics` lists the instruments.
 """
 
+import logging as _logging
+
 from .metrics import (
     HEALTH_READ_TIMEOUT as HEALTH_READ_TIMEOUT,
     INSTRUMENTATION_NAME as INSTRUMENTATION_NAME,
@@ -32,3 +34,6 @@ __all__ = [
     "OpenTelemetryPlugin",
     "is_configured",
 ]
+
+# The plugin is quiet unless the program configures logging (a library's NullHandler).
+_logging.getLogger("nucleo_trio_otel").addHandler(_logging.NullHandler())

@@ -13,6 +13,7 @@ The provider can also be built and registered by hand:
 
 from __future__ import annotations
 
+import logging as _logging
 from collections.abc import Mapping
 
 from nucleo_trio.plugins import DBProviderFactory, hookimpl
@@ -31,3 +32,7 @@ def postgres(name: str, *, conninfo: str, max_connections: int) -> PostgresProvi
 def nucleo_trio_db_provider_kinds() -> Mapping[str, DBProviderFactory]:
     """Provide the ``"postgres"`` kind (see :func:`postgres`)."""
     return {"postgres": postgres}
+
+
+# The plugin is quiet unless the program configures logging (a library's NullHandler).
+_logging.getLogger("nucleo_trio_postgres").addHandler(_logging.NullHandler())

@@ -9,6 +9,8 @@ once (see :mod:`nucleo_trio_redis.heartbeat_store`).
 
 from __future__ import annotations
 
+import logging as _logging
+
 from .accounts import (
     SharedAccount as SharedAccount,
     SharedAccountStatus as SharedAccountStatus,
@@ -34,3 +36,6 @@ __all__ = [
 for _name in __all__:
     globals()[_name].__module__ = __name__
 del _name
+
+# The plugin is quiet unless the program configures logging (a library's NullHandler).
+_logging.getLogger("nucleo_trio_redis").addHandler(_logging.NullHandler())
