@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -417,6 +418,61 @@ async def test_all_upstream_signals_draw_on_one_counter(
     elapsed = trio.current_time() - start
     # attempt 1: 5..30, attempt 2 (overload): 30..180, attempt 3: 15..90
     assert 5 + 30 + 15 <= elapsed <= 30 + 180 + 90
+
+
+async def test_a_named_retry_after_is_the_pause_plus_jitter(
+    dispatcher: JobDispatcher, recorder: Recorder, autojump_clock: trio.testing.MockClock
+) -> None:
+    """SIG-05's scaling, with the upstream's Retry-After in place of the window (issue 20): a
+    429 naming 1 s waits about 1 s (1 to 2 s), not the rate limit's 5-30 s; the second re-run
+    doubles both edges (2 to 4 s)."""
+    job = _Flaky(
+        workflow("u", "wf"),
+        [
+            errors.RateLimitRetry("429", retry_after=1),
+            errors.RateLimitRetry("429 again", retry_after=1),
+        ],
+    )
+    start = trio.current_time()
+    assert await dispatcher.submit(job).result() == "answer after 3"
+    elapsed = trio.current_time() - start
+    await settle()
+    first, second = recorder.typed(ev.RateLimitRetryEvent)
+    assert first.delay is not None and 1.0 <= first.delay <= 2.0
+    assert second.delay is not None and 2.0 <= second.delay <= 4.0
+    assert elapsed == pytest.approx(first.delay + second.delay)
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "attempt", "window"),
+    [
+        (1.0, 1, (1.0, 2.0)),  # the jitter is at least a second
+        (1.0, 3, (3.0, 6.0)),  # both edges times the re-run number
+        (0.0, 1, (0.0, 1.0)),  # "now" still spreads the re-runs over a second
+        (20.0, 1, (20.0, 25.0)),  # a quarter of a longer delay
+        (20.0, 12, (200.0, 250.0)),  # at most tenfold
+        (100.0, 4, (400.0, 500.0)),  # the draw is capped at 300 s below
+    ],
+)
+def test_the_pacing_window_of_a_named_delay(
+    retry_after: float, attempt: int, window: tuple[float, float]
+) -> None:
+    """SIG-05's scaling and cap, with a named Retry-After in place of the window (issue 20):
+    the delay to the delay plus a quarter of it (at least one second), both edges times the
+    re-run number at most tenfold; a draw never passes 300 s. Without a named delay the kind's
+    own window applies."""
+    assert errors.RateLimitRetry.pacing_window(attempt, retry_after) == window
+    assert errors.OverloadRetry.pacing_window(attempt, retry_after) == window  # whatever the kind
+    assert errors.OverloadRetry.pacing_window(2) == (30.0, 180.0)
+    rng = random.Random(11)
+    low, high = window
+    draws = [
+        errors.RateLimitRetry.pacing_delay(attempt, rng, retry_after=retry_after)
+        for _ in range(200)
+    ]
+    assert all(min(low, 300.0) <= d <= min(high, 300.0) for d in draws)
+    with pytest.raises(ValueError, match="retry_after"):
+        errors.RateLimitRetry.pacing_window(1, -1.0)
 
 
 async def test_a_correction_reruns_with_its_own_start_and_the_fifth_is_refused(

@@ -24,7 +24,6 @@ from ..admission import Grant
 from ..admission.limiter import RateLimiter
 from ..bus import events as ev
 from ..errors import (
-    MAX_PACING_SECONDS,
     JobTimeoutError,
     OutputTruncationRetry,
     RateLimitRetry,
@@ -35,6 +34,7 @@ from ..errors import (
     UpstreamRetry,
     add_suppressed,
 )
+from ..errors._groups import Reading, read_raised
 from ..guardrails import StandardGuardrailEnforcer
 from ..jobs.job import AbstractJob
 from ..jobs.state import JobState
@@ -56,7 +56,6 @@ from .verdicts import (
     is_cancellation,
     settled_verdict,
     stopped_after_commit,
-    upstream_in_chain,
     verdict_for,
 )
 
@@ -136,9 +135,11 @@ async def run_attempts(dispatcher: JobDispatcher, queued: QueuedJob, hooks: Hook
                         f"upstream signals; the last one: {signal}",
                         cause=signal,
                     ) from signal
-                delay = type(signal).pacing_delay(upstream, dispatcher._rng)
-                if signal.retry_after is not None:
-                    delay = min(max(delay, signal.retry_after), MAX_PACING_SECONDS)
+                # The named delay (Retry-After) plus jitter, else the kind's window; either
+                # scaled by the re-run number and capped (SIG-05).
+                delay = type(signal).pacing_delay(
+                    upstream, dispatcher._rng, retry_after=signal.retry_after
+                )
                 publish_retry(dispatcher.bus, context, signal, delay)
                 await pace(context, delay)
             elif isinstance(signal, OutputTruncationRetry):
@@ -232,6 +233,7 @@ async def attempt(
     )
     outcome: Any = None
     failure: BaseException | None = None
+    reading: Reading | None = None
     assert queued.nursery is not None
     scope = queued.nursery.cancel_scope
     deadline: Deadline | None = None
@@ -271,7 +273,12 @@ async def attempt(
         except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
             if is_cancellation(exc):
                 raise
-            failure = exc
+            # A bare exception, or a group from a nursery or task group inside the job: the
+            # re-run it asks for, or the failure it fails with, and its 429s for the limiters.
+            reading = read_raised(exc)
+            failure = reading.outcome
+            if reading.unheeded:
+                log_unheeded(job.name, reading)
         if resources.commit_sent:
             queued.committing = resources
         queued.failure = failure
@@ -280,10 +287,11 @@ async def attempt(
         if failure is None and not context.timed_out and not context.is_cancelled:
             for limiter in signalled(requirements):
                 signal_limiter(limiter.on_success, limiter)
-        elif failure is not None and not context.is_cancelled:
-            if upstream_in_chain(failure):
-                upstream = UpstreamFailure.from_exception(failure)
-                for limiter in signalled(requirements):
+        elif reading is not None and not context.is_cancelled:
+            limiters = signalled(requirements) if reading.upstream else []
+            for leaf in reading.upstream:  # every 429 of a group, each on its own
+                upstream = UpstreamFailure.from_exception(leaf)
+                for limiter in limiters:
                     signal_limiter(partial(limiter.on_rate_limit_error, upstream), limiter)
     finally:
         context.is_executing_job_with_resources = False
@@ -336,6 +344,20 @@ def signal_limiter(call: Any, limiter: RateLimiter) -> None:
             "limiter %s raised from its upstream signal",
             getattr(limiter, "limiter_name", limiter),
         )
+
+
+def log_unheeded(name: str, reading: Reading) -> None:
+    """Say which re-run signals of a group were not acted on: the other signals of an
+    all-signal group, or every signal beside a failure."""
+    acted = "re-runs on" if reading.signal is not None else "fails with"
+    log.debug(
+        "%s %s %s: %s; not acted on beside it: %s",
+        name,
+        acted,
+        type(reading.outcome).__name__,
+        reading.outcome,
+        "; ".join(f"{type(s).__name__}: {s}" for s in reading.unheeded),
+    )
 
 
 def signalled(requirements: JobRequirements) -> list[RateLimiter]:

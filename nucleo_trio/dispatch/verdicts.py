@@ -21,15 +21,14 @@ from ..bus import events as ev
 from ..errors import (
     CancellationRequested,
     DependencyFailedError,
-    ExternalServiceError,
     JobCancelledError,
     JobTimeoutError,
     LLMReadableError,
     NucleoSystemError,
-    UpstreamRetry,
     add_suppressed,
     is_fatal_crash,
 )
+from ..errors._groups import read_raised
 from ..jobs.state import JobState
 
 if TYPE_CHECKING:
@@ -51,7 +50,6 @@ __all__ = [
     "stopped_after_commit",
     "terminal_event",
     "timed_out",
-    "upstream_in_chain",
     "verdict_for",
     "workflow_event",
 ]
@@ -108,8 +106,14 @@ def settled_verdict(queued: QueuedJob, verdict: Verdict) -> Verdict:
 
 def verdict_for(queued: QueuedJob, exc: BaseException) -> Verdict:
     """The verdict of an execution that raised ``exc``: a timeout or a cancel that landed
-    first outranks it; a dependency's failure and a crash are told apart."""
+    first outranks it; a dependency's failure and a crash are told apart.
+
+    An exception group (a nursery or a task group inside the job, its ``post_execute`` or a
+    guard) is read first: the job fails with its one failure as raised, or with several kept
+    as a group; a group of nothing but re-run signals fails with the most demanding of them,
+    as a bare one would here, after the attempts."""
     context = queued.context
+    exc = read_raised(exc).outcome
     if context.timed_out:
         return timed_out(queued.job, exc)
     if context.is_cancelled or isinstance(exc, CancellationRequested):
@@ -176,26 +180,6 @@ def is_cancellation(exc: BaseException) -> bool:
         return True
     if isinstance(exc, BaseExceptionGroup):
         return exc.split(trio.Cancelled)[0] is not None
-    return False
-
-
-def upstream_in_chain(exc: BaseException) -> bool:
-    """Whether an upstream failure (an external service, an upstream re-run signal) is
-    anywhere in ``exc``'s chain or group: the limiters then hear of it (SIG-02)."""
-    seen: set[int] = set()
-    stack = [exc]
-    while stack:
-        link = stack.pop()
-        if id(link) in seen:
-            continue
-        seen.add(id(link))
-        if isinstance(link, ExternalServiceError | UpstreamRetry):
-            return True
-        if isinstance(link, BaseExceptionGroup):
-            stack.extend(link.exceptions)
-        for nxt in (link.__cause__, link.__context__):
-            if nxt is not None:
-                stack.append(nxt)
     return False
 
 

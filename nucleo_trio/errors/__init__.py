@@ -102,6 +102,8 @@ from .http import (
 from .signals import (
     MAX_PACING_MULTIPLIER as MAX_PACING_MULTIPLIER,
     MAX_PACING_SECONDS as MAX_PACING_SECONDS,
+    RETRY_AFTER_JITTER as RETRY_AFTER_JITTER,
+    RETRY_AFTER_MIN_JITTER as RETRY_AFTER_MIN_JITTER,
     LLMStopReason as LLMStopReason,
     OutputTruncationRetry as OutputTruncationRetry,
     OverloadRetry as OverloadRetry,
@@ -117,6 +119,8 @@ __all__ = [
     "CORRECTABLE_SUFFIX",
     "MAX_PACING_MULTIPLIER",
     "MAX_PACING_SECONDS",
+    "RETRY_AFTER_JITTER",
+    "RETRY_AFTER_MIN_JITTER",
     "UNCORRECTABLE_SUFFIX",
     "add_suppressed",
     "CancellationRequested",

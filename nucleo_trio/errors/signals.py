@@ -108,6 +108,11 @@ MAX_PACING_SECONDS = 300.0
 """The longest one pacing wait before a re-run may last, in seconds."""
 MAX_PACING_MULTIPLIER = 10
 """The most the attempt number multiplies a re-run signal's jitter window by."""
+RETRY_AFTER_JITTER = 0.25
+"""After a signal that names its delay (Retry-After), the jitter added on the first re-run: up to
+this fraction of the delay, and never less than :data:`RETRY_AFTER_MIN_JITTER` seconds."""
+RETRY_AFTER_MIN_JITTER = 1.0
+"""The narrowest jitter, in seconds, added to a named delay on the first re-run."""
 
 # Pacing draws come from a generator of our own, so a program that seeds the global `random`
 # for its own reasons does not also synchronise every process's retries.
@@ -117,7 +122,8 @@ _pacing_rng = random.Random()
 class UpstreamRetry(RerunSignal):
     """Raised by a job to re-run its attempt after an upstream signal; see its three kinds."""
 
-    # Seconds of random wait on the first re-run; later re-runs scale both edges.
+    # Seconds of random wait on the first re-run when the upstream named no delay; later
+    # re-runs scale both edges.
     jitter_window: ClassVar[tuple[float, float]]
     # How much a limiter tightens on this signal (0: the fault is not about our rate).
     backpressure_increment: ClassVar[int]
@@ -130,7 +136,8 @@ class UpstreamRetry(RerunSignal):
         failure: UpstreamFailure | None = None,
         cause: BaseException | None = None,
     ) -> None:
-        """``retry_after`` is the upstream's Retry-After in seconds; ``failure`` what it said."""
+        """``retry_after`` is the upstream's Retry-After in seconds (the re-run then waits that
+        long plus jitter instead of the kind's window); ``failure`` is what the upstream said."""
         owner = type(self).__name__
         self.retry_after = _require_seconds("retry_after", retry_after, owner=owner)
         if failure is not None and not isinstance(failure, UpstreamFailure):
@@ -141,25 +148,47 @@ class UpstreamRetry(RerunSignal):
         super().__init__(message, cause=cause)
 
     @classmethod
-    def pacing_delay(cls, attempt: int, rng: random.Random | None = None) -> float:
-        """Seconds to wait before re-run number ``attempt`` (1 for the first re-run).
+    def pacing_window(cls, attempt: int, retry_after: float | None = None) -> tuple[float, float]:
+        """The window of the wait before re-run number ``attempt`` (1 for the first re-run).
 
-        A uniform draw from the signal's jitter window with both edges multiplied by the attempt
-        number, at most tenfold, and never more than 300 s. Jitter spreads the re-runs of many
-        jobs hit by one outage, so they do not return in a single burst.
+        Without ``retry_after`` it is the kind's :attr:`jitter_window`; with one (the delay the
+        upstream named, in seconds) it is that delay plus jitter: from the delay to the delay
+        plus a quarter of it (:data:`RETRY_AFTER_JITTER`), or plus one second
+        (:data:`RETRY_AFTER_MIN_JITTER`) when a quarter is less. Either way both edges are
+        multiplied by the attempt number, at most tenfold (:data:`MAX_PACING_MULTIPLIER`); the
+        wait drawn from it never exceeds :data:`MAX_PACING_SECONDS`.
         """
         if cls is UpstreamRetry:
             raise TypeError(
-                "UpstreamRetry.pacing_delay: the window depends on the kind; call it on "
+                "UpstreamRetry has no pacing: the window depends on the kind; ask "
                 "RateLimitRetry, OverloadRetry or TransientErrorRetry"
             )
+        owner = f"{cls.__name__} pacing"
         if isinstance(attempt, bool) or not isinstance(attempt, int):
-            raise TypeError(f"pacing_delay: attempt must be an int, got {type(attempt).__name__}")
+            raise TypeError(f"{owner}: attempt must be an int, got {type(attempt).__name__}")
         if attempt < 1:
-            raise ValueError(f"pacing_delay: attempt counts from 1, got {attempt}")
+            raise ValueError(f"{owner}: attempt counts from 1, got {attempt}")
+        named = _require_seconds("retry_after", retry_after, owner=owner)
+        if named is None:
+            low, high = cls.jitter_window
+        else:
+            low, high = named, named + max(named * RETRY_AFTER_JITTER, RETRY_AFTER_MIN_JITTER)
         scale = min(attempt, MAX_PACING_MULTIPLIER)
-        low, high = cls.jitter_window
-        delay = (rng or _pacing_rng).uniform(low * scale, high * scale)
+        return low * scale, high * scale
+
+    @classmethod
+    def pacing_delay(
+        cls, attempt: int, rng: random.Random | None = None, *, retry_after: float | None = None
+    ) -> float:
+        """Seconds to wait before re-run number ``attempt`` (1 for the first re-run).
+
+        A uniform draw from :meth:`pacing_window` (the kind's jitter window, or ``retry_after``
+        plus jitter when the upstream named its delay), both edges multiplied by the attempt
+        number, at most tenfold, and never more than 300 s. Jitter spreads the re-runs of many
+        jobs hit by one outage, so they do not return in a single burst.
+        """
+        low, high = cls.pacing_window(attempt, retry_after)
+        delay = (rng or _pacing_rng).uniform(low, high)
         return min(delay, MAX_PACING_SECONDS)
 
 

@@ -16,8 +16,11 @@
   guards against the result; a refusal turns the success into a failure.
 
 Each guard runs as a job of its own, submitted from the gated job's task and awaited holding
-nothing. A guard's own failure reaches the gated job as-is: a :class:`GuardrailError` is a
-refusal, anything else (a crash, its timeout) fails the gated job closed with that error.
+nothing, so a guard that fans out (a nursery or a task group in ``validate``) is read as any job
+is: a re-run signal from its children re-runs the guard, and one failure reaches the gated job
+as raised. A guard's own failure reaches the gated job as-is: a :class:`GuardrailError` is a
+refusal, anything else (a crash, its timeout) fails the gated job closed with that error. A
+guard whose children refused several ways at once gave one refusal naming each.
 :func:`validate_answer` is the same contract for the validation seat of a thinker.
 """
 
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..errors import CancellationRequested, ConfigError, GuardrailError, NucleoSystemError
+from ..errors._groups import leaves
 from ..jobs.guarded import GuardedExecution
 from ..jobs.identity import workflow
 from ..jobs.job import AbstractJob, ScopeAuthority
@@ -268,11 +272,29 @@ async def _run_one(gated: JobContext, guard: Guardrail) -> None:
         try:
             await handle.result()
             return
+        except ExceptionGroup as group:
+            refusal = _one_refusal(group)
+            if refusal is None:
+                raise  # not all refusals: the gated job fails closed with the group
+            raise refusal from group
         finally:
             unregister()
     reason = gated.cancel_reason or "Job cancelled"
     handle.cancel(f"the job it gates was cancelled: {reason}")
     raise CancellationRequested(reason)
+
+
+def _one_refusal(group: BaseExceptionGroup[Any]) -> GuardrailError | None:
+    """A guard whose children (a nursery or a task group in ``validate``) refused several ways
+    at once refused once: one :class:`GuardrailError` naming each refusal, so the model reads
+    them all in one correction and a caller's ``except GuardrailError`` still holds; the group
+    is its cause. ``None`` when any leaf is not a refusal (then no verdict was rendered), and
+    for a group of one, which the dispatcher has already unwrapped to the refusal itself."""
+    refusals = leaves(group)
+    if len(refusals) < 2 or not all(isinstance(r, GuardrailError) for r in refusals):
+        return None
+    named = "; ".join(str(refusal) for refusal in refusals)
+    return GuardrailError(f"{len(refusals)} refusals at once: {named}", cause=group)
 
 
 def _declared(job: AbstractJob[Any], guards: Iterable[Any], kind: type, what: str) -> list[Any]:

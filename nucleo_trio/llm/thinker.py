@@ -4,7 +4,9 @@ A :class:`Thinker` owns one conversation for its run. Each iteration submits an
 :class:`~nucleo_trio.llm.LLMCall` on it (resolved, priced and admitted like any job, with the
 thinker's pin and its upstream re-run budget, TOOL-30, TOOL-31); when the model calls tools, every
 call of the turn is submitted as a job before any is awaited, and each one's result, or its
-failure explained to the model, goes back as that call's result (TOOL-14, TOOL-15). When the
+failure explained to the model, goes back as that call's result (TOOL-14, TOOL-15). A tool is a
+job like any other, so one that fans out is re-run on its children's signals by the dispatcher,
+and one whose children failed several ways at once has each failure explained. When the
 model gives a final answer, the answer meets the thinker's validation guardrails while the
 thinker still holds its conversation: a refusal goes back to the model as a correction turn and
 uses one iteration, and the caller only ever sees an answer that passed, or ``None`` when the
@@ -36,6 +38,7 @@ from ..errors import (
     UncorrectableError,
     unwrap,
 )
+from ..errors._groups import leaves
 from ..guardrails import to_json, validate_answer
 from ..jobs.carrier import ConversationCarrier
 from ..jobs.job import AbstractJob, Orchestrator
@@ -328,7 +331,7 @@ class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
             try:
                 result = await handle.result()
             except Exception as failure:
-                text = unwrap(failure, component=call.name).explain_to_llm()
+                text = _explain_failure(failure, call.name)
             else:
                 text = result if isinstance(result, str) else to_json(result)
             conversation.add_tool_result(call.id, text)
@@ -348,6 +351,21 @@ class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
             job.depth = job.depth.at_most(self.depth)
             job.upstream_retries = self.upstream_retries
         return self.submit(job)
+
+
+def _explain_failure(failure: Exception, tool: str) -> str:
+    """What the model reads for a tool call that failed: the failure explained, or, for a tool
+    whose children (a nursery, a task group) failed several ways at once, each one explained on
+    its own line, so the model can answer them all in its next turn."""
+    found = leaves(failure)
+    if len(found) == 1:
+        return unwrap(failure, component=tool).explain_to_llm()
+    lines = [f"The tool {tool} failed {len(found)} ways at once:"]
+    lines.extend(
+        f"{number}. {unwrap(leaf, component=tool).explain_to_llm()}"
+        for number, leaf in enumerate(found, 1)
+    )
+    return "\n".join(lines)
 
 
 class QuickLLMQuestion(Orchestrator[str]):
