@@ -32,6 +32,7 @@ from .admission import (
     Demand as Demand,
     Grant as Grant,
     LimiterIdentity as LimiterIdentity,
+    RateLimit as RateLimit,
     RateLimiter as RateLimiter,
     Replenishment as Replenishment,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "LimiterIdentity",
     "MessageBus",
     "Orchestrator",
+    "RateLimit",
     "RateLimiter",
     "Replenishment",
     "ScopeAuthority",

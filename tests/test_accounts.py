@@ -19,6 +19,7 @@ from nucleo_trio.admission import (
     HttpConnectionGate,
     LimiterIdentity,
     ModelGate,
+    RateLimit,
     RateLimiter,
     RateLimiterStatus,
     Replenishment,
@@ -453,6 +454,8 @@ EVERY_KIND: dict[str, tuple[Callable[[], RateLimiter], list[Any]]] = {
     "plain-base": (Plain, [None]),
     "token-bucket": (lambda: TokenBucket("model-a", TokenBucketConfig(60, 6000)), [6000]),
     "elastic-window": (QuickCooldownWindow, [1, 1, 1]),
+    "rate-limit": (lambda: RateLimit(3, per=1.0), [None, 2]),
+    "rate-limit-burst": (lambda: RateLimit(3, per=1.0, burst=2, margin=0.1), [None, None]),
 }
 
 
@@ -499,8 +502,8 @@ async def test_the_elastic_window_shows_its_circuit_over_its_throttle(
     window = QuickCooldownWindow()
     window.on_rate_limit_error(RuntimeError("429"))
     assert indicator(window) == "throttle:2.0x"
-    for _ in range(11):
-        window.on_rate_limit_error(RuntimeError("429"))
+    for _ in range(11):  # push-backs a window apart each (one burst's 429s count once)
+        window.record_pushback()
     assert window.throttle == 9.0
     assert indicator(window) == "blocked"
     await trio.sleep(1.0)  # the cooldown runs out; the head claims the probe

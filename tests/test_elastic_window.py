@@ -71,8 +71,14 @@ class Upstream429(Exception):
 
 
 def fail(window: ElasticWindow, times: int = 1) -> None:
+    """``times`` 429s, each counted as a push-back of its own, as 429s a window apart with
+    requests between them are. Replies of one burst count once (on_rate_limit_error coalesces
+    them; tests/test_program_rate_limits.py); the rules here are about counted push-backs."""
     for _ in range(times):
+        before = window.coalesced
         window.on_rate_limit_error(Upstream429())
+        if window.coalesced > before:
+            window.record_pushback()
 
 
 def block(window: ElasticWindow) -> None:

@@ -77,9 +77,13 @@ def needs(*accounts: Any) -> Any:
 
 
 def push_back(window: ElasticWindow, times: int) -> None:
+    """``times`` push-backs, each counted as news (one burst's 429s would count once)."""
     failure = UpstreamFailure(status=429, service="search", detail="slow down")
     for _ in range(times):
+        before = window.coalesced
         window.on_rate_limit_error(failure)
+        if window.coalesced > before:
+            window.record_pushback()
 
 
 async def test_admission_rejects_only_with_its_four_reasons(

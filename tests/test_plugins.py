@@ -120,11 +120,12 @@ def test_nucleo_trio_limiter_kinds_builtin_counting_goes_through_the_hook() -> N
             "counting": CountingGate,
             "token_bucket": builtin.token_bucket,
             "elastic_window": builtin.elastic_window,
+            "rate_limit": builtin.rate_limit,
         }
     ]
 
     registry = LimiterRegistry(pm)
-    assert registry.kinds == ("counting", "elastic_window", "token_bucket")
+    assert registry.kinds == ("counting", "elastic_window", "rate_limit", "token_bucket")
     assert "counting" in registry
     assert registry.provider("counting") == "'nucleo_trio.plugins.builtin'"
     gate = registry.create("counting", "render", capacity=3)
@@ -156,6 +157,7 @@ def test_plugin_objects_are_registered_after_the_builtins_in_order() -> None:
         "alpha",
         "counting",
         "elastic_window",
+        "rate_limit",
         "token_bucket",
         "zeta",
     )
@@ -166,6 +168,7 @@ def test_a_plugin_answering_none_contributes_nothing() -> None:
     assert _builtins_only(_kinds_plugin(None), _kinds_plugin({})).kinds == (
         "counting",
         "elastic_window",
+        "rate_limit",
         "token_bucket",
     )
 
@@ -483,7 +486,10 @@ def test_an_unknown_kind_names_itself_and_the_known_kinds() -> None:
         registry.create("conting", "db", capacity=1)
     message = str(caught.value)
     assert "unknown limiter kind 'conting'" in message
-    assert "known kinds: 'counting', 'elastic_window', 'fixed', 'token_bucket'" in message
+    assert (
+        "known kinds: 'counting', 'elastic_window', 'fixed', 'rate_limit', 'token_bucket'"
+        in message
+    )
     assert isinstance(caught.value, LookupError)
     with pytest.raises(UnknownLimiterKindError, match="unknown limiter kind"):
         registry.provider("conting")

@@ -71,6 +71,7 @@ class TestSharedCountingGate(AccountContract):
 class TestSharedTokenBucket(AccountContract):
     url: str
     amount = 1
+    clocked = False  # the lease refills from Redis, an event, not from the local clock
 
     def make_account(self) -> SharedTokenBucket:
         account = _primed(
@@ -84,6 +85,7 @@ class TestSharedTokenBucket(AccountContract):
 
 class TestSharedElasticWindow(AccountContract):
     url: str
+    clocked = False  # the lease refills from Redis, an event, not from the local clock
 
     def make_account(self) -> SharedElasticWindow:
         account = _primed(

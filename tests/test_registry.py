@@ -106,13 +106,14 @@ def test_any_other_build_failure_says_it_could_not_be_built() -> None:
 
 
 async def test_a_spec_is_seeded_from_its_pair() -> None:
-    """FAC-03: the bucket is named after the entry id and seeded from tpm and rpm; an rpm of
-    0 or none is tpm / 1000 requests (120 000 tokens give 120)."""
+    """FAC-03: the bucket is named after the entry id and seeded from tpm and rpm, with a burst
+    of one request when the entry states none; an rpm of 0 or none is tpm / 1000 requests
+    (120 000 tokens give 120)."""
     registry = RateLimiterRegistry()
     bucket = registry.bucket(Entry("gpt-large", tpm=90_000, rpm=500))
     assert isinstance(bucket, TokenBucket)
     assert bucket.limiter_name == "gpt-large"
-    assert bucket.config == TokenBucketConfig(rpm=500, tpm=90_000)
+    assert bucket.config == TokenBucketConfig(rpm=500, tpm=90_000, burst=1)
     assert registry.bucket(Entry("no-rpm", tpm=120_000, rpm=0)).config.rpm == 120
     assert registry.bucket(Entry("unstated", tpm=120_000)).config.rpm == 120
     assert registry.bucket(Entry("tiny", tpm=500)).config.rpm == 1
@@ -126,7 +127,7 @@ async def test_specs_are_keyed_by_their_id() -> None:
     registry = RateLimiterRegistry()
     first = registry.bucket(Entry("gpt-large", tpm=90_000, rpm=500))
     again = registry.bucket(Entry("gpt-large", tpm=1, rpm=1))
-    assert again is first and first.config == TokenBucketConfig(rpm=500, tpm=90_000)
+    assert again is first and first.config == TokenBucketConfig(rpm=500, tpm=90_000, burst=1)
     with pytest.raises(TypeError, match="non-blank str id"):
         registry.bucket(Entry("  ", tpm=10))
 
@@ -154,13 +155,13 @@ async def test_update_limits_applies_in_place_keeps_the_throttle_and_creates_whe
     bucket.on_capacity_change(lambda: woken.append("wake"))
     registry.update_limits(spec, 600, 120_000)
     assert registry.bucket(spec) is bucket
-    assert bucket.config == TokenBucketConfig(rpm=600, tpm=120_000)
+    assert bucket.config == TokenBucketConfig(rpm=600, tpm=120_000, burst=1)
     assert bucket.throttle == 0.5
     assert woken == ["wake"]
 
     fresh = Entry("new-model", tpm=10, rpm=10)
     registry.update_limits(fresh, 30, 40_000)
-    assert registry.bucket(fresh).config == TokenBucketConfig(rpm=30, tpm=40_000)
+    assert registry.bucket(fresh).config == TokenBucketConfig(rpm=30, tpm=40_000, burst=1)
 
 
 async def test_update_limits_keeps_the_burst_bound_a_bucket_was_given() -> None:
@@ -182,7 +183,7 @@ async def test_update_limits_ignores_a_pair_that_is_not_both_positive() -> None:
     bucket = registry.bucket(spec)
     for rpm, tpm in ((0, 1000), (100, 0), (-1, -1)):
         registry.update_limits(spec, rpm, tpm)
-        assert bucket.config == TokenBucketConfig(rpm=500, tpm=90_000)
+        assert bucket.config == TokenBucketConfig(rpm=500, tpm=90_000, burst=1)
     registry.update_limits(Entry("absent"), 0, 1000)
     assert len(registry) == 1
 
@@ -208,7 +209,8 @@ async def test_the_registry_reaches_the_same_objects_and_reports_status() -> Non
     spec = Entry("gpt-large", tpm=90_000, rpm=500)
     status = registry.status(spec)
     assert isinstance(status, TokenBucketStatus)
-    assert (status.rpm, status.requests, status.tpm, status.tokens) == (500, 500, 90_000, 90_000)
+    # one request at once: the default burst
+    assert (status.rpm, status.requests, status.tpm, status.tokens) == (500, 1, 90_000, 90_000)
     bucket = registry.bucket(spec)
     assert bucket.try_take([30_000], [])
     assert registry.status(spec).tokens == 60_000

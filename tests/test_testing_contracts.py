@@ -1,6 +1,7 @@
 """AccountContract, run the way a plugin author runs it: against a built-in counting gate, a
-database gate, the test plugin distribution's ``fixed_slots`` kind and a token bucket; and
-shown to catch an account that breaks the contract."""
+database gate, the test plugin distribution's ``fixed_slots`` kind, a token bucket, an elastic
+window and the plain rate limit (with and without a burst and a margin, and as the config kind
+builds it); and shown to catch an account that breaks the contract."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from nucleo_trio_testplugin import FixedSlots
 from nucleo_trio.admission import (
     CountingGate,
     DatabaseGate,
+    ElasticWindow,
+    RateLimit,
     RateLimiter,
     TokenBucket,
     TokenBucketConfig,
@@ -67,6 +70,63 @@ class TestTokenBucketContract(AccountContract):
 
     def fill(self, account: RateLimiter) -> list[Any]:
         return [1000]
+
+
+class TestPacedTokenBucketContract(AccountContract):
+    """The bucket a catalog entry gets by default: one request at a time."""
+
+    amount = 100
+
+    def make_account(self) -> RateLimiter:
+        return TokenBucket("model-b", TokenBucketConfig(60, 1000, burst=1))
+
+    def fill(self, account: RateLimiter) -> list[Any]:
+        return [1000]
+
+
+class ThreePerSecond(ElasticWindow):
+    base_window = 1.0
+    max_requests = 3
+
+
+class TestElasticWindowContract(AccountContract):
+    """A TIME account of unit permits whose stamps wait for their callers to start."""
+
+    def make_account(self) -> RateLimiter:
+        return ThreePerSecond()
+
+
+class TestRateLimitContract(AccountContract):
+    def make_account(self) -> RateLimiter:
+        return RateLimit(5, per=1.0)
+
+
+class TestRateLimitWithBurstAndMarginContract(AccountContract):
+    """A burst below the limit: what fills it is the burst, and one more never fits at once."""
+
+    def make_account(self) -> RateLimiter:
+        return RateLimit(6, per=2.0, burst=3, margin=0.25)
+
+    def fill(self, account: RateLimiter) -> list[Any]:
+        return [None] * 3
+
+    def grow(self, account: RateLimiter) -> bool:
+        assert isinstance(account, RateLimit)
+        account.set_limit(account.limit + 1)
+        return True
+
+
+class TestRateLimitKindContract(AccountContract):
+    """The ``rate_limit`` kind, built by name the way a dispatcher's configuration builds it."""
+
+    amount = 2  # two requests: a batch call the upstream counts twice
+
+    def make_account(self) -> RateLimiter:
+        registry = LimiterRegistry(make_plugin_manager(load_entrypoints=False))
+        return registry.create("rate_limit", "search", limit=8, per=0.5)
+
+    def fill(self, account: RateLimiter) -> list[Any]:
+        return [2] * 4
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ number of permits, a job asking for several); ``demand`` the :class:`Demand` a j
 the :class:`Grant` it gets; ``monitor`` the :class:`Admission` line and its evaluator;
 ``memory`` the memory account's seam and its no-op, :class:`UnboundedMemory`; ``memory_gate``
 the :class:`MemoryPressureGate`, which reads memory through a :class:`MemoryReader` from
-``memory_reader``; ``status`` the frozen status records.
+``memory_reader``; ``rate_limit`` the plain "N per period" account, :class:`RateLimit`;
+``status`` the frozen status records.
 """
 
 from .demand import (
@@ -52,6 +53,7 @@ from .named_gates import (
     StdioEndpointGate as StdioEndpointGate,
     StdioPoolGate as StdioPoolGate,
 )
+from .rate_limit import RateLimit as RateLimit, RateLimitStatus as RateLimitStatus
 from .registry import ModelLimits as ModelLimits, RateLimiterRegistry as RateLimiterRegistry
 from .status import (
     MemoryPressureStatus as MemoryPressureStatus,
@@ -93,6 +95,8 @@ __all__ = [
     "MemoryReading",
     "MemoryZone",
     "ProcessMemoryReader",
+    "RateLimit",
+    "RateLimitStatus",
     "RateLimiter",
     "RateLimiterStatus",
     "RateLimiterRegistry",

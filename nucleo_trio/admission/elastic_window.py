@@ -29,22 +29,21 @@ the intent and keeps the code honest should a method ever gain a checkpoint.
 Amounts are unit permits: each amount is one request and its value is not counted, but a bool,
 NaN, an infinity or a negative is refused (:func:`~nucleo_trio.admission.gates.check_permits`).
 
-**The bound as the upstream sees it.** A grant is decided in one task (admission's, or the
-caller's own on the fast path) and the caller starts when trio next runs it, which under load can
-be a good while later. Were a stamp the instant of the decision, a burst decided at ``t`` but
-resumed late and the next burst, decided at ``t + window`` the moment the first one's stamps
-leave and resumed promptly, would both reach the upstream inside one window: twice the bound.
-So a stamp is the instant its caller *starts*, bounded from above. trio resumes a task woken in
-one scheduler batch in the next batch, so a caller granted in batch ``k`` has started by the end
-of batch ``k + 1``. Inside a trio run, a stamp is therefore *unconfirmed* when it is taken: it
-holds its slot from the decision on, and a small system task (one per window while stamps are
-unconfirmed, parked otherwise) moves it to the clock reading it takes three batches later, past
-the end of the caller's batch. The stamp only ever moves later, so an unconfirmed stamp never
-leaves the window, and grants as the callers see them never exceed ``max_requests`` in any window.
-On trio's virtual clock the clock cannot move while that task is runnable, so the stamp keeps
-the exact instant of the decision and every deadline stays exact; on the real clock the slot is
-held for the caller's wake-up delay besides the window, which is what the upstream counts.
-Outside a trio run (an injected clock driven by hand) a stamp is the decision instant.
+**The bound as the upstream sees it.** A stamp is the instant its caller can have *started*, not
+the instant admission decided (see :mod:`nucleo_trio.admission._start_stamps`): on the real clock
+a caller resumes some time after its grant, and stamping the decision would let a burst resumed
+late and the next one resumed promptly reach the upstream inside one window. What comes after
+the start (the HTTP client's own steps, the network) is out of sight: ``margin`` holds every
+stamp that many seconds beyond the window, so requests that reach the upstream up to ``margin``
+late still fit the upstream's window.
+
+**One push-back per burst.** The requests already in flight when the upstream starts refusing
+come back refused together, and each reply says the same thing: the old pace was too fast. So a
+429 counts as a new push-back (it raises the throttle and drives the breaker) only when, since
+the last one counted, the window has let a request through and a whole effective window has
+passed; the others are remembered for the refusal messages and logged, and change nothing else.
+:meth:`ElasticWindow.record_pushback` counts one push-back directly, for a caller that knows it
+is new. A failure while PROBING is always the probe's verdict.
 """
 
 from __future__ import annotations
@@ -53,7 +52,6 @@ import enum
 import inspect
 import logging
 import math
-from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, final
 
@@ -61,6 +59,7 @@ import attrs
 import trio
 
 from ..errors import UncorrectableError, UpstreamFailure
+from ._start_stamps import StartStamps
 from .gates import check_permits
 from .limiter import AbstractRateLimiter, Replenishment
 
@@ -170,6 +169,7 @@ TEMPLATE_SETTINGS = frozenset(
         "initial_cooldown",
         "max_cooldown",
         "probe_timeout",
+        "margin",
     }
 )
 """The class attributes a subclass may set; each is read off the class (EW-01, EW-03)."""
@@ -213,6 +213,9 @@ class ElasticWindow(AbstractRateLimiter):
     max_cooldown: ClassVar[float] = 3600.0
     probe_timeout: ClassVar[float | None] = None
     """Seconds a probe may go without a verdict; ``None`` means ``max_cooldown``."""
+    margin: ClassVar[float] = 0.0
+    """Seconds every stamp stays beyond the effective window: the lag between a caller's start
+    and its request's arrival that the upstream's window must still absorb."""
 
     def __init__(
         self, name: str | None = None, *, clock: Callable[[], float] = trio.current_time
@@ -261,7 +264,7 @@ class ElasticWindow(AbstractRateLimiter):
             raise ValueError(f"{owner}: max_throttle must be >= 0, got {max_throttle!r}")
         # The tuning knobs EW-02 does not bound still move the throttle: a NaN or a negative
         # there would leave it NaN or running backwards.
-        for knob in ("throttle_increment", "throttle_decrement", "recovery_minutes"):
+        for knob in ("throttle_increment", "throttle_decrement", "recovery_minutes", "margin"):
             if _number(owner, knob, getattr(cls, knob)) < 0:
                 raise ValueError(f"{owner}: {knob} must be >= 0, got {getattr(cls, knob)!r}")
         if _number(owner, "recovery_multiplier", cls.recovery_multiplier) < 0:
@@ -276,17 +279,18 @@ class ElasticWindow(AbstractRateLimiter):
         self._name = name if name is not None else self._default_name()
         self._clock = clock
         self._probe_timeout = probe_timeout
-        self._stamps: deque[float] = deque()
-        # The newest stamps not yet confirmed as started, oldest first: [count, batches seen].
-        self._unconfirmed: deque[list[int]] = deque()
-        self._pending = 0  # how many of the newest stamps are unconfirmed
-        self._confirmer: trio.lowlevel.Task | None = None
+        self._margin = float(cls.margin)
+        self._stamps = StartStamps(self._name, clock)
         self.throttle = 0.0
         self._successes = 0
         self._failures_at_max = 0
         self._last_pressure: float | None = None
         self._last_failure: object | None = None
         self._circuit = HEALTHY_CIRCUIT
+        self._counted_at: float | None = None  # when the last push-back was counted
+        self._granted_since_count = False  # whether a request went through since then
+        self.coalesced = 0
+        """How many 429s counted with an earlier push-back instead of as their own."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in TEMPLATE_SETTINGS:
@@ -384,68 +388,12 @@ class ElasticWindow(AbstractRateLimiter):
 
     # -- the window -------------------------------------------------------------------------------
     def _cleanup(self) -> None:
-        """Drop the stamps that have left the window.
+        """Drop the stamps that have left the window (the effective window plus the margin).
 
-        A stamp leaves at exactly ``stamp + effective_window``, the instant ``earliest_fit``
-        names, so admission woken at that instant finds the slot free.
+        A stamp leaves at exactly ``stamp + effective_window + margin``, the instant
+        ``earliest_fit`` names, so admission woken at that instant finds the slot free.
         """
-        cutoff = self._clock() - self.effective_window
-        stamps = self._stamps
-        confirmed = len(stamps) - self._pending  # an unconfirmed caller has not started yet
-        while confirmed and stamps[0] <= cutoff:
-            stamps.popleft()
-            confirmed -= 1
-
-    def _stamp(self, now: float, asked: int) -> None:
-        """Stamp ``asked`` grants decided at ``now``; inside a run, as unconfirmed starts."""
-        self._stamps.extend([now] * asked)
-        try:
-            trio.lowlevel.current_task()
-        except RuntimeError:
-            return  # no scheduler: the decision is the start
-        self._pending += asked
-        groups = self._unconfirmed
-        if groups and groups[-1][1] == 0:
-            groups[-1][0] += asked
-        else:
-            groups.append([asked, 0])
-        if self._confirmer is None:
-            self._confirmer = trio.lowlevel.spawn_system_task(
-                self._confirm, name=f"{self._name} start confirmer"
-            )
-
-    async def _confirm(self) -> None:
-        """Move unconfirmed stamps to the instant their callers have surely started.
-
-        One step per scheduler batch while stamps are unconfirmed. A group is confirmed on the
-        third step after it was stamped: stamped in batch ``k`` (before or after this task's
-        step there), its callers run in batch ``k + 1`` at the latest, and the third step falls
-        in batch ``k + 2`` or later. Each step raises every unconfirmed stamp to the clock, so
-        the deque stays in order and a stamp only ever moves later.
-        """
-        try:
-            while self._pending:
-                await trio.lowlevel.checkpoint()
-                self._advance(3)
-        finally:
-            self._advance(0)  # the run is ending: what remains counts from now
-            self._confirmer = None
-
-    def _advance(self, due: int) -> None:
-        """One confirmer step: raise the unconfirmed stamps to now, confirm the due groups."""
-        pending = self._pending
-        if not pending:
-            return
-        now = self._clock()
-        stamps = self._stamps
-        for index in range(len(stamps) - pending, len(stamps)):
-            if stamps[index] < now:
-                stamps[index] = now
-        groups = self._unconfirmed
-        for group in groups:
-            group[1] += 1
-        while groups and groups[0][1] >= due:
-            self._pending -= groups.popleft()[0]
+        self._stamps.expire(self.effective_window + self._margin, self._clock())
 
     def _refuse_alone(self, mine: Sequence[Any]) -> int:
         check_permits(self._name, mine, "fits/try_take")
@@ -524,7 +472,8 @@ class ElasticWindow(AbstractRateLimiter):
                 return False  # lost the claim to another asker
             self._circuit = attrs.evolve(circuit, state=CircuitState.PROBING, probe_since=now)
             log.info("%s: cooldown over; claimed the single probe", self._name)
-        self._stamp(now, asked)
+        self._stamps.add(now, asked)
+        self._granted_since_count = True
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
@@ -534,14 +483,7 @@ class ElasticWindow(AbstractRateLimiter):
         account settles inside admission, which wakes itself afterwards (EW-12, EW-26).
         """
         check_permits(self._name, amounts, "give")
-        for _ in range(min(len(amounts), len(self._stamps))):
-            self._stamps.pop()
-            if self._pending:  # the newest stamps are the unconfirmed ones
-                self._pending -= 1
-                groups = self._unconfirmed
-                groups[-1][0] -= 1
-                if not groups[-1][0]:
-                    groups.pop()
+        self._stamps.drop_newest(len(amounts))
         circuit = self._circuit
         if circuit.state is CircuitState.PROBING:
             self._circuit = attrs.evolve(circuit, state=CircuitState.BLOCKED, probe_since=0.0)
@@ -555,7 +497,8 @@ class ElasticWindow(AbstractRateLimiter):
         deficit = len(self._stamps) + asked - self.max_requests
         if deficit <= 0:
             return self._clock()
-        return self._stamps[deficit - 1] + self.effective_window
+        # The same sum _cleanup compares, so the slot is free at exactly this instant.
+        return self._stamps[deficit - 1] + (self.effective_window + self._margin)
 
     # -- upstream signals -------------------------------------------------------------------------
     def _raise_throttle(self) -> None:
@@ -565,12 +508,44 @@ class ElasticWindow(AbstractRateLimiter):
     def on_rate_limit_error(
         self, failure: UpstreamFailure | BaseException, input: Any = None
     ) -> None:
-        """Tighten, and drive the breaker (EW-13, EW-18, EW-23, EW-24); never wakes anyone."""
+        """The upstream refused a request: remember why, and count it as a push-back unless it
+        is one more reply of a burst already counted; never wakes anyone.
+
+        It counts (:meth:`record_pushback`) when no push-back was counted yet, or when the
+        window has let a request through since the last one counted and a whole effective
+        window has passed since; while PROBING it is the probe's verdict and always counts.
+        Otherwise it is one of the requests that were in flight at the old pace, and only
+        :attr:`coalesced` and the remembered failure change.
+        """
         self._last_failure = failure
+        now = self._clock()
+        counted_at = self._counted_at
+        if (
+            counted_at is not None
+            and self._circuit.state is not CircuitState.PROBING
+            and (not self._granted_since_count or now < counted_at + self.effective_window)
+        ):
+            self.coalesced += 1
+            log.info(
+                "%s upstream failure, counted with the push-back %.3f s ago: %s",
+                self._name,
+                now - counted_at,
+                _describe(failure),
+            )
+            return
         log.warning("%s upstream failure: %s", self._name, _describe(failure))
+        self.record_pushback()
+
+    def record_pushback(self) -> None:
+        """Count one push-back: raise the throttle and drive the breaker (EW-13, EW-18, EW-23,
+        EW-24), whatever came before it. :meth:`on_rate_limit_error` calls it for each 429 that
+        is news; call it directly to count one that is. Never wakes anyone.
+        """
+        now = self._clock()
+        self._counted_at = now
+        self._granted_since_count = False
         self._raise_throttle()
         circuit = self._circuit
-        now = self._clock()
         if circuit.state is CircuitState.HEALTHY:
             if self.throttle < self.max_throttle:
                 return
@@ -580,7 +555,7 @@ class ElasticWindow(AbstractRateLimiter):
                 cooldown = float(self.initial_cooldown)
                 self._circuit = Circuit(CircuitState.BLOCKED, now + cooldown, cooldown)
                 log.warning(
-                    "%s: circuit open after %d failures at max throttle; cooling down %s",
+                    "%s: circuit open after %d push-backs at max throttle; cooling down %s",
                     self._name,
                     self.failures_at_max_to_block,
                     format_window(cooldown),

@@ -19,6 +19,7 @@ its waiters' wake-ups survive.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Iterator
 from typing import Any, Protocol, TypeVar, cast
 
@@ -27,7 +28,13 @@ from .limiter import RateLimiter
 from .named_gates import ModelGate
 from .token_bucket import TokenBucket, TokenBucketConfig, TokenBucketStatus
 
-__all__ = ["ModelLimits", "RateLimiterRegistry"]
+__all__ = ["DEFAULT_BURST", "ModelLimits", "RateLimiterRegistry"]
+
+DEFAULT_BURST = 1
+"""The burst of a model entry's bucket when the entry states none: one request at a time, spaced
+``60 / rpm`` seconds apart. A bucket that starts full lets ``burst - 1`` more than ``rpm`` into
+one sliding minute, so this is the one burst under which no sliding minute (the way providers
+count) ever holds more than the quota, at the full sustained rate."""
 
 L = TypeVar("L")
 
@@ -41,6 +48,10 @@ class ModelLimits(Protocol):
     ``tpm`` and ``rpm`` are the provider's tokens and requests per minute (an entry bounded by
     a quota window); ``max_concurrent`` is the cap of an entry served from a machine the
     deployment owns. A value the entry does not state is ``None``.
+
+    An entry may also answer ``burst``, the most requests its bucket lets go at once; the
+    registry reads it when present (the catalog's entries have it) and gives a bucket
+    :data:`DEFAULT_BURST` when the entry states none.
     """
 
     @property
@@ -63,6 +74,24 @@ def _spec_id(spec: ModelLimits) -> str:
             f"a model entry needs a non-blank str id, got {spec_id!r} on {type(spec).__name__}"
         )
     return spec_id
+
+
+def _burst_of(spec: ModelLimits, spec_id: str) -> float | None:
+    """The entry's stated burst, or :data:`DEFAULT_BURST`; refused unless a number >= 1."""
+    burst = getattr(spec, "burst", None)
+    if burst is None:
+        return DEFAULT_BURST
+    if (
+        isinstance(burst, bool)
+        or not isinstance(burst, int | float)
+        or not math.isfinite(burst)
+        or burst < 1
+    ):
+        raise ValueError(
+            f"model entry {spec_id!r}: burst must be a finite number of requests >= 1, "
+            f"got {burst!r}"
+        )
+    return float(burst) if isinstance(burst, float) else burst
 
 
 def _requests_for(rpm: int | None, tpm: int) -> int:
@@ -140,9 +169,10 @@ class RateLimiterRegistry:
         """The token bucket of the entry ``spec``, keyed by its id (FAC-03).
 
         Built on first use from the entry's ``tpm`` and ``rpm`` (``tpm // 1000`` requests when
-        ``rpm`` is missing or not positive) and named after the id. Another entry object with
-        the same id gets the same bucket; its numbers are not read again. An entry with no
-        positive ``tpm`` is refused: a concurrency-bounded entry is a gate (:meth:`gate`).
+        ``rpm`` is missing or not positive) and its ``burst`` (:data:`DEFAULT_BURST`, one request
+        at a time, when it states none), and named after the id. Another entry object with the
+        same id gets the same bucket; its numbers are not read again. An entry with no positive
+        ``tpm`` is refused: a concurrency-bounded entry is a gate (:meth:`gate`).
         """
         spec_id = _spec_id(spec)
         present = self._buckets.get(spec_id)
@@ -154,10 +184,12 @@ class RateLimiterRegistry:
                 f"model entry {spec_id!r} states no positive tpm (got {tpm!r}); an entry bounded "
                 "by max_concurrent is a ModelGate account, not a token bucket"
             )
-        return self._new_bucket(spec_id, _requests_for(spec.rpm, tpm), tpm)
+        return self._new_bucket(
+            spec_id, _requests_for(spec.rpm, tpm), tpm, _burst_of(spec, spec_id)
+        )
 
-    def _new_bucket(self, spec_id: str, rpm: int, tpm: int) -> TokenBucket:
-        bucket = TokenBucket(spec_id, TokenBucketConfig(rpm=rpm, tpm=tpm))
+    def _new_bucket(self, spec_id: str, rpm: int, tpm: int, burst: float | None) -> TokenBucket:
+        bucket = TokenBucket(spec_id, TokenBucketConfig(rpm=rpm, tpm=tpm, burst=burst))
         self._buckets[spec_id] = bucket
         return bucket
 
@@ -180,14 +212,14 @@ class RateLimiterRegistry:
         in place (:meth:`TokenBucket.set_config`): the same instance, its throttle kept, its
         ``burst`` bound kept (the provider publishes per-minute caps, not how fast a minute may
         be spent), and a raised cap wakes admission. Without one, a bucket is built with these
-        numbers.
+        numbers and the entry's burst.
         """
         spec_id = _spec_id(spec)
         if not _positive_int(rpm) or not _positive_int(tpm):
             return
         present = self._buckets.get(spec_id)
         if present is None:
-            self._new_bucket(spec_id, rpm, tpm)
+            self._new_bucket(spec_id, rpm, tpm, _burst_of(spec, spec_id))
         else:
             present.set_config(TokenBucketConfig(rpm=rpm, tpm=tpm, burst=present.config.burst))
 

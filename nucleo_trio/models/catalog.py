@@ -2,8 +2,9 @@
 
 An entry (:class:`ModelSpec`) is one model on one route: its grade, the provider that serves it
 and the id it goes by on the wire, its context and output limits, its prices per million tokens
-in one currency, and the quota that bounds it (tokens and requests per minute, or a cap on
-concurrent requests for a model served from a machine the deployment owns). Two entries are the
+in one currency, and the quota that bounds it (tokens and requests per minute, with the most
+requests its bucket lets go at once, or a cap on concurrent requests for a model served from a
+machine the deployment owns). Two entries are the
 same entry when their ids are equal (MOD-04).
 
 A catalog is read from plain data: a TOML or JSON file, or the fragments plugins contribute
@@ -127,6 +128,9 @@ class ModelSpec:
     thinking_mode: ThinkingMode = ThinkingMode.NONE
     tpm: int | None = None
     rpm: int | None = None
+    burst: int | None = None
+    """The most requests the entry's bucket lets go at once; ``None``: the registry's default
+    (one at a time, so no sliding minute holds more than ``rpm``)."""
     max_concurrent: int | None = None
     input_price_per_million: Decimal | None = None
     output_price_per_million: Decimal | None = None
@@ -556,6 +560,18 @@ def _entry(raw: object, defaults: Mapping[str, ProviderDefaults], where: str) ->
             )
     elif max_concurrent is not None:
         raise e.fail("max_concurrent", "only a decision entry may state max_concurrent")
+    burst = e.count("burst")
+    if burst is not None:
+        if tpm is None:
+            raise e.fail(
+                "burst",
+                "bounds the requests a token bucket lets go at once, and an entry without "
+                "tpm has no bucket",
+            )
+        if rpm is not None and burst > rpm:
+            raise e.fail(
+                "burst", f"must be at most rpm ({rpm}): a minute never holds more, got {burst}"
+            )
     input_price = e.decimal("input_price_per_million")
     output_price = e.decimal("output_price_per_million")
     currency = raw.get("currency")
@@ -589,6 +605,7 @@ def _entry(raw: object, defaults: Mapping[str, ProviderDefaults], where: str) ->
         thinking_mode=thinking_mode,
         tpm=tpm,
         rpm=rpm,
+        burst=burst,
         max_concurrent=max_concurrent,
         input_price_per_million=input_price,
         output_price_per_million=output_price,

@@ -36,7 +36,13 @@ GREEN = (80, 200, 100)
 _GREY = (110, 110, 110)
 _SOLID_SHARE = 0.6  # filled cells stay plain green up to this share of the bar, then fade to red
 
-_UNITS = {"memory": "B", "token_bucket": "tok", "elastic_window": "req", "semaphore": "slot"}
+_UNITS = {
+    "memory": "B",
+    "token_bucket": "tok",
+    "elastic_window": "req",
+    "rate_limit": "req",
+    "semaphore": "slot",
+}
 
 _SUFFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K"))
 

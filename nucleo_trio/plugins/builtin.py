@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from nucleo_trio.admission import CountingGate, ElasticWindow, TokenBucket, TokenBucketConfig
+from nucleo_trio.admission import (
+    CountingGate,
+    ElasticWindow,
+    RateLimit,
+    TokenBucket,
+    TokenBucketConfig,
+)
+from nucleo_trio.admission.elastic_window import TEMPLATE_SETTINGS
 from nucleo_trio.admission.memory_reader import MemoryReader, ProcessMemoryReader
 from nucleo_trio.guardrails import (
     CallerClassAllowListGuardrail,
@@ -39,39 +46,84 @@ __all__ = [
     "nucleo_trio_heartbeat_store",
     "nucleo_trio_limiter_kinds",
     "nucleo_trio_memory_reader",
+    "rate_limit",
     "sqlite_database",
     "token_bucket",
 ]
 
 
-def token_bucket(name: str, *, rpm: int, tpm: int) -> TokenBucket:
+DEFAULT_BUCKET_BURST = 1
+"""The burst a configured or catalogued bucket gets when none is stated: one request at a time,
+spaced ``60 / rpm`` seconds apart, so no sliding minute ever holds more than ``rpm`` requests."""
+
+
+def token_bucket(
+    name: str, *, rpm: int, tpm: int, burst: float | None = DEFAULT_BUCKET_BURST
+) -> TokenBucket:
     """A :class:`~nucleo_trio.admission.TokenBucket` for the model ``name``: ``rpm`` requests and
-    ``tpm`` tokens a minute (``{"kind": "token_bucket", "settings": {"rpm": 600, "tpm": 60000}}``)."""
-    return TokenBucket(name, TokenBucketConfig(rpm, tpm))
+    ``tpm`` tokens a minute, at most ``burst`` requests at once (default 1: evenly spaced, so no
+    sliding minute sees more than ``rpm``; ``None`` lets a whole minute's requests go at once)
+    (``{"kind": "token_bucket", "settings": {"rpm": 600, "tpm": 60000}}``)."""
+    return TokenBucket(name, TokenBucketConfig(rpm, tpm, burst=burst))
 
 
-def elastic_window(name: str, *, max_requests: int, window: float) -> ElasticWindow:
+_WINDOW_TUNING = tuple(sorted(TEMPLATE_SETTINGS - {"base_window", "max_requests"}))
+
+
+def elastic_window(name: str, *, max_requests: int, window: float, **tuning: Any) -> ElasticWindow:
     """An :class:`~nucleo_trio.admission.ElasticWindow` named ``name`` admitting
-    ``max_requests`` per ``window`` seconds, with the template's other defaults
-    (``{"kind": "elastic_window", "settings": {"max_requests": 100, "window": 60}}``)."""
+    ``max_requests`` per ``window`` seconds
+    (``{"kind": "elastic_window", "settings": {"max_requests": 100, "window": 60}}``).
+
+    Any template setting may be given by its name, among them the breaker's
+    ``failures_at_max_to_block`` (push-backs at the throttle ceiling that open the circuit),
+    ``initial_cooldown`` and ``max_cooldown`` (seconds), the ceiling ``max_throttle`` and the
+    safety ``margin`` (seconds); the others keep the template's defaults. An unknown setting is
+    a :class:`TypeError` naming it, a bad value the window's own error naming the setting.
+    """
+    unknown = sorted(set(tuning) - set(_WINDOW_TUNING))
+    if unknown:
+        raise TypeError(
+            f"elastic_window {name!r}: unknown setting(s) {', '.join(map(repr, unknown))}; "
+            f"known: 'max_requests', 'window', {', '.join(map(repr, _WINDOW_TUNING))}"
+        )
+    if isinstance(window, bool) or not isinstance(window, int | float):
+        raise TypeError(
+            f"elastic_window {name!r}: window must be a number of seconds, got {window!r}"
+        )
     template = type(
         "ConfiguredWindow",
         (ElasticWindow,),
-        {"base_window": float(window), "max_requests": max_requests},
+        {"base_window": float(window), "max_requests": max_requests, **tuning},
     )
     window_account: ElasticWindow = template(name)
     return window_account
 
 
+def rate_limit(
+    name: str,
+    *,
+    limit: int,
+    per: float = 1.0,
+    burst: int | None = None,
+    margin: float = 0.0,
+) -> RateLimit:
+    """A :class:`~nucleo_trio.admission.RateLimit` named ``name``: at most ``limit`` requests in
+    any ``per`` seconds, at most ``burst`` at once, each slot held ``margin`` seconds beyond
+    ``per`` (``{"kind": "rate_limit", "settings": {"limit": 5, "per": 1}}``)."""
+    return RateLimit(limit, per, burst=burst, margin=margin, name=name)
+
+
 @hookimpl
 def nucleo_trio_limiter_kinds() -> Mapping[str, LimiterFactory]:
     """Provide ``"counting"`` (a :class:`~nucleo_trio.admission.CountingGate` of ``capacity``
-    permits), ``"token_bucket"`` (see :func:`token_bucket`) and ``"elastic_window"`` (see
-    :func:`elastic_window`)."""
+    permits), ``"token_bucket"`` (see :func:`token_bucket`), ``"elastic_window"`` (see
+    :func:`elastic_window`) and ``"rate_limit"`` (see :func:`rate_limit`)."""
     return {
         "counting": CountingGate,
         "token_bucket": token_bucket,
         "elastic_window": elastic_window,
+        "rate_limit": rate_limit,
     }
 
 

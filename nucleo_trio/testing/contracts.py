@@ -92,12 +92,17 @@ class AccountContract:
     """The account contract as a base test class; see the module docstring for how to use it.
 
     Subclasses implement :meth:`make_account`, which must return a fresh, nominal account with
-    nothing taken each time it is called, and may set :attr:`amount` and override
-    :meth:`fill`, :meth:`beyond_capacity` and :meth:`grow`.
+    nothing taken each time it is called, and may set :attr:`amount` and :attr:`clocked` and
+    override :meth:`fill`, :meth:`beyond_capacity` and :meth:`grow`.
     """
 
     amount: ClassVar[Any] = None
     """One unit of the account's smallest ask: ``None`` for a permit, ``1`` for a token."""
+
+    clocked: ClassVar[bool] = True
+    """Whether a TIME account frees capacity from its own clock, and so names the instant in
+    ``earliest_fit``. ``False`` for one whose capacity arrives as an event (a lease refilled
+    from a shared store): it answers ``None`` and wakes admission when the capacity comes."""
 
     # -- what a subclass provides ----------------------------------------------------------------
     def make_account(self) -> RateLimiter:
@@ -270,6 +275,39 @@ class AccountContract:
                     assert account.try_take(everything, []) is True, "fill() did not fit"
                 instant = account.earliest_fit([self.amount], [])
                 assert instant is None, f"a RELEASE account's earliest_fit gave {instant!r}"
+
+    def test_a_full_time_account_fits_at_the_instant_it_names(self) -> None:
+        """ACC-05, ACC-07: a full TIME account names, through earliest_fit, a future instant at
+        which the clock alone makes one unit fit: it does not fit halfway there, and it fits at
+        that instant, with no give (admission sleeps until the instant and grants then)."""
+        trio.run(
+            self._fits_at_the_named_instant, clock=trio.testing.MockClock(autojump_threshold=0)
+        )
+
+    async def _fits_at_the_named_instant(self) -> None:
+        account = self._fresh()
+        if account.replenishment() is not Replenishment.TIME or not self.clocked:
+            return
+        assert account.try_take(self.fill(account), []) is True, "fill() did not fit"
+        await trio.testing.wait_all_tasks_blocked()  # whatever the take set going settles first
+        mine = [self.amount]
+        now = trio.current_time()
+        instant = account.earliest_fit(mine, [])
+        assert instant is not None, (
+            "a full TIME account's earliest_fit gave None, though the clock alone frees it"
+        )
+        assert isinstance(instant, float) and instant > now, (
+            f"a full account's earliest_fit gave {instant!r}, not an instant after now ({now})"
+        )
+        assert account.fits(mine, []) is False, "a full account fits more"
+        await trio.sleep_until(now + (instant - now) / 2)
+        assert account.fits(mine, []) is False, (
+            f"it fits halfway to {instant}, the instant earliest_fit named"
+        )
+        await trio.sleep_until(instant)
+        assert account.fits(mine, []) is True, (
+            f"it does not fit at {instant}, the instant earliest_fit named"
+        )
 
     @_in_trio
     def test_its_status_is_one_line_and_it_is_nominal_even_when_full(self) -> None:
