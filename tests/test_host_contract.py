@@ -447,7 +447,12 @@ async def test_a_cancelled_wait_for_a_never_submitted_dependency_leaves_nothing_
         waiting.cancel("not needed")
         with pytest.raises(errors.JobCancelledError):
             await waiting.result()
-        assert d._graph.held() == {"edges": 0, "waited_on": 0, "submitted_waiters": 0}
+        assert d._graph.held() == {
+            "edges": 0,
+            "waited_on": 0,
+            "submitted_waiters": 0,
+            "awaiting_submission": 0,
+        }
 
 
 # -- the dependency graph at scale ----------------------------------------------------------------

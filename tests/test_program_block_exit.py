@@ -254,3 +254,41 @@ def test_a_program_that_submits_twenty_jobs_and_leaves_the_block_gets_twenty_res
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(sum(n * n for n in range(20)))
     assert done.stderr == ""
+
+
+async def test_a_job_waiting_for_a_dependency_never_submitted_does_not_hold_the_block(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A job names a dependency that nobody submits: once nothing else is left, the exit
+    cancels it with a message naming the missing dependency, instead of waiting for good."""
+    async with open_dispatcher() as dispatcher:
+        root = workflow("u", "stranded")
+        never = Echo(root, "never")
+        busy = dispatcher.submit(Echo(root, "busy", sleep=5))
+        waiting = dispatcher.submit(Echo(root, "after"), dependencies=[never])
+    assert await busy.result() == "busy"
+    assert trio.current_time() == pytest.approx(5, abs=0.1)
+    assert waiting.state is JobState.CANCELLED
+    with pytest.raises(errors.JobCancelledError, match=f"waited for {never.name}, which was never"):
+        await waiting.result()
+    assert dispatcher._graph.held() == dict.fromkeys(dispatcher._graph.held(), 0)
+
+
+async def test_a_dependency_submitted_late_by_a_running_job_is_waited_for(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A job waits for a dependency that a running orchestrator submits only after 3 s: the
+    exit does not take it for stranded, and both complete."""
+    root = workflow("u", "late-dependency")
+    later = Echo(root, "later")
+
+    class SubmitsLater(Orchestrator[str]):
+        async def execute(self, context: JobContext) -> str:
+            await trio.sleep(3)
+            return await context.submit(later).result()
+
+    async with open_dispatcher() as dispatcher:
+        waiting = dispatcher.submit(Echo(root, "after"), dependencies=[later])
+        submitter = dispatcher.submit(SubmitsLater(root))
+    assert await submitter.result() == "later"
+    assert await waiting.result() == "after"

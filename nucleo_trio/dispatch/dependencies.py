@@ -9,6 +9,7 @@ dependent in admission; a cancel of the waiting job ends the wait at once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -34,6 +35,10 @@ class DependencyGraph:
         """How many live jobs name each job id as a dependency: only such an id can close a
         cycle when it is submitted."""
         self._submitted_waiters: dict[str, list[trio.Event]] = {}
+        self.awaiting_submission: dict[str, str] = {}
+        """For each job parked until a dependency is submitted: that dependency's name."""
+        self.on_awaiting: Callable[[], object] | None = None
+        """Called each time a job starts waiting for a dependency's submission."""
 
     def refuse_cycle(self, job: AbstractJob[Any], deps: tuple[Any, ...]) -> None:
         """A dependency list that closes a cycle is refused with the cycle spelled out
@@ -103,6 +108,7 @@ class DependencyGraph:
             "edges": len(self._edges),
             "waited_on": len(self._waited_on),
             "submitted_waiters": len(self._submitted_waiters),
+            "awaiting_submission": len(self.awaiting_submission),
         }
 
     async def handle_of(self, context: JobContext, job: AbstractJob[Any]) -> JobHandle[Any]:
@@ -111,9 +117,13 @@ class DependencyGraph:
             submitted = trio.Event()
             waiters = self._submitted_waiters.setdefault(job.job_id, [])
             waiters.append(submitted)
+            self.awaiting_submission[context.job_id] = job.name
+            if self.on_awaiting is not None:
+                self.on_awaiting()
             try:
                 await wait_holding_nothing(context, submitted)
             finally:
+                del self.awaiting_submission[context.job_id]
                 if not submitted.is_set():  # cancelled: forget this waiter
                     waiters.remove(submitted)
                     if not waiters and self._submitted_waiters.get(job.job_id) is waiters:

@@ -401,19 +401,50 @@ class JobDispatcher:
         recurring heartbeat cannot keep the wait open; requests to schedule are still taken.
         Returns at once when the dispatcher is stopping. This is what leaving the
         ``async with open_dispatcher()`` block normally does before it stops the dispatcher.
+
+        A job waiting for a dependency that was never submitted could keep the wait open for
+        good: once every job left is such a job (and no delayed submission is pending), nothing
+        inside the dispatcher can submit what they wait for, so each is cancelled with a
+        message naming the dependency it waited for, and the wait ends when they have settled.
         """
         if self.heart is not None:
             self.heart.hold_fires()
-        while (self._live or self._delayed) and not self._stopping:
-            self._drained = trio.Event()
-            try:
-                await self._drained.wait()
-            finally:
-                self._drained = None
+        self._graph.on_awaiting = self._wake_drain
+        try:
+            while (self._live or self._delayed) and not self._stopping:
+                if self._stranded():
+                    self._cancel_stranded()
+                self._drained = trio.Event()
+                try:
+                    await self._drained.wait()
+                finally:
+                    self._drained = None
+        finally:
+            self._graph.on_awaiting = None
+
+    def _stranded(self) -> bool:
+        """Whether every live job waits for a dependency that was never submitted."""
+        return not self._delayed and 0 < len(self._live) <= len(self._graph.awaiting_submission)
+
+    def _cancel_stranded(self) -> None:
+        for job_id, dependency in list(self._graph.awaiting_submission.items()):
+            queued = self._live.get(job_id)
+            if queued is None or queued.context.is_cancelled:
+                continue
+            reason = (
+                f"the open_dispatcher block ended while {queued.job.name} waited for "
+                f"{dependency}, which was never submitted (nothing left could submit it)"
+            )
+            log.warning("%s is cancelled: %s", queued.job.name, reason)
+            queued.cancel_message = reason
+            queued.context.cancel(reason)
 
     def _wake_drain(self) -> None:
-        """The block's exit waits for the last job: tell it when there may be none left."""
-        if self._drained is not None and (self._stopping or not (self._live or self._delayed)):
+        """The block's exit waits for the last job: tell it when there may be none left, or
+        when every job left waits for a dependency nobody submitted."""
+        if self._drained is not None and (
+            self._stopping or not (self._live or self._delayed) or self._stranded()
+        ):
             self._drained.set()
 
     def _fast_requested(self) -> bool:
