@@ -7,7 +7,10 @@ captures the requirements afresh, asks admission for the whole demand (a grant a
 place in the line, holding nothing), arms the two-phase :class:`~.deadline.Deadline`, opens
 the database handles, runs ``pre_execute`` and ``execute`` (inside a transaction when asked),
 signals the limiters, and closes. An upstream signal re-runs the attempt with jittered pacing
-against the job's own budget; a truncation or a correction re-runs it at once, within theirs.
+(the upstream's Retry-After plus jitter when it named one) against the job's own budget; a
+truncation or a correction re-runs it at once, within theirs. What a job raises from a nursery
+or a task group is read leaf by leaf (:func:`~nucleo_trio.errors._groups.read_raised`): the
+most demanding of its signals, or its failure, and every upstream failure for the limiters.
 Steps with nothing to do (no dependencies, no guards, the default hooks, no handles) are
 answered synchronously rather than awaited.
 """
@@ -113,7 +116,10 @@ async def execute(dispatcher: JobDispatcher, queued: QueuedJob) -> Verdict:
 
 
 async def run_attempts(dispatcher: JobDispatcher, queued: QueuedJob, hooks: Hooks) -> Any:
-    """Attempts until one answers, re-running on the three signals within their budgets."""
+    """Attempts until one answers, re-running on the three signals within their budgets.
+
+    A group of signals raised at once arrives here as the one that decides (see
+    :func:`attempt`), so it is one re-run on one budget."""
     job, context = queued.job, queued.context
     upstream = truncations = corrections = 0
     first_truncation: OutputTruncationRetry | None = None
