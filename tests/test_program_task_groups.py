@@ -9,6 +9,7 @@ virtual. The children raise before their first checkpoint, so every one of them 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -263,10 +264,12 @@ async def test_a_group_of_signals_draws_once_on_the_upstream_budget(
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_mixed_group_fails_with_its_failure_and_still_tells_the_limiter(
-    autojump_clock: trio.testing.MockClock, kind: str
+    autojump_clock: trio.testing.MockClock, kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A 429 beside a ValueError: the job fails with the ValueError, the very object raised,
-    at once (no re-run, no retry event), and the limiter still hears of the 429."""
+    at once (no re-run, no retry event), and the limiter still hears of the 429. The debug log
+    says which signal was not acted on."""
+    caplog.set_level(logging.DEBUG, logger="nucleo_trio.dispatcher")
     limiter = Upstream()
     said = errors.UpstreamFailure(429, "search", "429 Too Many Requests", retry_after=2)
     boom = ValueError("the parser choked")
@@ -282,6 +285,10 @@ async def test_a_mixed_group_fails_with_its_failure_and_still_tells_the_limiter(
     assert failed.error is boom
     (pushback,) = limiter.pushbacks
     assert (pushback.status, pushback.service, pushback.retry_after) == (429, "search", 2.0)
+    assert (
+        "fails with ValueError: the parser choked; not acted on beside it: RateLimitRetry: 429"
+        in (caplog.text)
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
