@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import outcome
-import trio
 
+from .._clock import run_sync_holding_the_clock
 from ..errors import ConfigError, UncorrectableError
 from .provider import DBHandle
 from .threads import ThreadedHandle, ThreadedProvider
@@ -61,7 +61,7 @@ class SQLiteProvider(ThreadedProvider[_SQLiteHandle]):
         return connection
 
     async def acquire(self, read_only: bool = False) -> DBHandle:
-        connection = await trio.to_thread.run_sync(self._connect, read_only)
+        connection = await run_sync_holding_the_clock(self._connect, read_only)
         self.open_connections += 1
         handle = _SQLiteHandle(self, connection, read_only=read_only)
         # interrupt() reaches only a statement already running; this stops one that starts

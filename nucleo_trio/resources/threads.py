@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 import trio
 
+from .._clock import run_sync_holding_the_clock, wait_holding_the_clock
 from ..admission import DatabaseGate, RateLimiter
 from ..errors import UncorrectableError
 from .provider import DBHandle
@@ -66,7 +67,7 @@ async def finish_in_thread(work: Callable[[], T], settle: Callable[[Outcome[T]],
             pass  # the run is over, and every connection with it
 
     trio.lowlevel.start_thread_soon(work, deliver, name=f"finish {work!r}")
-    await done.wait()
+    await wait_holding_the_clock(done)
     return results[0].unwrap()
 
 
@@ -135,7 +136,7 @@ class HandleCalls:
             self._quiet = trio.Event()
         self._in_flight += 1
         try:
-            return await trio.to_thread.run_sync(self._locked, call)
+            return await run_sync_holding_the_clock(self._locked, call)
         finally:
             self._in_flight -= 1
             if self._in_flight == 0:

@@ -51,6 +51,7 @@ from typing import Any, ClassVar
 
 import trio
 
+from .._clock import run_sync_holding_the_clock
 from ..dispatch import open_dispatcher
 from ..errors import UncorrectableError
 from ..jobs import JobContext, JobRequirements, Tool, workflow
@@ -70,7 +71,7 @@ def _in_trio(
     def run(self: DBProviderContract) -> None:
         async def body() -> None:
             with trio.fail_after(self.time_limit):
-                await trio.to_thread.run_sync(self.create_table)
+                await run_sync_holding_the_clock(self.create_table)
                 provider = self._fresh("contract", self.bound)
                 try:
                     await check(self, provider)
@@ -184,7 +185,7 @@ class DBProviderContract:
         await self.execute(provider, handle, sql, [note])
 
     async def _committed(self) -> list[str]:
-        return await trio.to_thread.run_sync(self.committed_rows)
+        return await run_sync_holding_the_clock(self.committed_rows)
 
     def _assert_out(self, provider: DBResourceProvider, expected: int, when: str) -> None:
         out = self.connections_out(provider)

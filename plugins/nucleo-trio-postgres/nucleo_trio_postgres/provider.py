@@ -35,6 +35,7 @@ import psycopg
 import trio
 from psycopg import pq
 
+from nucleo_trio._clock import run_sync_holding_the_clock
 from nucleo_trio.errors import UncorrectableError
 from nucleo_trio.resources import DBHandle
 from nucleo_trio.resources.threads import ThreadedHandle, ThreadedProvider, finish_in_thread
@@ -177,7 +178,7 @@ class PostgresProvider(ThreadedProvider[_PostgresHandle]):
         while self._idle:
             pooled = self._idle.pop()
             try:
-                await trio.to_thread.run_sync(pooled.prepare, read_only)
+                await run_sync_holding_the_clock(pooled.prepare, read_only)
             except psycopg.Error:
                 self._open -= 1  # dead while idle (a restart, an idle timeout): open another
                 continue
@@ -193,7 +194,7 @@ class PostgresProvider(ThreadedProvider[_PostgresHandle]):
             )
         self._open += 1
         try:
-            return await trio.to_thread.run_sync(self._connect, read_only)
+            return await run_sync_holding_the_clock(self._connect, read_only)
         except BaseException as exc:
             self._open -= 1
             if isinstance(exc, psycopg.Error):
