@@ -212,7 +212,8 @@ class RateLimit(AbstractRateLimiter):
 
     def _window_ready(self, units: int) -> float:
         """The instant ``units`` more requests fit the window: when the k-th oldest stamp
-        leaves, k the shortfall; ``-inf`` when there is none. Read after an expiry."""
+        leaves, k the shortfall; ``-inf`` when there is none. Read after an expiry; an instant
+        already past is a stamp whose caller has yet to start (confirmed, it moves later)."""
         deficit = len(self._stamps) + units - self._limit
         if deficit <= 0:
             return -math.inf
@@ -276,7 +277,9 @@ class RateLimit(AbstractRateLimiter):
         total = asked + (self._units(reserved_ahead, "reserved_ahead") if reserved_ahead else 0)
         now = self._clock()
         self._stamps.expire(self._span, now)
-        if total > self._most_at_once() or self._window_ready(total) > now:
+        # Counted, not compared with the clock: a stamp whose caller has not started yet holds
+        # its slot whatever it reads (it only ever moves later).
+        if total > self._most_at_once() or len(self._stamps) + total > self._limit:
             return None
         if self._burst is not None and self._burst_ready(total) > now:
             return None

@@ -118,13 +118,15 @@ class JobRequirements:
 
         ``amount`` is what the demand carries for it (JR-04): on a counting gate, a number of
         permits (``require_rate_limiter(gpu_memory, 24)`` takes 24 of the gate's permits,
-        ``None`` takes one); on a token bucket, tokens. Requiring the same limiter again
-        replaces its amount, so a job that needs 3 permits asks for 3.
+        ``None`` takes one); on a token bucket, tokens; on a
+        :class:`~nucleo_trio.admission.RateLimit`, requests, so
+        ``require_rate_limiter(five_per_second)`` with no amount is one request. Requiring the
+        same limiter again replaces its amount, so a job that needs 3 permits asks for 3.
 
         A bool, NaN, an infinity, a negative or a value the account does not take (``None`` or
-        a string on a token bucket; zero or a fraction on a gate) raises here, naming the
-        limiter and the value. So does an ask a gate can never grant: ``ValueError:
-        gpu-memory: asks for 96 permits but the gate has only 80``.
+        a string on a token bucket; zero or a fraction on a gate or a rate limit) raises here,
+        naming the limiter and the value. So does an ask the account can never grant:
+        ``ValueError: gpu-memory: asks for 96 permits but the gate has only 80``.
         """
         if limiter is None:
             raise ValueError("require_rate_limiter: the limiter must not be None")
