@@ -15,8 +15,11 @@ exact and as quick as ours. They are optional (``pip install -e '.[bench]'``); a
 shows as a row saying so.
 
 First, though, come the rows measured on the real clock (:mod:`benchmarks._rate_realclock`): the
-most starts in any second that callers of a 50-per-second window see under load, ours beside
-both peers.
+most arrivals in any second at a loopback upstream whose kernel stamps them, for the plain rate
+limit (with and without a margin), the elastic window and a catalog entry's default bucket, all
+at 50 a second, beside both peers, on an idle machine, beside two CPU burner processes the
+benchmark starts itself, and (full runs) with a CPU-busy task in the callers' loop.
+``python -m benchmarks._rate_realclock --load N`` runs that part alone, under ``N`` burners.
 """
 
 from __future__ import annotations
@@ -61,7 +64,8 @@ pyrate_limiter = _optional("pyrate_limiter")
 NAME = "rates"
 TITLE = (
     "rate accuracy: a token bucket and an elastic window under excess demand, beside "
-    "aiolimiter and pyrate-limiter (virtual time), and a window on the real clock under load"
+    "aiolimiter and pyrate-limiter (virtual time), and arrivals at a loopback upstream on the "
+    "real clock, idle and under load"
 )
 
 DURATION = 600.0
