@@ -202,6 +202,42 @@ async def test_a_failure_is_rethrown_and_recorded_unsuccessful(
     assert (record.started_at, record.ended_at) == (start, start + 2)
 
 
+async def test_a_reply_without_usage_is_recorded_at_the_calls_reservation(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A reply whose usage is an estimate is recorded, and returned, at the reservation the
+    wrapper was given, or at its own estimate where that is larger; a reported usage, or a
+    wrapper without a reservation, leaves the reply as it is; a reservation that is not a
+    Usage is refused by name."""
+    reserved = Usage(input_tokens=100, output_tokens=400, estimated=True)
+    guessed = LLMResponse(
+        content="x", usage=Usage(input_tokens=3, output_tokens=900, estimated=True)
+    )
+    context = make_context()
+    got = await ObservableLLMClient(_Timeless(guessed), context, reserved=reserved).complete(ask())
+    assert got.usage == Usage(input_tokens=100, output_tokens=900, estimated=True)
+    assert context.llm_responses == [got]
+    reported = LLMResponse(content="x", usage=Usage(input_tokens=3, output_tokens=4))
+    wrapped = ObservableLLMClient(_Timeless(reported), context, reserved=reserved)
+    assert wrapped.reserved is reserved
+    assert await wrapped.complete(ask()) is reported
+    assert await ObservableLLMClient(_Timeless(guessed), context).complete(ask()) is guessed
+    with pytest.raises(TypeError, match="reserved must be a Usage or None, got int"):
+        ObservableLLMClient(_Timeless(guessed), context, reserved=500)  # type: ignore[arg-type]
+
+
+def test_usage_estimates_from_text_round_up_and_say_so() -> None:
+    """Usage.estimate counts a token per four characters, rounded up, and marks the usage
+    estimated; at_least takes the larger of each count."""
+    assert Usage.estimate("12345", "") == Usage(input_tokens=2, output_tokens=0, estimated=True)
+    low = Usage(input_tokens=1, output_tokens=9)
+    assert low.at_least(Usage(input_tokens=5, output_tokens=2, estimated=True)) == Usage(
+        input_tokens=5, output_tokens=9, estimated=True
+    )
+    with pytest.raises(TypeError, match="estimated"):
+        Usage(estimated="yes")  # type: ignore[arg-type]
+
+
 async def test_a_truncation_is_labelled_max_tokens_and_clearing_releases_the_list() -> None:
     """OC-03: a raised OutputTruncationRetry is recorded with stop reason MAX_TOKENS;
     clear_completion_data() empties the list."""

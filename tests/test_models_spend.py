@@ -216,6 +216,34 @@ async def test_the_ledger_records_every_response_by_workflow(
     assert any("no entry 'mystery'" in r.message for r in caplog.records)
 
 
+async def test_a_reply_without_usage_is_booked_marked_estimated_with_one_warning_a_model(
+    autojump_clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A response whose usage is an estimate is booked at it (never at zero), its Call marked
+    estimated, and the workflow says its total rests on an estimate; the ledger warns once per
+    model, however many such calls it books."""
+    models = runtime(CAT)
+    guess = Usage(input_tokens=500, output_tokens=500, estimated=True)
+    guessed = LLMResponse(content="ok", model="think", usage=guess)
+    async with model_dispatcher(models) as dispatcher:
+        ledger = CostLedger(CAT).attach(dispatcher)
+        root = workflow("u", "estimates")
+        with caplog.at_level(logging.WARNING, logger="nucleo_trio.models.spend"):
+            await dispatcher.submit(Priced(root, list, responses=[response("think")])).result()
+            assert not ledger.workflow(root.workflow_id).estimated  # type: ignore[union-attr]
+            await dispatcher.submit(Priced(root, list, responses=[guessed, guessed])).result()
+            await trio.testing.wait_all_tasks_blocked()
+    spend = ledger.workflow(root.workflow_id)
+    assert spend is not None and spend.estimated
+    assert [c.estimated for c in spend.calls] == [False, True, True]
+    assert spend.calls[1].cost == Cost(Decimal(1), "USD")
+    assert ledger.spent(root.workflow_id, "USD") == Cost(Decimal(4), "USD")
+    assert [r.getMessage() for r in caplog.records] == [
+        "think reported no token usage; its calls are booked at an estimate (the call's "
+        "reservation, or the text's length) and marked estimated"
+    ]
+
+
 async def test_the_cap_refuses_new_work_counting_siblings_in_flight(autojump_clock: Any) -> None:
     """OBS-29, SPD-01: admit refuses when spent + in flight + the reservation exceeds the cap,
     naming all of them; the first sibling keeps running to completion; its reservation stays

@@ -42,6 +42,7 @@ from nucleo_trio.llm import (
     OutputSchema,
     ToolCall,
     ToolSpec,
+    Usage,
 )
 from nucleo_trio.llm.clients.fake_server import FakeReply, FakeRequest, serve_fake_openai
 from nucleo_trio.llm.clients.openai import (
@@ -386,6 +387,69 @@ async def test_a_streamed_error_status_is_the_same_signal() -> None:
     assert cut.is_truncated and cut.content == "cut"
 
 
+def _sse(*events: Any) -> str:
+    """A stream body as a server sends it: one ``data:`` line per event."""
+    return "".join(f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n" for e in events)
+
+
+def _chunk(content: str | None = None, finish: str | None = None, **extra: Any) -> dict[str, Any]:
+    delta = {"content": content} if content is not None else {}
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+
+async def _stream_of(body: str) -> tuple[Any, list[str]]:
+    pieces: list[str] = []
+    async with serve_fake_openai(FakeReply(body=body)) as server:
+        async with OpenAICompatibleClient(server.base_url, model="m") as client:
+            try:
+                return await client.stream(ask(), pieces.append), pieces
+            except Exception as error:
+                return error, pieces
+
+
+async def test_a_stream_without_finish_reason_or_done_is_transient_never_an_answer() -> None:
+    """A stream the upstream ended with neither a finish reason nor [DONE] raises
+    TransientErrorRetry (no status, backpressure 0) naming how much came; the pieces handed out
+    are all there is of it. An empty body is the same."""
+    error, pieces = await _stream_of(_sse(_chunk("Half an "), _chunk("answer")))
+    assert isinstance(error, TransientErrorRetry)
+    assert pieces == ["Half an ", "answer"]
+    assert "after 14 characters of text: the reply is incomplete" in str(error.__cause__)
+    failure = UpstreamFailure.from_exception(error)
+    assert failure.status is None and failure.backpressure == 0
+    empty, _ = await _stream_of("")
+    assert isinstance(empty, TransientErrorRetry)
+
+
+async def test_a_stream_with_either_a_finish_reason_or_done_is_an_answer() -> None:
+    """Either mark ends a stream: a finish reason without [DONE] (some servers stop there), or
+    [DONE] without a finish reason (the stop reason is then UNKNOWN)."""
+    finished, _ = await _stream_of(_sse(_chunk("whole", "stop")))
+    assert finished.content == "whole" and finished.stop_reason is LLMStopReason.END_TURN
+    done, _ = await _stream_of(_sse(_chunk("whole"), "[DONE]"))
+    assert done.content == "whole" and done.stop_reason is LLMStopReason.UNKNOWN
+
+
+async def test_a_reply_without_usage_carries_an_estimate_from_its_text() -> None:
+    """No usage, a null one or one that counts neither side: the usage is estimated at a token
+    per four characters (rounded up) of what was sent and what came back, and says so; a
+    reported usage, zeros included, is taken as it is."""
+    base = {"choices": [{"message": {"content": "twelve chars"}, "finish_reason": "stop"}]}
+    request = ask("eight ch")  # 8 characters
+    for usage in ({}, {"usage": None}, {"usage": {"total_tokens": 9}}):
+        async with serve_fake_openai(FakeReply(body={**base, **usage})) as server:
+            async with OpenAICompatibleClient(server.base_url, model="m") as client:
+                response = await client.complete(request)
+        assert response.usage == Usage(input_tokens=2, output_tokens=3, estimated=True), usage
+    reported = {"usage": {"prompt_tokens": 0, "completion_tokens": 5}}
+    async with serve_fake_openai(FakeReply(body={**base, **reported})) as server:
+        async with OpenAICompatibleClient(server.base_url, model="m") as client:
+            response = await client.complete(request)
+    assert response.usage == Usage(input_tokens=0, output_tokens=5)
+    streamed, _ = await _stream_of(_sse(_chunk("twelve chars", "stop", usage=None), "[DONE]"))
+    assert streamed.usage.estimated and streamed.usage.output_tokens == 3
+
+
 # -- embeddings ---------------------------------------------------------------------------------
 
 
@@ -416,6 +480,16 @@ async def test_embeddings_come_back_one_per_text_in_order() -> None:
         "input": ["a", "b"],
         "encoding_format": "float",
     }
+
+
+async def test_embeddings_without_usage_carry_an_estimate_from_the_texts() -> None:
+    """A null usage (or none) is estimated from the texts, and says so."""
+    for usage in ({"usage": None}, {}):
+        body = {"data": [{"index": 0, "embedding": [1.0]}], **usage}
+        async with serve_fake_openai(FakeReply(body=body)) as server:
+            async with OpenAICompatibleClient(server.base_url, model="chat") as chat:
+                response = await chat.embeddings("embed").embed(["nine char"])
+        assert response.usage == Usage(input_tokens=3, output_tokens=0, estimated=True)
 
 
 async def test_embeddings_failures_are_the_same_signals() -> None:
