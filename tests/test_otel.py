@@ -414,7 +414,7 @@ async def test_a_job_refused_at_the_door_has_no_span_but_is_counted(
     await _delivered()
     assert telemetry.spans() == []
     assert telemetry.points("nucleo.job.failed") == {
-        (("error.type", "NucleoSystemError"), ("job.type", "TOOL")): 1
+        (("error.type", "UsageError"), ("job.type", "TOOL")): 1  # a NucleoSystemError
     }
 
 

@@ -257,7 +257,9 @@ async def test_a_job_refused_at_the_door_is_recorded_with_no_start(
     async with open_dispatcher() as dispatcher:
         recorder.attach(dispatcher)
         root = Submitter(workflow("bob", "door"))
-        assert await dispatcher.submit(root).result() == "NucleoSystemError"
+        assert (
+            await dispatcher.submit(root).result() == "UsageError"
+        )  # a NucleoSystemError that names the fix
     recorder.close()
     recorded = trajectory(recorder.path, root.workflow_id)
     steps = {step.job_class.rsplit(".", 1)[-1]: step for step in recorded}
