@@ -230,6 +230,7 @@ async def test_a_reply_without_usage_is_booked_marked_estimated_with_one_warning
         root = workflow("u", "estimates")
         with caplog.at_level(logging.WARNING, logger="nucleo_trio.models.spend"):
             await dispatcher.submit(Priced(root, list, responses=[response("think")])).result()
+            await trio.testing.wait_all_tasks_blocked()  # the ledger hears the terminal event
             assert not ledger.workflow(root.workflow_id).estimated  # type: ignore[union-attr]
             await dispatcher.submit(Priced(root, list, responses=[guessed, guessed])).result()
             await trio.testing.wait_all_tasks_blocked()
