@@ -332,12 +332,12 @@ def _counted(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _usage(data: object, *, input_key: str = "prompt_tokens") -> Usage | None:
+def _usage(data: object) -> Usage | None:
     """The usage the provider reported, or ``None`` when it reported none (no ``usage``, a null
     one, or one that counts neither side)."""
     if not isinstance(data, dict):
         return None
-    sent, written = data.get(input_key), data.get("completion_tokens")
+    sent, written = data.get("prompt_tokens"), data.get("completion_tokens")
     if not _counted(sent) and not _counted(written):
         return None
     return Usage(input_tokens=_int(sent), output_tokens=_int(written))
