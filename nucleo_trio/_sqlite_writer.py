@@ -24,6 +24,12 @@ one batch at a time, each batch one transaction:
 Outside a trio run (a sync ``close()`` after ``trio.run`` returned) there is no loop to stall,
 and the writer does the work on the calling thread, after any batch still in a worker.
 
+**Across runs.** A writer may outlive the trio run it was opened in (a recorder attached in one
+``trio.run`` and closed in the next, or after it). A batch still in a worker thread when its run
+ends is settled by that thread, and a waiter is woken through the token of the run it waits in,
+whichever thread settles: every waiter registers its own wake-up, so no ``trio.Event`` is ever
+set from outside its run, and a close in the next run finishes the batch in flight first.
+
 **Virtual time.** Trio's autojump clock cannot see a worker thread, so a task waiting on the
 writer holds the clock still until the answer comes (:mod:`nucleo_trio._clock`).
 """
@@ -67,10 +73,32 @@ class WriterStatistics:
     """Pieces of work that failed (their own error, or their batch's commit)."""
 
 
+_Wake = tuple[trio.lowlevel.TrioToken, trio.Event]
+"""A waiter: the run it waits in, and the event it waits on there."""
+
+
+def _wake(waiters: list[_Wake]) -> None:
+    """Set each waiter's event in its own run, from whichever thread settles: directly when
+    that is the current run's thread, else through the run's token. A run that has ended has
+    nobody waiting any more."""
+    try:
+        here: trio.lowlevel.TrioToken | None = trio.lowlevel.current_trio_token()
+    except RuntimeError:
+        here = None
+    for token, event in waiters:
+        if token is here:
+            event.set()
+            continue
+        try:
+            token.run_sync_soon(event.set)
+        except trio.RunFinishedError:
+            pass
+
+
 class Ticket(Generic[T]):
     """One piece of submitted work: its place in line, and its answer once its batch is done."""
 
-    __slots__ = ("doing", "done", "owned", "result", "run", "seq")
+    __slots__ = ("doing", "owned", "result", "run", "seq", "waiters")
 
     def __init__(
         self, run: Callable[[sqlite3.Connection], T] | None, doing: str, seq: int, owned: bool
@@ -80,7 +108,7 @@ class Ticket(Generic[T]):
         self.seq = seq
         self.owned = owned
         self.result: outcome.Outcome[T] | None = None
-        self.done = trio.Event()
+        self.waiters: list[_Wake] = []
 
 
 class SQLiteWriter:
@@ -125,7 +153,7 @@ class SQLiteWriter:
         self._written = 0
         self._failed = 0
         self._unreported: list[BaseException] = []
-        self._progress = trio.Event()  # set, and replaced, each time a batch is settled
+        self._progress: list[_Wake] = []  # woken each time a batch is settled
 
     # -- the trio side --------------------------------------------------------------------------
     @property
@@ -161,29 +189,46 @@ class SQLiteWriter:
         Never cancelled half-way: the caller's cancellation is delivered at its next checkpoint.
         """
         with trio.CancelScope(shield=True):
-            await wait_holding_the_clock(ticket.done)
-        assert ticket.result is not None
-        return ticket.result.unwrap()
+            while True:
+                with self._books:
+                    if ticket.result is not None:
+                        break
+                    done = trio.Event()
+                    ticket.waiters.append((trio.lowlevel.current_trio_token(), done))
+                self._launch()  # its batch may have been left for this run to send
+                await wait_holding_the_clock(done)
+        answer = ticket.result
+        assert answer is not None
+        return answer.unwrap()
 
     async def flush(self) -> None:
         """Write everything queued before the call and wait until it is committed; then raise a
         failure nobody has been told of yet, naming the file."""
         target = self._submitted
         self.start()
-        while self._settled < target:
-            await wait_holding_the_clock(self._progress)
+        await self._settled_up_to(target)
         self._raise_unreported()
 
     async def aclose(self) -> None:
         """Write everything queued, close the connection in the worker, and raise a failure nobody
         has been told of yet. The close happens even if the caller is cancelled while it waits.
-        A second call waits for the first close."""
+        A second call waits for the first close. A batch a worker was still writing when an
+        earlier trio run ended is finished first."""
         self._queue_close()
-        self._launch()
-        target = self._submitted
-        while self._settled < target:
-            await wait_holding_the_clock(self._progress)
+        await self._settled_up_to(self._submitted)
         self._raise_unreported()
+
+    async def _settled_up_to(self, target: int) -> None:
+        """Wait until every ticket up to ``target`` has its answer, sending what is due each
+        time a batch ends (a batch settled after its run ended could not send the next)."""
+        while True:
+            with self._books:
+                if self._settled >= target:
+                    return
+                progress = trio.Event()
+                self._progress.append((trio.lowlevel.current_trio_token(), progress))
+            self._launch()
+            await wait_holding_the_clock(progress)
 
     def close_blocking(self) -> None:
         """:meth:`aclose` for a caller outside trio: writes what is queued on this thread, after
@@ -228,8 +273,9 @@ class SQLiteWriter:
         return self._sent
 
     def _launch(self) -> None:
-        if self._in_flight or not self._queue or self._due <= self._settled:
-            return
+        with self._books:
+            if self._in_flight or not self._queue or self._due <= self._settled:
+                return
         try:
             token = trio.lowlevel.current_trio_token()
             if not self._in_thread:
@@ -257,7 +303,8 @@ class SQLiteWriter:
         try:
             token.run_sync_soon(self._settle, batch, answers)
         except trio.RunFinishedError:
-            # The run ended meanwhile; nobody waits in it any more, so settle here.
+            # The run ended meanwhile: settle here, and wake the waiters of a later run (a
+            # close there sends what is left, in that run).
             self._settle(batch, answers, relaunch=False)
 
     def _settle(
@@ -283,10 +330,11 @@ class SQLiteWriter:
                     self._written += 1
             self._in_flight = 0
             self._settled = max(self._settled, batch[-1].seq)
-            progress, self._progress = self._progress, trio.Event()
-        for ticket in batch:
-            ticket.done.set()
-        progress.set()
+            waiters, self._progress = self._progress, []
+            for ticket in batch:
+                waiters += ticket.waiters
+                ticket.waiters = []
+        _wake(waiters)
 
     def _raise_unreported(self) -> None:
         with self._books:
