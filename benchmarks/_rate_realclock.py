@@ -120,9 +120,10 @@ class Run:
 class Upstream:
     """A loopback socket and a thread that drains it, keeping each datagram's arrival stamp.
 
-    A datagram carries its caller's start (``time.time()``); the arrival is the kernel's
-    receive stamp in the same clock, so neither the reader's scheduling nor the caller's is in
-    it. Where the kernel gives no stamp the reader's own clock stands in.
+    A datagram carries its round and its caller's start (``time.time()``); the arrival is the
+    kernel's receive stamp in the same clock, so neither the reader's scheduling nor the
+    caller's is in it. Where the kernel gives no stamp the reader's own clock stands in. A
+    datagram of a round already collected (a straggler) is dropped, never counted in the next.
     """
 
     def __init__(self) -> None:
@@ -137,7 +138,8 @@ class Upstream:
                 pass
         self._sock.bind(("127.0.0.1", 0))
         self.address = self._sock.getsockname()
-        self._seen: list[tuple[float, float]] = []
+        self._seen: dict[int, list[tuple[float, float]]] = {}
+        self._round = 0
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, name="upstream", daemon=True)
         self._reader.start()
@@ -155,32 +157,28 @@ class Upstream:
                     arrived = seconds + nanoseconds * 1e-9
             if arrived is None:
                 arrived = time.time()
-            (started,) = struct.unpack("d", data[:8])
+            started, round_id = struct.unpack("dI", data[:12])
             with self._lock:
-                self._seen.append((started, arrived))
+                if round_id == self._round:
+                    self._seen.setdefault(round_id, []).append((started, arrived))
 
-    def sender(self) -> Callable[[float], None]:
-        """A call that sends one request stamped with its caller's start."""
-        out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        out.connect(self.address)
-        out.setblocking(False)
-
-        def send(started: float) -> None:
-            with contextlib.suppress(BlockingIOError):  # a full loopback buffer: never here
-                out.send(struct.pack("d", started))
-
-        return send
+    def sender(self) -> Sender:
+        """The sending end of a new round."""
+        with self._lock:
+            self._round += 1
+            return Sender(self.address, self._round)
 
     def collect(self, starts: list[float], sent: int) -> Run:
-        """Wait (briefly) for the ``sent`` datagrams of a round and hand its figures over."""
+        """Wait (at most 2 s) for the ``sent`` datagrams of the round, and hand its figures
+        over."""
         deadline = time.monotonic() + 2.0
         while time.monotonic() < deadline:
             with self._lock:
-                if len(self._seen) >= sent:
+                if len(self._seen.get(self._round, ())) >= sent:
                     break
             time.sleep(0.01)
         with self._lock:
-            seen, self._seen = self._seen, []
+            seen = self._seen.pop(self._round, [])
         return Run(starts, [a for _, a in seen], [a - s for s, a in seen])
 
     def close(self) -> None:
@@ -189,6 +187,25 @@ class Upstream:
         stop.close()
         self._reader.join(timeout=5)
         self._sock.close()
+
+
+class Sender:
+    """Sends one request per call, stamped with its round and its caller's start."""
+
+    def __init__(self, address: tuple[str, int], round_id: int) -> None:
+        self._out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._out.connect(address)
+        self._out.setblocking(False)
+        self._round = round_id
+        self.sent = 0
+
+    def __call__(self, started: float) -> None:
+        with contextlib.suppress(BlockingIOError):  # a full loopback buffer: never here
+            self._out.send(struct.pack("dI", started, self._round))
+            self.sent += 1
+
+    def close(self) -> None:
+        self._out.close()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -232,7 +249,8 @@ def ours(
                         inner.start_soon(caller)
             admission.stop()
         await trio.sleep(0.05)  # the last sends leave
-        return upstream.collect(starts, len(starts))
+        send.close()
+        return upstream.collect(starts, send.sent)
 
     return trio.run(main)
 
@@ -269,7 +287,8 @@ def _asyncio(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.sleep(0.05)
-        return upstream.collect(starts, len(starts))
+        send.close()
+        return upstream.collect(starts, send.sent)
 
     return asyncio.run(main())
 
