@@ -301,13 +301,13 @@ async def test_the_bucket_follows_the_limits_the_provider_publishes(
         assert first.binding is not None
         bucket = first.binding.account
         assert isinstance(bucket, TokenBucket)
-        assert bucket.config == TokenBucketConfig(rpm=30, tpm=40_000)
+        assert bucket.config == TokenBucketConfig(rpm=30, tpm=40_000, burst=1)
         assert dispatcher.accounts.bucket(CAT.spec("gpt")) is bucket
         await trio.sleep(90)
         second = call("two")
         assert await dispatcher.submit(second).result() == "echo: two"
         assert second.binding is not None and second.binding.account is bucket
-        assert bucket.config == TokenBucketConfig(rpm=30, tpm=40_000)
+        assert bucket.config == TokenBucketConfig(rpm=30, tpm=40_000, burst=1)
         assert len(fake.requests) == 2
 
 
@@ -319,7 +319,7 @@ async def test_without_headers_the_bucket_keeps_the_catalogs_limits(
         job = call("quiet")
         assert await dispatcher.submit(job).result() == "echo: quiet"
         assert job.binding is not None and isinstance(job.binding.account, TokenBucket)
-        assert job.binding.account.config == TokenBucketConfig(rpm=100, tpm=100_000)
+        assert job.binding.account.config == TokenBucketConfig(rpm=100, tpm=100_000, burst=1)
 
 
 async def test_a_reading_missing_a_per_minute_cap_leaves_the_bucket_alone() -> None:
@@ -351,7 +351,7 @@ async def test_a_reading_missing_a_per_minute_cap_leaves_the_bucket_alone() -> N
         model="fake-model", token_limit=40_000, request_limit=30, kind=RateLimitType.CAPACITY
     )
     runtime.note_success(spec, LLMResponse(model="fake-model", rate_limit_info=capacity))
-    assert bucket.config == TokenBucketConfig(rpm=30, tpm=40_000)
+    assert bucket.config == TokenBucketConfig(rpm=30, tpm=40_000, burst=1)
     unbounded = catalog(entry("open", tpm=None, rpm=None)).spec("open")
     runtime.note_success(unbounded, LLMResponse(model="open", rate_limit_info=capacity))
     assert len(registry) == 1
@@ -382,4 +382,4 @@ async def test_a_published_limit_never_raises_the_bucket_above_the_catalog() -> 
         kind=RateLimitType.CAPACITY,
     )
     runtime.note_success(spec, LLMResponse(model="fake-model", rate_limit_info=fewer_requests))
-    assert bucket.config == TokenBucketConfig(rpm=seeded.rpm // 2, tpm=seeded.tpm)
+    assert bucket.config == TokenBucketConfig(rpm=seeded.rpm // 2, tpm=seeded.tpm, burst=1)
