@@ -599,8 +599,10 @@ class Admission:
         """How many parked waiters are held on ``account`` right now."""
         return self._held_counts.get(id(account), 0)
 
-    def parked(self) -> tuple[ParkedWaiter, ...]:
-        """Every parked waiter, oldest first, for a live view (nothing on the grant path).
+    def parked(self, limit: int | None = None) -> tuple[ParkedWaiter, ...]:
+        """The parked waiters, oldest first, for a live view (nothing on the grant path): all of
+        them, or the ``limit`` oldest, at the cost of those listed (:attr:`queue_size` counts
+        them all).
 
         Each is ``(waiter, arrival, held_on)``: what :meth:`enter` was given (the job's
         context, or ``None``), the instant it arrived, and the names of the accounts it is
@@ -608,7 +610,7 @@ class Admission:
         """
         return tuple(
             (w.context, w.arrival, tuple(name_of(key) for key, _ in w.held.values()))
-            for w in self._line.values()
+            for w in itertools.islice(self._line.values(), limit)
         )
 
     # -- the evaluator ----------------------------------------------------------------------------

@@ -256,6 +256,7 @@ async def attempt(
                 await job.pre_execute(context)
             if not context.try_transition(JobState.RUNNING):
                 context.check_cancellation()
+            dispatcher._executing[job.job_id] = queued
             if dispatcher.bus.has_listeners(job.workflow_id):
                 dispatcher.bus.publish(
                     ev.JobStartedEvent(snapshot=context.snapshot(), attempt=context.attempt)

@@ -207,7 +207,10 @@ class JobDispatcher:
         self._fast = Lane("fast", prioritized=True)
         self._standard = Lane("standard", prioritized=False)
         self._live: dict[str, QueuedJob] = {}
-        self._running: dict[str, QueuedJob] = {}
+        self._running: dict[str, QueuedJob] = {}  # every job whose task runs
+        # Of those, the ones that started an attempt: what the health report and the live view
+        # list, without walking the jobs parked in admission or waiting on a dependency.
+        self._executing: dict[str, QueuedJob] = {}
         self._stoppables: list[AbstractStoppable] = [self.models]
         self._started = False
         self._stopping = False
@@ -943,6 +946,7 @@ class JobDispatcher:
             self._finish(queued, await self._run_in_own_nursery(queued))
         finally:
             self._running.pop(job_id, None)
+            self._executing.pop(job_id, None)
             if not queued.handle.done:  # a defect in the dispatcher itself: still settle
                 log.error("%s ended without a verdict; settling it as failed", queued.job.name)
                 self._finish(
@@ -1120,7 +1124,7 @@ class JobDispatcher:
             accounts.append(memory)
         running = [
             (queued.job.job_type, queued.job.workflow_id)
-            for queued in self._running.values()
+            for queued in self._executing.values()
             if queued.context.started_at is not None and not queued.context.state.is_terminal
         ]
         return capture_health(

@@ -31,11 +31,13 @@ for the recent failures, so every job's events are built (a few microseconds per
 from __future__ import annotations
 
 import errno
+import heapq
 import json
 import logging
 import os
 import socket
 import stat
+import struct
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -292,13 +294,14 @@ def live_snapshot(dispatcher: JobDispatcher, failures: tuple[FailureRow, ...] = 
     now = trio.current_time()
     # The jobs with a task, as JobDispatcher.health() reads them: the dispatcher's own table,
     # read here so that the dispatcher carries nothing for a view nobody may ever open.
-    started = sorted(
-        (
-            queued
-            for queued in list(dispatcher._running.values())
-            if queued.context.started_at is not None and not queued.context.state.is_terminal
-        ),
-        key=lambda queued: queued.context.started_at or 0.0,
+    # What is listed is built, nothing more: the longest-running LISTED_JOBS, and a count.
+    started = [
+        queued
+        for queued in list(dispatcher._executing.values())
+        if queued.context.started_at is not None and not queued.context.state.is_terminal
+    ]
+    longest = heapq.nsmallest(
+        LISTED_JOBS, started, key=lambda queued: queued.context.started_at or 0.0
     )
     running = tuple(
         RunningRow(
@@ -309,11 +312,10 @@ def live_snapshot(dispatcher: JobDispatcher, failures: tuple[FailureRow, ...] = 
             attempt=queued.context.attempt,
             seconds=max(0.0, now_wall - (queued.context.started_at or now_wall)),
         )
-        for queued in started[:LISTED_JOBS]
+        for queued in longest
     )
-    in_line = dispatcher.admission.parked()
     parked: list[ParkedRow] = []
-    for waiter, arrival, held_on in in_line[:LISTED_JOBS]:
+    for waiter, arrival, held_on in dispatcher.admission.parked(LISTED_JOBS):
         snapshot = waiter.snapshot() if waiter is not None else None
         parked.append(
             ParkedRow(
@@ -333,7 +335,7 @@ def live_snapshot(dispatcher: JobDispatcher, failures: tuple[FailureRow, ...] = 
         running=running,
         running_total=len(started),
         parked=tuple(parked),
-        parked_total=len(in_line),
+        parked_total=dispatcher.admission.queue_size,
         failures=failures,
     )
 
@@ -457,6 +459,11 @@ class ControlServer:
         self._subscription: Subscription | None = None
         self.served = 0
         """How many requests have been answered (a well-formed request or not)."""
+        self.allowed_uid = os.getuid()
+        """The one user whose processes are answered: the dispatcher's own. A peer of another
+        uid (read with ``SO_PEERCRED``) is refused, whatever the socket file's mode."""
+        self.refused = 0
+        """How many peers were refused for their uid."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Bind the socket (refused with a ConfigError), report started, serve until cancelled;
@@ -522,8 +529,32 @@ class ControlServer:
                 raise
             clients.start_soon(self._serve_client, stream)
 
+    def _foreign_peer(self, stream: trio.SocketStream) -> int | None:
+        """The uid of a peer that is not :attr:`allowed_uid`, or ``None`` for an allowed one.
+        Where the kernel cannot say (no ``SO_PEERCRED``), the socket file's 0600 mode is the
+        only guard."""
+        option = getattr(socket, "SO_PEERCRED", None)
+        if option is None:
+            return None
+        credentials = stream.socket.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", credentials)
+        return None if uid == self.allowed_uid else uid
+
     async def _serve_client(self, stream: trio.SocketStream) -> None:
         try:
+            uid = self._foreign_peer(stream)
+            if uid is not None:
+                self.refused += 1
+                log.warning(
+                    "Control socket: refused a peer of uid %d (only uid %d is answered)",
+                    uid,
+                    self.allowed_uid,
+                )
+                with trio.move_on_after(self.client_timeout):
+                    await stream.send_all(
+                        _line({"ok": False, "error": f"uid {uid} may not read this dispatcher"})
+                    )
+                return
             with trio.move_on_after(self.client_timeout) as window:
                 request = await _read_line(stream, MAX_REQUEST_BYTES)
                 answer = self._answer(request)
