@@ -189,8 +189,7 @@ class Call(Tool[None]):
         return JobRequirements().require_rate_limiter(self._worker.account, self._worker.amount)
 
     async def execute(self, context: JobContext) -> None:
-        await self._worker.log("start", self.job_id)
-        self._worker.started += 1
+        await self._worker.stamp_start(self.job_id)
         if self._worker.hold > 0:
             await trio.sleep(self._worker.hold)
         await self._worker.log("end", self.job_id)
@@ -233,6 +232,14 @@ class Worker:
             "status": status,
         }
 
+    async def stamp_start(self, job: str) -> None:
+        """Stamp a start and count it, both or neither: shielded, so the end of the run
+        cancelling the job cannot land between the stamp reaching Redis and the count (a start
+        in the log that the summary missed, under load)."""
+        with trio.CancelScope(shield=True):
+            await self.log("start", job)
+            self.started += 1
+
     async def log(self, event: str, job: str) -> None:
         """Stamp the job's start or end in the upstream log; a start is also announced on
         stdout (``{"event": "started"}``), so a parent can act once jobs hold the account."""
@@ -271,8 +278,7 @@ async def run_limits(args: argparse.Namespace) -> dict[str, Any]:
             while not await limiter.hit(item, args.name):
                 stats = await limiter.get_window_stats(item, args.name)
                 await trio.sleep(max(0.001, stats.reset_time - time.time()))
-            await worker.log("start", job)
-            worker.started += 1
+            await worker.stamp_start(job)
             if worker.hold > 0:
                 await trio.sleep(worker.hold)
             await worker.log("end", job)
