@@ -994,8 +994,15 @@ class SharedCountingGate(SharedAccount):
         self._jobs += int(a)
 
     def _make_fallback(self, share: float) -> int | None:
+        """The most this worker may hold while Redis is away: its share of the permits, but
+        never more than Redis had counted for it when the loss came (its jobs' permits and its
+        spare lease). Every worker's count at the loss fits the gate together, so however
+        unevenly they held, the gate's capacity is never passed; a worker that held less than
+        its share waits for Redis, or for its own jobs, rather than take what others hold."""
         most = math.floor(self._capacity * share)
-        return most if most >= 1 else None
+        if most < 1:
+            return None
+        return min(most, math.floor(self._base_a() + _EPSILON))
 
     def _fallback_fits(
         self, mine: Sequence[Any], reserved: Sequence[Any], a: float, ra: float
