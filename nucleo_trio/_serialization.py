@@ -64,6 +64,8 @@ def structure_config(
         raise ConfigError(f"{head}: {'; '.join(_problems(exc, data, label))}") from exc
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{head}: {exc}") from exc
+    except RecursionError:
+        raise ConfigError(f"{head}: the settings nest deeper than can be read") from None
 
 
 _ABSENT = object()
@@ -98,14 +100,19 @@ def _item(data: object, key: object) -> object:
 
 def _describe(exc: BaseException, value: object) -> str:
     if isinstance(exc, ForbiddenExtraKeysError) and isinstance(value, Mapping):
-        unknown = ", ".join(f"{key} = {value[key]!r}" for key in sorted(exc.extra_fields))
+        unknown = ", ".join(f"{key} = {_cut(repr(value[key]))}" for key in sorted(exc.extra_fields))
         known = ", ".join(a.name for a in attrs.fields(exc.cl)) if attrs.has(exc.cl) else ""
         return f"unknown key(s) {unknown}" + (f" (known: {known})" if known else "")
     # A validator's own words beat cattrs' generic "invalid value", and name the value already.
     if isinstance(exc, ValueError) and str(exc):
         return str(exc)
     text = format_exception(exc, None)
-    return text if value is _ABSENT else f"{text}, got {value!r}"
+    return text if value is _ABSENT else f"{text}, got {_cut(repr(value))}"
+
+
+def _cut(text: str, limit: int = 200) -> str:
+    # A value as written may be a whole nested table: the message names it, it need not hold it.
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def unstructure(value: Any) -> Any:
@@ -115,11 +122,16 @@ def unstructure(value: Any) -> Any:
 
 _FORMATS = {".toml": "TOML", ".json": "JSON"}
 
+MAX_SETTINGS_BYTES = 16 * 1024 * 1024
+"""The largest settings file :func:`read_settings_file` reads (a configuration is kilobytes)."""
+
 
 def read_settings_file(path: str | os.PathLike[str], what: str) -> Mapping[str, Any]:
     """The table of settings in the TOML file (``.toml``) or JSON file (``.json``) at ``path``;
     a :class:`ConfigError` starting with ``what`` and the file when its suffix names another
-    format, or it cannot be read, does not parse, or holds something other than a table."""
+    format, or it cannot be read, is over :data:`MAX_SETTINGS_BYTES`, is not UTF-8, does not
+    parse (nesting deeper than the parser can follow included), or holds something other than
+    a table."""
     where = Path(path)
     kind = _FORMATS.get(where.suffix.lower())
     if kind is None:
@@ -129,13 +141,31 @@ def read_settings_file(path: str | os.PathLike[str], what: str) -> Mapping[str, 
             f"{what} {where}: unsupported format ({shown}); write it as TOML (.toml) or JSON (.json)"
         )
     try:
-        text = where.read_text(encoding="utf-8")
+        with where.open("rb") as stream:
+            raw = stream.read(MAX_SETTINGS_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{what} {where}: cannot be read ({exc})") from exc
+    if len(raw) > MAX_SETTINGS_BYTES:
+        raise ConfigError(
+            f"{what} {where}: over {MAX_SETTINGS_BYTES} bytes, too large for a settings file"
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(
+            f"{what} {where}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}, "
+            f"column {column})"
+        ) from None
     toml = kind == "TOML"
     try:
         data = tomllib.loads(text) if toml else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        raise ConfigError(
+            f"{what} {where}: not valid {kind} (it nests arrays or tables deeper than can be read)"
+        ) from None
+    except ValueError as exc:  # a syntax error, or an integer of over 4300 digits
         raise ConfigError(f"{what} {where}: not valid {kind} (it does not parse: {exc})") from exc
     if not isinstance(data, Mapping):
         raise ConfigError(

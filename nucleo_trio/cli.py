@@ -212,8 +212,10 @@ _TRAJECTORY_DESCRIPTION = """\
 Print a recorded workflow as a tree, in the order its jobs were called: each parent's children
 by iteration_number, then in submission order, depth first, with each job's outcome, attempts,
 duration (on the runtime's own clock, virtual time included) and failure. DB is a file a TrajectoryRecorder wrote (nucleo_trio.observability); without WORKFLOW
-the command lists the workflows the file holds, the most recent first.
-Exit status: 0 when printed, 1 when the file or the workflow is not there."""
+the command lists the workflows the file holds, the most recent first. Past 32 levels the tree
+stops indenting and each line names its depth.
+Exit status: 0 when printed, 1 when the file or the workflow is not there, or a row of it does
+not read back (the message names the row and what is wrong)."""
 
 
 def _add_trajectory(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -250,6 +252,7 @@ def _run_trajectory(args: argparse.Namespace) -> int:
     from ._progress import RunProgress, terminal_console
     from .observability.trajectories import recorded_workflows, render_trajectory, trajectory
 
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
     # On a terminal a spinner says what a long read is doing; piped, only the tree is printed.
     progress = RunProgress(terminal_console(sys.stdout, color=not os.environ.get("NO_COLOR")))
     try:
@@ -258,16 +261,19 @@ def _run_trajectory(args: argparse.Namespace) -> int:
                 workflows = recorded_workflows(args.database)
             print(f"{len(workflows)} workflow(s) in {args.database}, the most recent first:")
             for summary in workflows:
-                print(f"  {summary.workflow_id}  {summary.user_id}  {summary.jobs} job(s)")
+                line = f"  {summary.workflow_id}  {summary.user_id}  {summary.jobs} job(s)"
+                print(_printable(line, encoding))
             return 0
         with progress.status(f"Reading workflow {args.workflow} from {args.database}"):
             recorded = trajectory(args.database, args.workflow)
     except (OSError, ValueError, LookupError, sqlite3.Error) as exc:
-        print(f"{PROG} trajectory: {exc}", file=sys.stderr)
+        # A RecordingError (a ValueError) names the file, the row and what is wrong.
+        print(f"{PROG} trajectory: {_printable(str(exc), encoding)}", file=sys.stderr)
         return 1
     with progress.status(f"Laying out {len(recorded)} jobs in call order"):
         text = render_trajectory(recorded, max_children=args.max_children)
-    print(text)
+    # A name recorded with an escape sequence in it is shown, not sent to the terminal.
+    print("\n".join(_printable(line, encoding) for line in text.split("\n")))
     return 0
 
 
@@ -278,6 +284,8 @@ writes one), one line each: the UTC time, the kind, the job and the message. The
 what is printed: --kind and --family may be given several times (an event matching any of them
 passes), --job and --workflow keep the events of one job or one workflow; all of them together
 must hold. --json prints the matching events as the JSON lines they were written as.
+A line longer than --max-line-bytes (4 MiB by default) is refused without being read whole; a
+timestamp no date can hold (NaN, Infinity, past year 9999) is printed as the file has it.
 Exit status: 0 when printed, 1 when the file cannot be read or holds a line that is not an
 event (the events before it are printed), 2 for an unknown kind or family."""
 
@@ -311,7 +319,25 @@ def _add_events(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     events.add_argument(
         "--json", action="store_true", help="print the matching events as JSON lines"
     )
+    events.add_argument(
+        "--max-line-bytes",
+        type=_byte_size,
+        default=None,
+        metavar="SIZE",
+        help="the longest line read, in bytes, or with K, M or G (default 4M)",
+    )
     events.set_defaults(handler=_run_events)
+
+
+def _byte_size(text: str) -> int:
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3}
+    scale = units.get(text[-1:].upper(), 1)
+    digits = text[:-1] if scale != 1 else text
+    if not digits.isdigit() or not 1 <= int(digits) * scale <= 64 * 1024**3:
+        raise argparse.ArgumentTypeError(
+            f"expected a size from 1 byte to 64G (such as 65536, 512K or 8M), got {text!r}"
+        )
+    return int(digits) * scale
 
 
 def _event_kind(text: str) -> str:
@@ -343,11 +369,13 @@ def _event_family(text: str) -> str:
 def _run_events(args: argparse.Namespace) -> int:
     import json
 
-    from .bus.jsonl import EventFileError, read_event_records
+    from .bus.jsonl import DEFAULT_MAX_LINE_BYTES, EventFileError, read_event_records
 
     kinds, families = set(args.kind), set(args.family)
+    limit = DEFAULT_MAX_LINE_BYTES if args.max_line_bytes is None else args.max_line_bytes
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
     try:
-        for _, record in read_event_records(args.file):
+        for _, record in read_event_records(args.file, max_line_bytes=limit):
             found = record.get("snapshot")
             snapshot: dict[str, object] = found if isinstance(found, dict) else {}
             job_id = snapshot.get("job_id")
@@ -360,28 +388,60 @@ def _run_events(args: argparse.Namespace) -> int:
             if args.workflow is not None and snapshot.get("workflow_id") != args.workflow:
                 continue
             if args.json:
-                print(json.dumps(record, ensure_ascii=False))
+                line = json.dumps(record, ensure_ascii=False)
+                if not _encodes(line, encoding):  # a lone surrogate, or a narrow terminal
+                    line = json.dumps(record)
+                print(line)
             else:
-                print(_event_line(record, job_id))
+                print(_printable(_event_line(record, job_id), encoding))
     except (OSError, EventFileError) as exc:
-        print(f"{PROG} events: {exc}", file=sys.stderr)
+        print(f"{PROG} events: {_printable(str(exc), encoding)}", file=sys.stderr)
         return 1
     return 0
 
 
 def _event_line(record: dict[str, object], job_id: object) -> str:
-    """One event for a person: the UTC time to the millisecond, the kind, the job, the message."""
+    """One event for a person: the UTC time to the millisecond, the kind, the job, the message.
+    A timestamp no date can hold is shown as the file has it, in the time's place."""
     import datetime
+    import json
+    import math
 
     stamp = record.get("timestamp")
+    when = "-"
     if isinstance(stamp, int | float) and not isinstance(stamp, bool):
-        moment = datetime.datetime.fromtimestamp(stamp, tz=datetime.UTC)
-        when = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    else:
-        when = "-"
+        try:
+            if not math.isfinite(stamp):
+                raise ValueError(stamp)
+            moment = datetime.datetime.fromtimestamp(stamp, tz=datetime.UTC)
+            when = moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        except (ValueError, OverflowError, OSError):
+            shown = json.dumps(stamp)  # as the file has it: NaN, Infinity, 1e+300
+            when = f"{shown[:21] + '...' if len(shown) > 24 else shown:<24}"
     message = record.get("message")
     job = job_id if isinstance(job_id, str) else "-"
     return f"{when}  {record['kind']!s:<20} {job:<18}  {'' if message is None else message}"
+
+
+def _encodes(text: str, encoding: str) -> bool:
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0)) if code != 0x09}
+
+
+def _printable(text: str, encoding: str) -> str:
+    """``text`` safe for a terminal: control characters (an escape sequence in a message
+    could rewrite the screen) and what the output cannot encode, a lone surrogate included,
+    shown as backslash escapes."""
+    shown = text.translate(_CONTROLS)
+    if _encodes(shown, encoding):
+        return shown
+    return shown.encode(encoding, "backslashreplace").decode(encoding, "replace")
 
 
 # -- health ---------------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ from .events import (
 from .jsonl import (
     EVENT_KINDS as EVENT_KINDS,
     EventFileError as EventFileError,
+    ForeignError as ForeignError,
     JsonLinesSink as JsonLinesSink,
     RecordedError as RecordedError,
     dumps_event as dumps_event,
@@ -96,6 +97,7 @@ __all__ = [
     "DependencyFailureEvent",
     "EventFileError",
     "FailureEvent",
+    "ForeignError",
     "HeartbeatEvent",
     "HeartbeatFireFailed",
     "HeartbeatFired",

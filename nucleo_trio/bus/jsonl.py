@@ -21,17 +21,32 @@ Python's :mod:`json` writes them (``Infinity``, ``NaN``).
 
 Reading back, :func:`read_events` rebuilds each line into its event class: every field that
 JSON holds comes back equal; an error comes back as a :class:`RecordedError` with the original
-type's name and message; lists stand where tuples were; records stand as plain objects. A
-heartbeat is restored the way the SQLite heartbeat store restores one (its job class imported by
-path), so read an events file with the trust you give that store's file.
+type's name and message; lists stand where tuples were; records stand as plain objects.
+
+An events file is data from outside, and reading one never runs code it names and never fails
+with anything but :class:`EventFileError` (the file, the line, what is wrong):
+
+- nothing is imported: an error's type is looked up among the built-in exceptions,
+  :mod:`nucleo_trio.errors` and the classes passed in ``known_errors``; a heartbeat's classes
+  among the modules the program has already imported;
+- a line is read up to ``max_line_bytes`` (:data:`DEFAULT_MAX_LINE_BYTES`) and a longer one is
+  refused without being read whole; a line must be UTF-8 and nest at most :data:`MAX_NESTING`
+  arrays and objects deep;
+- an event's ``timestamp`` (and a terminal event's ``completion_time``) must be a finite number
+  of epoch seconds a date can hold; any other number comes back as the file has it.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import datetime
 import enum
+import functools
 import json
+import math
 import os
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType, TracebackType
@@ -39,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Final, TextIO
 
 import attrs
 
+from .. import _bounded_json, errors as _errors
 from .._serialization import converter as _library_converter
 from ..admission.limiter import name_of
 from ..errors import NucleoSystemError
@@ -51,8 +67,13 @@ if TYPE_CHECKING:
     from .bus import MessageBus, Subscription
 
 __all__ = [
+    "DEFAULT_MAX_LINE_BYTES",
     "EVENT_KINDS",
+    "MAX_NESTING",
+    "MAX_TYPE_NAME",
+    "RECORDED_TYPES_KEPT",
     "EventFileError",
+    "ForeignError",
     "JsonLinesSink",
     "RecordedError",
     "dumps_event",
@@ -97,35 +118,108 @@ class RecordedError(Exception):
     like the original type (``type(error).__name__`` reads ``JobTimeoutError``), so an
     event's message reads as it did when it was written. ``type_name`` is the original's
     ``module.QualName``; ``str(error)`` is its message.
+
+    When the reader knows the original type (a built-in exception, one of
+    :mod:`nucleo_trio.errors`, or a class passed in ``known_errors``), the stand-in is also a
+    subclass of it, so ``except LookupError`` and ``isinstance(error, JobTimeoutError)`` hold.
+    It carries the message only: the original's own attributes (a timeout's seconds, a
+    response's status) are not in the file. Any other type name gives a :class:`ForeignError`.
     """
 
-    type_name: str = "builtins.Exception"
+    type_name: str = "Exception"
 
     def __init__(self, message: str) -> None:
-        super().__init__(message)
+        # Not the original type's __init__: its arguments are not in the file.
+        BaseException.__init__(self, message)
         self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r})"
 
 
-_RECORDED_TYPES: dict[str, type[RecordedError]] = {}
+class ForeignError(RecordedError):
+    """A recorded error whose type the reader does not stand in for: a name that is none of the
+    built-in exceptions, :mod:`nucleo_trio.errors` or ``known_errors`` (an application's own
+    error; the reader imports nothing an events file names), or a type that is no plain
+    :class:`Exception` (``KeyboardInterrupt``, an exception group).
+
+    Its class is still named like the original (``type(error).__name__`` reads ``OrderError``,
+    ``type_name`` is ``shop.errors.OrderError``); catch it as ``ForeignError`` and tell the types
+    apart by ``type_name``. The reader keeps at most :data:`RECORDED_TYPES_KEPT` such classes
+    (the most recently used), so a file naming a million types costs no more than a few.
+    """
 
 
-def _recorded_type(type_name: str) -> type[RecordedError]:
-    """The :class:`RecordedError` subclass standing for ``type_name`` (one per name)."""
-    known = _RECORDED_TYPES.get(type_name)
-    if known is None:
-        simple = type_name.rpartition(".")[2] or "Exception"
-        known = type(simple, (RecordedError,), {"type_name": type_name, "__module__": __name__})
-        _RECORDED_TYPES[type_name] = known
-    return known
+RECORDED_TYPES_KEPT: Final = 1024
+"""How many stand-in error classes the reader keeps for reuse (the most recently used): two
+errors of one type read close together share their class, and a file naming endless distinct
+types costs a bounded memory."""
+
+MAX_TYPE_NAME: Final = 512
+"""The longest error type name a line may record (a dotted Python name is far shorter)."""
+
+
+def _is_exception_class(value: object) -> bool:
+    return isinstance(value, type) and issubclass(value, BaseException)
+
+
+def _own_errors() -> dict[str, type[BaseException]]:
+    """The types a recorded name may stand for with no help: the built-in exceptions, by their
+    bare names (as :func:`_type_name` writes them), and :mod:`nucleo_trio.errors`."""
+    found: dict[str, type[BaseException]] = {}
+    for module in (builtins, _errors):
+        for value in vars(module).values():
+            if _is_exception_class(value):
+                found.setdefault(_class_name(value), value)
+    return found
+
+
+_OWN_ERRORS: dict[str, type[BaseException]] = {}
+
+
+def _error_registry(known_errors: Iterable[type[BaseException]]) -> dict[str, type[BaseException]]:
+    if not _OWN_ERRORS:
+        _OWN_ERRORS.update(_own_errors())
+    registry = dict(_OWN_ERRORS)
+    for cls in known_errors:
+        if not _is_exception_class(cls):
+            raise TypeError(f"known_errors takes exception classes, got {cls!r}")
+        registry[_class_name(cls)] = cls
+    return registry
+
+
+@functools.lru_cache(maxsize=RECORDED_TYPES_KEPT)
+def _recorded_type(type_name: str, original: object) -> type[RecordedError]:
+    """The class standing for ``type_name``: a subclass of :class:`RecordedError` and of
+    ``original`` when that can be stood in for, else of :class:`ForeignError`."""
+    simple = type_name.rpartition(".")[2] or "Exception"
+    namespace = {"type_name": type_name, "__module__": __name__, "__qualname__": simple}
+    if (
+        isinstance(original, type)
+        and issubclass(original, Exception)
+        and not issubclass(original, BaseExceptionGroup)
+    ):
+        try:
+            stand_in = type(simple, (RecordedError, original), namespace)
+            stand_in("")  # some built-in layouts refuse to be built this way
+        except Exception:  # noqa: BLE001 - then a ForeignError stands for it
+            pass
+        else:
+            return stand_in
+    return type(simple, (ForeignError,), namespace)
 
 
 def _type_name(error: BaseException) -> str:
     if isinstance(error, RecordedError):
         return error.type_name
-    cls = type(error)
+    return _class_name(type(error))
+
+
+def _class_name(cls: type) -> str:
+    """How a file names an error's type: ``module.QualName``, the bare name for a built-in."""
     return (
         cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
     )
@@ -135,11 +229,28 @@ def _error_data(error: BaseException) -> dict[str, str]:
     return {"type": _type_name(error), "message": str(error)}
 
 
-def _error_of(data: object) -> RecordedError:
+def _error_of(data: object, errors: Mapping[str, type[BaseException]]) -> RecordedError:
     if not isinstance(data, Mapping) or not isinstance(data.get("type"), str):
-        raise ValueError(f'an error is {{"type": ..., "message": ...}}, got {data!r}')
+        raise ValueError(f'an error is {{"type": ..., "message": ...}}, got {_shown(data)}')
+    type_name: str = data["type"]
+    if len(type_name) > MAX_TYPE_NAME:
+        raise ValueError(
+            f"an error's type is a name of at most {MAX_TYPE_NAME} characters, "
+            f"got {len(type_name)}: {type_name[:40]!r}..."
+        )
     message = data.get("message", "")
-    return _recorded_type(data["type"])(message if isinstance(message, str) else str(message))
+    original: object = errors.get(type_name)  # a class, or None
+    cls = _recorded_type(type_name, original)
+    return cls(message if isinstance(message, str) else str(message))
+
+
+def _shown(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters: a line from outside may hold megabytes."""
+    return _cut(repr(value), limit)
+
+
+def _cut(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _requirements_data(requirements: JobRequirements) -> dict[str, Any]:
@@ -223,12 +334,14 @@ def _heartbeat_of(data: object) -> Heartbeat:
     from ..heartbeat.records import HeartbeatRow, heartbeat_from_row
 
     if not isinstance(data, Mapping):
-        raise ValueError(f"a heartbeat is an object, got {data!r}")
+        raise ValueError(f"a heartbeat is an object, got {_shown(data)}")
     if data.get("restorable", True) is False:
         raise ValueError(
             f"the heartbeat {data.get('id')!r} ({data.get('text')}) was written without what "
             "restores it (its job class has no import path, or its input is not JSON)"
         )
+    for path in _class_paths(data):
+        _check_imported(path)
     row = HeartbeatRow(
         data["id"],
         data["run_at"],
@@ -240,6 +353,52 @@ def _heartbeat_of(data: object) -> Heartbeat:
         None if data.get("recurrence") is None else json.dumps(data["recurrence"]),
     )
     return heartbeat_from_row(row)
+
+
+def _class_paths(data: Mapping[str, Any]) -> Iterator[object]:
+    """Every class path a heartbeat's data names: its job class, each scope of its guard, its
+    input's and its recurrence's types (each written as ``{"type": path, "value": ...}``)."""
+    yield data.get("job_class")
+    pending: list[object] = list(_listed(data.get("scope_guard")))
+    while pending:
+        scope = pending.pop()
+        if isinstance(scope, Mapping) and "composite" in scope:
+            pending.extend(_listed(scope["composite"]))
+        elif isinstance(scope, Mapping):
+            yield scope.get("type")
+    for name in ("input", "recurrence"):
+        value = data.get(name)
+        if isinstance(value, Mapping):
+            yield value.get("type")
+
+
+def _listed(value: object) -> list[object]:
+    return list(value) if isinstance(value, list) else []
+
+
+def _check_imported(path: object) -> None:
+    """Refuse a class path that does not lead, through modules the program has already
+    imported, to a class: restoring a heartbeat then imports nothing (its store would import
+    the module by path, which runs it)."""
+    if not isinstance(path, str) or ":" not in path:
+        raise ValueError(f"a heartbeat names its classes as module:qualname, got {_shown(path)}")
+    module_name, _, qualname = path.partition(":")
+    found: object = sys.modules.get(module_name)
+    if found is None:
+        raise ValueError(
+            f"the heartbeat names {path}, whose module {module_name} this program has not "
+            "imported; the reader imports nothing a file names, so import it before reading"
+        )
+    for part in qualname.split("."):
+        # The namespace itself, never getattr: a module's __getattr__ may import.
+        try:
+            found = vars(found).get(part)
+        except TypeError:
+            found = None
+        if found is None:
+            raise ValueError(f"the heartbeat names {path}, which {module_name} does not define")
+    if not isinstance(found, type):
+        raise ValueError(f"the heartbeat names {path}, which is not a class")
 
 
 class _Codec(enum.Enum):
@@ -324,60 +483,98 @@ def event_to_json(event: ev.JobEvent) -> dict[str, Any]:
 
 
 def event_from_json(
-    data: Mapping[str, Any], kinds: Iterable[type[ev.JobEvent]] = ()
+    data: Mapping[str, Any],
+    kinds: Iterable[type[ev.JobEvent]] = (),
+    *,
+    known_errors: Iterable[type[BaseException]] = (),
 ) -> ev.JobEvent:
     """Rebuild the event an :func:`event_to_json` object describes.
 
     The runtime's own kinds are known (:data:`EVENT_KINDS`); an application's event classes
-    are passed in ``kinds``. Raises :class:`ValueError` naming the problem for an unknown kind,
-    a field the class does not have, or a value its class refuses.
+    are passed in ``kinds``, and the exception classes its errors should be rebuilt as (beyond
+    the built-in ones and :mod:`nucleo_trio.errors`) in ``known_errors``. Raises
+    :class:`ValueError` naming the problem for an unknown kind, a field the class does not
+    have, or a value its class refuses.
     """
-    if not isinstance(data, Mapping):
-        raise ValueError(f"an event is a JSON object, got {type(data).__name__}")
-    kind = data.get("kind")
-    if not isinstance(kind, str):
-        raise ValueError(f"an event needs its kind, got {kind!r}")
-    cls = _class_of(kind, kinds)
-    fields = _fields_of(cls)
-    names = {name for name, _, _ in fields}
-    unknown = sorted(set(data) - names - _RESERVED - {"message"})
-    if unknown:
-        raise ValueError(f"{kind} has no field(s) {', '.join(unknown)}")
-    values: dict[str, Any] = {}
-    for name, declared, codec in fields:
-        if name not in data:
-            continue
-        value = data[name]
+    return _Reader(kinds, known_errors).event(data)
+
+
+class _Reader:
+    """What rebuilding events needs, worked out once per file: the kinds and the error types
+    it may name."""
+
+    def __init__(
+        self, kinds: Iterable[type[ev.JobEvent]], known_errors: Iterable[type[BaseException]]
+    ) -> None:
+        self.kinds = {event_kind(cls): cls for cls in kinds}
+        self.errors = _error_registry(known_errors)
+
+    def event(self, data: Mapping[str, Any]) -> ev.JobEvent:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"an event is a JSON object, got {type(data).__name__}")
+        kind = data.get("kind")
+        if not isinstance(kind, str):
+            raise ValueError(f"an event needs its kind, got {_shown(kind)}")
+        cls = self._class_of(kind)
+        fields = _fields_of(cls)
+        names = {name for name, _, _ in fields}
+        unknown = sorted(set(data) - names - _RESERVED - {"message"})
+        if unknown:
+            raise ValueError(f"{_cut(kind)} has no field(s) {_cut(', '.join(unknown))}")
+        values: dict[str, Any] = {}
+        for name, declared, codec in fields:
+            if name not in data:
+                continue
+            value = data[name]
+            try:
+                if name in _MOMENTS:
+                    _check_moment(value)
+                if value is None or codec is _Codec.PASS:
+                    values[name] = value
+                elif codec is _Codec.HEARTBEAT:
+                    values[name] = _heartbeat_of(value)
+                elif codec is _Codec.ERROR:
+                    values[name] = _error_of(value, self.errors)
+                else:
+                    values[name] = _converter.structure(value, declared)
+            except Exception as exc:
+                raise ValueError(f"{kind}.{name}: {_reason(exc)}") from exc
         try:
-            if value is None or codec is _Codec.PASS:
-                values[name] = value
-            elif codec is _Codec.HEARTBEAT:
-                values[name] = _heartbeat_of(value)
-            elif codec is _Codec.ERROR:
-                values[name] = _error_of(value)
-            else:
-                values[name] = _converter.structure(value, declared)
-        except Exception as exc:
-            raise ValueError(f"{kind}.{name}: {_reason(exc)}") from exc
+            return cls(**values)
+        except Exception as exc:  # any refusal of the class is the line's fault
+            raise ValueError(f"{kind}: {_reason(exc)}") from exc
+
+    def _class_of(self, kind: str) -> type[ev.JobEvent]:
+        cls = self.kinds.get(kind) or EVENT_KINDS.get(kind)
+        if cls is None:
+            hint = " (an application's event: pass its class in kinds=...)" if ":" in kind else ""
+            raise ValueError(f"unknown event kind {_shown(kind)}{hint}")
+        return cls
+
+
+_MOMENTS: Final = frozenset({"timestamp", "completion_time"})
+
+
+def _check_moment(value: object) -> None:
+    """Refuse a wall-clock instant no date can hold (NaN, an infinity, beyond year 9999)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return  # the class's own validator says what it takes
     try:
-        return cls(**values)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{kind}: {exc}") from exc
+        if not math.isfinite(value):
+            raise ValueError
+        datetime.datetime.fromtimestamp(value, tz=datetime.UTC)
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(
+            f"{_shown(value)} is not a moment (epoch seconds from year 1 to 9999)"
+        ) from None
 
 
 def _reason(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         return "; ".join(_reason(sub) for sub in exc.exceptions)
-    return str(exc) or type(exc).__name__
-
-
-def _class_of(kind: str, kinds: Iterable[type[ev.JobEvent]]) -> type[ev.JobEvent]:
-    extra = {event_kind(cls): cls for cls in kinds}
-    cls = extra.get(kind) or EVENT_KINDS.get(kind)
-    if cls is None:
-        hint = " (an application's event: pass its class in kinds=...)" if ":" in kind else ""
-        raise ValueError(f"unknown event kind {kind!r}{hint}")
-    return cls
+    if isinstance(exc, RecursionError):
+        return "nested too deeply to rebuild"
+    return _cut(str(exc) or type(exc).__name__, 300)
 
 
 def dumps_event(event: ev.JobEvent) -> str:
@@ -385,42 +582,101 @@ def dumps_event(event: ev.JobEvent) -> str:
     return json.dumps(event_to_json(event), default=str, ensure_ascii=False)
 
 
-def loads_event(line: str, kinds: Iterable[type[ev.JobEvent]] = ()) -> ev.JobEvent:
-    """The event one line of JSON describes (see :func:`event_from_json`)."""
-    return event_from_json(json.loads(line), kinds)
+def loads_event(
+    line: str,
+    kinds: Iterable[type[ev.JobEvent]] = (),
+    *,
+    known_errors: Iterable[type[BaseException]] = (),
+) -> ev.JobEvent:
+    """The event one line of JSON describes (see :func:`event_from_json`); a line that is not
+    JSON, or nests deeper than :data:`MAX_NESTING`, is a :class:`ValueError`."""
+    return event_from_json(_parse(line), kinds, known_errors=known_errors)
 
 
-def read_event_records(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+DEFAULT_MAX_LINE_BYTES: Final = 4 * 1024 * 1024
+"""The longest line the readers take by default (4 MiB, without its newline); pass
+``max_line_bytes`` for a file with bigger events (a job whose result is a large document)."""
+
+MAX_NESTING: Final = _bounded_json.MAX_NESTING
+"""How deep a line's arrays and objects may nest (an event's own data nests a few levels)."""
+
+
+def _parse(text: str) -> Any:
+    """One line's JSON, or a :class:`ValueError` saying why not; nesting is checked before the
+    parser, which recurses once per level, sees the line."""
+    return _bounded_json.loads(text, MAX_NESTING)
+
+
+def _check_limit(max_line_bytes: int) -> int:
+    if isinstance(max_line_bytes, bool) or not isinstance(max_line_bytes, int):
+        raise TypeError(f"max_line_bytes must be a whole number of bytes, got {max_line_bytes!r}")
+    if max_line_bytes < 1:
+        raise ValueError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
+    return max_line_bytes
+
+
+def _lines(path: str | os.PathLike[str], max_line_bytes: int) -> Iterator[tuple[int, str]]:
+    """Each line of the file with its number, decoded, its newline kept; at most
+    ``max_line_bytes`` (plus the newline) is ever read into memory for one line."""
+    with open(path, "rb") as stream:
+        number = 0
+        while line := stream.readline(max_line_bytes + 1):
+            number += 1
+            if len(line) > max_line_bytes and not line.endswith(b"\n"):
+                raise EventFileError(
+                    f"{path}:{number}: the line is over {max_line_bytes} bytes (max_line_bytes) "
+                    "and is refused without being read whole; raise the limit for a file with "
+                    "bigger events"
+                )
+            try:
+                text = line.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise EventFileError(
+                    f"{path}:{number}: not UTF-8 text (byte 0x{line[exc.start]:02x} at "
+                    f"column {exc.start + 1})"
+                ) from None
+            yield number, text.removeprefix("\ufeff") if number == 1 else text
+
+
+def read_event_records(
+    path: str | os.PathLike[str], *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
+) -> Iterator[tuple[int, dict[str, Any]]]:
     """Each event of the file at ``path`` as the plain object it was written as, with its line
     number; blank lines are skipped. Nothing is imported or rebuilt, so this reads any events
-    file. A line that is not a JSON object with a ``kind`` raises :class:`EventFileError`."""
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise EventFileError(f"{path}:{number}: not JSON ({exc})") from None
-            if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
-                raise EventFileError(
-                    f"{path}:{number}: not an event (no kind): {line.strip()[:80]}"
-                )
-            yield number, data
+    file. A line longer than ``max_line_bytes``, not UTF-8, not JSON, nested deeper than
+    :data:`MAX_NESTING`, or not an object with a ``kind``, raises :class:`EventFileError`
+    naming the file and the line."""
+    limit = _check_limit(max_line_bytes)
+    for number, line in _lines(path, limit):
+        if not line.strip():
+            continue
+        try:
+            data = _parse(line)
+        except ValueError as exc:
+            raise EventFileError(f"{path}:{number}: {exc}") from None
+        if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+            raise EventFileError(f"{path}:{number}: not an event (no kind): {line.strip()[:80]}")
+        yield number, data
 
 
 def read_events(
-    path: str | os.PathLike[str], kinds: Iterable[type[ev.JobEvent]] = ()
+    path: str | os.PathLike[str],
+    kinds: Iterable[type[ev.JobEvent]] = (),
+    *,
+    known_errors: Iterable[type[BaseException]] = (),
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Iterator[ev.JobEvent]:
     """The events of the file at ``path``, rebuilt, in the order they were written.
 
-    ``kinds`` names an application's own event classes. A line that does not read back raises
-    :class:`EventFileError` naming the file, the line and the problem.
+    ``kinds`` names an application's own event classes, ``known_errors`` the exception classes
+    of its own that a recorded error should be rebuilt as (see :class:`RecordedError`). A line
+    that does not read back raises :class:`EventFileError` naming the file, the line and the
+    problem; see :func:`read_event_records` for the limits on a line.
     """
-    known = tuple(kinds)
-    for number, data in read_event_records(path):
+    reader = _Reader(kinds, known_errors)
+    for number, data in read_event_records(path, max_line_bytes=max_line_bytes):
         try:
-            yield event_from_json(data, known)
+            yield reader.event(data)
         except ValueError as exc:
             raise EventFileError(f"{path}:{number}: {exc}") from exc
 

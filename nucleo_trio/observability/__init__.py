@@ -47,6 +47,8 @@ from .health import (
 )
 from .recorder import RECORDER_SCHEMA as RECORDER_SCHEMA, TrajectoryRecorder as TrajectoryRecorder
 from .trajectories import (
+    INDENTED_LEVELS as INDENTED_LEVELS,
+    RecordingError as RecordingError,
     Trajectory as Trajectory,
     TrajectoryStep as TrajectoryStep,
     WorkflowSummary as WorkflowSummary,
@@ -60,6 +62,7 @@ __all__ = [
     "DEFAULT_HEALTH_EVERY",
     "EVENT_LOGGER_ROOT",
     "GRANT_WINDOW",
+    "INDENTED_LEVELS",
     "NO_WORKFLOW",
     "RECORDER_SCHEMA",
     "SNAPSHOT_TITLE",
@@ -74,6 +77,7 @@ __all__ = [
     "LiveSnapshot",
     "ParkedRow",
     "QueueSizes",
+    "RecordingError",
     "RunningRow",
     "SystemHealthReporter",
     "Trajectory",
