@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -41,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args.pytest_args]
     print(f"{' '.join(command[2:])}: {args.runs} run(s) beside {args.load} CPU burner(s)")
     failed = 0
+    logs = Path(tempfile.mkdtemp(prefix="suite-under-load-"))
     with burners(args.load, RUN_BOUND * args.runs):
         for run in range(1, args.runs + 1):
             began = time.monotonic()
@@ -49,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                     command, cwd=ROOT, capture_output=True, text=True, timeout=RUN_BOUND
                 )
                 status, closing = done.returncode, _closing_line(done.stdout)
+                (logs / f"run{run}.log").write_text(done.stdout + done.stderr)
             except subprocess.TimeoutExpired:
                 status, closing = -1, f"hung: no end within {RUN_BOUND:.0f} s"
             took = time.monotonic() - began
@@ -58,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
                 summary = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
                 for line in summary:
                     print(f"    {line}")
+                print(f"    the whole output: {logs / f'run{run}.log'}")
     verdict = "green every time" if not failed else f"{failed} of {args.runs} run(s) failed"
     print(f"verdict: {verdict}")
     return 1 if failed else 0
