@@ -60,6 +60,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "docs/guide/scaling-out.md": ("redis-server", "nucleo_trio_redis"),
     "otel_console.py": ("opentelemetry.sdk", "nucleo_trio_otel"),
     "web_service.py": ("hypercorn", "starlette"),
+    "docs/guide/web-service.md": ("hypercorn", "starlette"),
     "docs/guide/opentelemetry.md": ("opentelemetry.sdk", "nucleo_trio_otel"),
 }
 TIMEOUT = 60.0
