@@ -28,6 +28,7 @@ from . import (
     rate_accuracy,
     redis_accounts,
     soak,
+    web_service,
 )
 from ._harness import Row, format_table, machine_line, progress
 
@@ -41,6 +42,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     loop_stall,
     demo_scaling,
     redis_accounts,
+    web_service,
     soak,
 )
 
