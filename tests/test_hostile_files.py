@@ -18,10 +18,15 @@ import gc
 import json
 import math
 import re
+import shutil
+import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
+import threading
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +63,9 @@ from nucleo_trio.observability import (
     render_trajectory,
     trajectory,
 )
+from nucleo_trio.observability.control import ControlServer
+
+from .test_top import _sample
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -658,3 +666,101 @@ def test_the_trajectory_command_names_a_bad_row_in_one_line(tmp_path: Path) -> N
         db.execute("UPDATE jobs SET workflow_id = CAST(X'ff' AS TEXT) WHERE seq = 2")
         db.commit()
     _refused(_cli("trajectory", path), f"{path}: the workflow ", "workflow_id is not UTF-8 text")
+
+
+# -- top's client ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _answering(path: Path, answer: bytes) -> Iterator[None]:
+    """A control socket at ``path`` that gives every client ``answer``, from a thread."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(4)
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return  # closed: the test is over
+            with connection:
+                connection.recv(1024)
+                connection.sendall(answer)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+        thread.join(timeout=10)
+
+
+def _answer(snapshot: dict[str, Any]) -> bytes:
+    return json.dumps({"ok": True, "protocol": 1, "snapshot": snapshot}).encode() + b"\n"
+
+
+@pytest.fixture
+def socket_place() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="nt-hostile-"))
+    directory.chmod(0o700)
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "what"),
+    [
+        ("deep", None, "the answer is nested more than 200 arrays or objects deep"),
+        ("latin1", None, "the answer is not UTF-8 text"),
+        ("nan-wall", {"wall": math.nan}, "wall is nan, not a moment"),
+        ("inf-pid", {"pid": math.inf}, "pid is inf, not a whole number from 0"),
+        ("past-time-t", {"wall": 1e20}, "wall is 1e+20, not a moment"),
+        ("digits", {"running_total": 10**400}, "running_total is 1000"),
+    ],
+)
+def test_top_names_a_hostile_answer_in_one_line(
+    socket_place: Path, name: str, change: dict[str, Any] | None, what: str
+) -> None:
+    path = socket_place / f"{name}.sock"
+    snapshot = _sample().to_json()
+    if name == "deep":
+        answer = b'{"ok": true, "protocol": 1, "snapshot": ' + b"[" * 100_000 + b"]" * 100_000
+        answer += b"}\n"
+    elif name == "latin1":
+        answer = _answer(snapshot).replace(b'"RUNNING"', b'"RUNN\xefNG"')
+    else:
+        assert change is not None
+        answer = _answer(snapshot | change)
+    with _answering(path, answer):
+        done = _cli("top", "--socket", path, "--once")
+    _refused(done, f"nucleo-trio top: control socket '{path}': ", what)
+    assert len(done.stderr) < 1000
+
+
+def test_top_renders_hostile_text_and_infinite_use_without_crashing(socket_place: Path) -> None:
+    snapshot = _sample().to_json()
+    snapshot["health"]["limiters"][0] |= {"used": math.inf, "name": "re\x1b[2Jnder\ud800"}
+    snapshot["health"]["limiters"][1] |= {"capacity": math.nan}
+    snapshot["failures"][0]["message"] = "gone\x1b]0;owned\x07 \udfff"
+    path = socket_place / "odd.sock"
+    with _answering(path, _answer(snapshot)):
+        once = _cli("top", "--socket", path, "--once")
+        live = _cli("top", "--socket", path, "--count", "1", "--color", "never")
+    for done in (once, live):
+        assert done.returncode == 0, done.stderr
+        assert "Traceback" not in done.stderr
+        assert "\x1b[2J" not in done.stdout and "\x1b]0;" not in done.stdout
+    assert "re\\x1b[2Jnder\ufffd" in once.stdout
+    assert "gone\\x1b]0;owned\\x07 \ufffd" in once.stdout
+    assert "inf%" in once.stdout  # a use reported as infinite fills its bar
+
+
+def test_the_server_takes_a_deep_request_as_an_unknown_one() -> None:
+    server = ControlServer.__new__(ControlServer)  # only its answer is exercised
+    answer = json.loads(server._answer(b"[" * 1000))
+    assert answer["ok"] is False and "unknown request" in answer["error"]
+    answer = json.loads(server._answer(b'{"get": "\xff"}'))
+    assert answer["ok"] is False

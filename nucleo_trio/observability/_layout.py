@@ -77,6 +77,8 @@ def short_count(value: float) -> str:
     """
     if math.isnan(value):
         return "?"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
     magnitude = abs(value)
     for threshold, suffix in _SUFFIXES:
         if magnitude >= threshold:
@@ -99,6 +101,8 @@ def tint_for(status: str | None) -> RGB | None:
 def _filled_cells(ratio: float) -> int:
     if math.isnan(ratio):
         return 0
+    if math.isinf(ratio):  # a use reported as infinite fills the bar (floor(inf) would raise)
+        return BAR_CELLS if ratio > 0 else 0
     # Half rounds up (0.225 of 20 cells is 5), as a reader expects of a bar.
     return max(0, min(BAR_CELLS, int(math.floor(ratio * BAR_CELLS + 0.5))))
 

@@ -34,7 +34,9 @@ import errno
 import heapq
 import json
 import logging
+import math
 import os
+import re
 import socket
 import stat
 import struct
@@ -47,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
+from .. import _bounded_json
 from ..bus.events import FailureEvent, JobEvent, TerminalEvent
 from ..errors import ConfigError
 from ..jobs.state import JobType
@@ -184,20 +187,66 @@ class LiveSnapshot:
         """Rebuild a snapshot from :meth:`to_json`'s data; ``ValueError`` names what is wrong."""
         try:
             return _snapshot_from(data)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ValueError(f"not a control-socket snapshot: {type(exc).__name__}: {exc}") from exc
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            reason = _shown(str(exc), 300)
+            raise ValueError(
+                f"not a control-socket snapshot: {type(exc).__name__}: {reason}"
+            ) from exc
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _number(value: object, what: str) -> int | float:
+    """A number as sent, NaN and the infinities included (a custom account may report them;
+    the health report draws them): an integer too large for a float is refused."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{what} is {value!r}, not a number")
+        raise TypeError(f"{what} is {_shown(repr(value))}, not a number")
+    if isinstance(value, int) and abs(value) > 2**53:
+        try:
+            return float(value)  # what the bars and percentages divide
+        except OverflowError:
+            raise ValueError(f"{what} is {_shown(repr(value))}, too large a number") from None
     return value
+
+
+def _count(value: object, what: str) -> int:
+    """A whole count or id, from 0 below 2**63 (a float that is whole is taken)."""
+    number = _number(value, what)
+    if not (math.isfinite(number) and number == int(number) and 0 <= number < 2**63):
+        raise ValueError(f"{what} is {_shown(repr(value))}, not a whole number from 0")
+    return int(number)
+
+
+def _moment(value: object, what: str) -> float:
+    """A wall-clock instant the view can show as a time of day."""
+    number = float(_number(value, what))
+    try:
+        if not math.isfinite(number):
+            raise ValueError
+        time.localtime(number)
+    except (ValueError, OverflowError, OSError):
+        raise ValueError(f"{what} is {_shown(repr(value))}, not a moment") from None
+    return number
+
+
+# C0 and C1 controls (an escape sequence would drive the terminal top prints to) and lone
+# surrogates (which no output can encode) in text from the socket.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def _text(value: object, what: str) -> str:
+    """Text as sent, with what a terminal would obey or cannot print shown instead: a control
+    character as its ``\\x1b`` escape, a lone surrogate as U+FFFD."""
     if not isinstance(value, str):
-        raise TypeError(f"{what} is {value!r}, not a string")
-    return value
+        raise TypeError(f"{what} is {_shown(repr(value))}, not a string")
+    return _UNPRINTABLE.sub(_printable, value)
+
+
+def _printable(match: re.Match[str]) -> str:
+    char = match.group()
+    return "\ufffd" if "\ud800" <= char <= "\udfff" else f"\\x{ord(char):02x}"
 
 
 def _table(value: object, what: str) -> Mapping[str, Any]:
@@ -206,10 +255,14 @@ def _table(value: object, what: str) -> Mapping[str, Any]:
     return value
 
 
-def _rows(value: object, what: str) -> list[Mapping[str, Any]]:
+def _listed(value: object, what: str = "held_on") -> list[Any]:
     if not isinstance(value, list):
         raise TypeError(f"{what} is {type(value).__name__}, not a list")
-    return [_table(item, what) for item in value]
+    return value
+
+
+def _rows(value: object, what: str) -> list[Mapping[str, Any]]:
+    return [_table(item, what) for item in _listed(value, what)]
 
 
 def _snapshot_from(data: object) -> LiveSnapshot:
@@ -221,30 +274,30 @@ def _snapshot_from(data: object) -> LiveSnapshot:
             category=_text(row["category"], "a limiter's category"),
             capacity=_number(row["capacity"], "a limiter's capacity"),
             used=_number(row["used"], "a limiter's use"),
-            waiters=int(_number(row["waiters"], "a limiter's waiters")),
+            waiters=_count(row["waiters"], "a limiter's waiters"),
             status=None if row["status"] is None else _text(row["status"], "a limiter's status"),
         )
         for row in _rows(health["limiters"], "health.limiters")
     )
     running_by_type = tuple(
-        (JobType(_text(kind, "a job type")), int(_number(count, "a job count")))
+        (JobType(_text(kind, "a job type")), _count(count, "a job count"))
         for kind, count in health["running"]
     )
     queues = _table(health["queues"], "health.queues")
     at = health["at"]
     return LiveSnapshot(
         state=_text(top["state"], "state"),
-        pid=int(_number(top["pid"], "pid")),
-        wall=float(_number(top["wall"], "wall")),
+        pid=_count(top["pid"], "pid"),
+        wall=_moment(top["wall"], "wall"),
         health=HealthSnapshot(
             limiters=limiters,
             memory=_text(health["memory"], "health.memory"),
             running=running_by_type,
-            workflows_active=int(_number(health["workflows_active"], "workflows_active")),
+            workflows_active=_count(health["workflows_active"], "workflows_active"),
             queues=QueueSizes(
-                int(_number(queues["standard"], "queues.standard")),
-                int(_number(queues["fast"], "queues.fast")),
-                int(_number(queues["parked"], "queues.parked")),
+                _count(queues["standard"], "queues.standard"),
+                _count(queues["fast"], "queues.fast"),
+                _count(queues["parked"], "queues.parked"),
             ),
             at=None if at is None else float(_number(at, "health.at")),
         ),
@@ -254,12 +307,12 @@ def _snapshot_from(data: object) -> LiveSnapshot:
                 name=_text(row["name"], "name"),
                 kind=_text(row["kind"], "kind"),
                 workflow_id=_text(row["workflow_id"], "workflow_id"),
-                attempt=int(_number(row["attempt"], "attempt")),
+                attempt=_count(row["attempt"], "attempt"),
                 seconds=float(_number(row["seconds"], "seconds")),
             )
             for row in _rows(top["running"], "running")
         ),
-        running_total=int(_number(top["running_total"], "running_total")),
+        running_total=_count(top["running_total"], "running_total"),
         parked=tuple(
             ParkedRow(
                 job_id=_text(row["job_id"], "job_id"),
@@ -267,17 +320,17 @@ def _snapshot_from(data: object) -> LiveSnapshot:
                 kind=_text(row["kind"], "kind"),
                 workflow_id=_text(row["workflow_id"], "workflow_id"),
                 seconds=float(_number(row["seconds"], "seconds")),
-                held_on=tuple(_text(name, "held_on") for name in row["held_on"]),
+                held_on=tuple(_text(name, "held_on") for name in _listed(row["held_on"])),
             )
             for row in _rows(top["parked"], "parked")
         ),
-        parked_total=int(_number(top["parked_total"], "parked_total")),
+        parked_total=_count(top["parked_total"], "parked_total"),
         failures=tuple(
             FailureRow(
                 job_id=_text(row["job_id"], "job_id"),
                 name=_text(row["name"], "name"),
                 state=_text(row["state"], "state"),
-                at=float(_number(row["at"], "at")),
+                at=_moment(row["at"], "a failure's at"),
                 message=_text(row["message"], "message"),
             )
             for row in _rows(top["failures"], "failures")
@@ -582,8 +635,8 @@ class ControlServer:
         if request is None:
             return _line({"ok": False, "error": f"a request is at most {MAX_REQUEST_BYTES} bytes"})
         try:
-            asked = json.loads(request)
-        except ValueError:
+            asked = _bounded_json.loads(request.decode("utf-8"))
+        except ValueError:  # not UTF-8, not JSON, or nested past what is parsed
             asked = None
         if not isinstance(asked, dict) or asked.get("get") != "snapshot":
             return _line(
@@ -657,17 +710,21 @@ async def request_snapshot(
     if not answer:
         raise ControlSocketError(f"{where}: the dispatcher closed the connection without answering")
     try:
-        data = json.loads(answer)
+        # Bounded: an answer nested a million deep is refused, not a RecursionError.
+        data = _bounded_json.loads(answer.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ControlSocketError(
+            f"{where}: the answer is not UTF-8 text (byte {exc.start + 1} of {len(answer)})"
+        ) from None
     except ValueError as exc:
-        raise ControlSocketError(f"{where}: the answer is not JSON: {exc}") from exc
+        raise ControlSocketError(f"{where}: the answer is {exc}") from None
     if not isinstance(data, dict) or data.get("ok") is not True:
         error = data.get("error") if isinstance(data, dict) else None
-        said = error if isinstance(error, str) and error else repr(answer[:200])
-        raise ControlSocketError(f"{where}: refused: {said}")
+        said = _text(error, "error") if isinstance(error, str) and error else repr(answer[:200])
+        raise ControlSocketError(f"{where}: refused: {_shown(said, 300)}")
     if data.get("protocol") != PROTOCOL:
-        raise ControlSocketError(
-            f"{where}: answers protocol {data.get('protocol')!r}; this client reads {PROTOCOL}"
-        )
+        shown = _shown(repr(data.get("protocol")))
+        raise ControlSocketError(f"{where}: answers protocol {shown}; this client reads {PROTOCOL}")
     try:
         return LiveSnapshot.from_json(data.get("snapshot"))
     except ValueError as exc:

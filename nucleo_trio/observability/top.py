@@ -44,7 +44,10 @@ LISTED_ROWS = 10
 
 
 def _clock(wall: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(wall))
+    try:
+        return time.strftime("%H:%M:%S", time.localtime(wall))
+    except (ValueError, OverflowError, OSError):  # NaN, or past what the platform's time holds
+        return "??:??:??"
 
 
 def _seconds(value: float) -> str:
