@@ -31,6 +31,7 @@ programs that wait on the real clock then overlap instead of adding up.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -304,7 +305,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Path, subpro
     for process in started.values():
         if process.poll() is None:
             process.kill()
-            process.communicate()
+            # Bounded: a killed process whose pipes a child still holds must not hang teardown.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.communicate(timeout=5)
 
 
 @pytest.fixture(scope="module")
