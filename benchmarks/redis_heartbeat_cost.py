@@ -20,9 +20,12 @@ import trio
 from nucleo_trio.guardrails import ScopeGuard
 from nucleo_trio.heartbeat import (
     FixedInterval,
+    HeartbeatCodec,
+    HeartbeatJobs,
     HeartbeatStore,
     InMemoryHeartbeatStore,
     ScheduleHeartbeat,
+    SigningKey,
 )
 from nucleo_trio.heartbeat.records import _mint_from
 from nucleo_trio.jobs import JobContext, Tool
@@ -37,6 +40,11 @@ class Tick(Tool[str]):
 
     async def execute(self, context: JobContext) -> str:
         return "tick"
+
+
+def _codec() -> HeartbeatCodec:
+    """What a dispatcher hands its durable store: every row signed and checked, as in use."""
+    return HeartbeatCodec(HeartbeatJobs([Tick]), SigningKey("a benchmark key, never a real one"))
 
 
 async def _fires(store: HeartbeatStore, fires: int) -> float:
@@ -73,7 +81,7 @@ async def _measure(url: str) -> dict[str, Any]:
     results: dict[str, Any] = {}
     for name, build in (
         ("memory", InMemoryHeartbeatStore),
-        ("redis", lambda: RedisHeartbeatStore(url, prefix="bench")),
+        ("redis", lambda: RedisHeartbeatStore(url, prefix="bench", codec=_codec())),
     ):
         store = build()
         try:

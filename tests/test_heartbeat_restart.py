@@ -21,9 +21,12 @@ from nucleo_trio.guardrails import ScopeGuard, TenantScope
 from nucleo_trio.heartbeat import (
     FixedInterval,
     Heartbeat,
+    HeartbeatCodec,
     HeartbeatFired,
+    HeartbeatJobs,
     HeartbeatRequested,
     ScheduleHeartbeat,
+    SigningKey,
     SQLiteHeartbeatStore,
     heartbeat_now,
 )
@@ -59,8 +62,20 @@ def _fresh_ticks() -> None:
     TICKS.clear()
 
 
+TEST_KEY = "a test key, never a real one"
+
+
 def sqlite_config(path: Path) -> DispatcherConfig:
-    return DispatcherConfig(heartbeat=HeartbeatConfig(kind="sqlite", settings={"path": str(path)}))
+    return DispatcherConfig(
+        heartbeat=HeartbeatConfig(kind="sqlite", settings={"path": str(path)}, signing_key=TEST_KEY)
+    )
+
+
+def offline_store(path: Path) -> SQLiteHeartbeatStore:
+    """The file opened outside any dispatcher, as an operator's tool would, with the key."""
+    return SQLiteHeartbeatStore(
+        path, codec=HeartbeatCodec(HeartbeatJobs([Tick]), SigningKey(TEST_KEY))
+    )
 
 
 async def test_schedules_survive_a_restart_and_overdue_slots_catch_up(
@@ -90,12 +105,12 @@ async def test_schedules_survive_a_restart_and_overdue_slots_catch_up(
     # Down from 2.5 to 5.75: the slots at 3, 4 and 5 fall due meanwhile. The file holds the
     # slot after the last fire, with everything the restart needs.
     await trio.sleep(3.25)
-    offline = SQLiteHeartbeatStore(path)
+    offline = offline_store(path)
     (kept,) = await offline.inspect()
     await offline.aclose()
     assert kept.run_at == anchor + 2 and kept.user_id == "alice" and kept.scope_guard == guard
 
-    async with open_dispatcher(sqlite_config(path), bus=watched(fired)):
+    async with open_dispatcher(sqlite_config(path), bus=watched(fired), heartbeat_jobs=[Tick]):
         await trio.sleep(1.0)  # the cadence goes on at 6
     assert [round(at - start, 6) for at, _, _ in TICKS] == [1, 2, 5.75, 5.75, 5.75, 6]
     assert {(user, digest) for _, user, digest in TICKS} == {("alice", Digest("news", 3))}
@@ -128,7 +143,7 @@ def test_the_schedule_outlives_the_trio_run_that_made_it(tmp_path: Path) -> None
             await trio.testing.wait_all_tasks_blocked()
 
     async def reopen() -> tuple[Heartbeat, ...]:
-        async with open_dispatcher(sqlite_config(path)) as dispatcher:
+        async with open_dispatcher(sqlite_config(path), heartbeat_jobs=[Tick]) as dispatcher:
             assert dispatcher.heart is not None
             return await dispatcher.heart.store.inspect()
 
@@ -161,7 +176,7 @@ async def test_a_forged_heartbeat_cannot_be_enqueued_in_the_durable_store(
         with pytest.raises(TypeError, match="no public constructor"):
             Heartbeat(Tick, "forged", heartbeat_now())
         await trio.sleep(5)
-    store = SQLiteHeartbeatStore(path)
+    store = offline_store(path)
     try:
         assert await store.inspect() == ()
     finally:

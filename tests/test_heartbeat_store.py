@@ -30,15 +30,20 @@ from nucleo_trio.guardrails import CompositeScope, ReadOnlyScope, ScopeGuard, Te
 from nucleo_trio.heartbeat import (
     FixedInterval,
     Heartbeat,
+    HeartbeatCodec,
+    HeartbeatJobs,
     HeartbeatStore,
     InMemoryHeartbeatStore,
     Recurrence,
     ScheduleHeartbeat,
+    SigningKey,
     SQLiteHeartbeatStore,
+    UnknownHeartbeatJob,
+    UnregisteredHeartbeatJob,
     is_genuine,
 )
 from nucleo_trio.heartbeat.records import _mint_from
-from nucleo_trio.jobs import JobContext, Tool
+from nucleo_trio.jobs import JobContext, Tool, workflow
 
 from .test_scope import RegionScope
 
@@ -50,6 +55,13 @@ class Nightly(Tool[str]):
         return "ran"
 
 
+class Tick(Tool[str]):
+    """Another job class: one a second process registers instead of Nightly."""
+
+    async def execute(self, context: JobContext) -> str:
+        return "tick"
+
+
 @attrs.frozen
 class Report:
     """An input the SQLite store writes as JSON and reads back equal."""
@@ -59,6 +71,12 @@ class Report:
 
 
 GUARD = ScopeGuard(TenantScope("acme"))
+KEY = SigningKey("a test key, never a real one")
+
+
+def codec(*jobs: type[Tool[Any]]) -> HeartbeatCodec:
+    """What a dispatcher would hand its durable store: these classes, and the test key."""
+    return HeartbeatCodec(HeartbeatJobs(jobs or (Nightly,)), KEY)
 
 
 def beat(
@@ -89,7 +107,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     if request.param == "memory":
         built = InMemoryHeartbeatStore()
     else:
-        built = SQLiteHeartbeatStore(tmp_path / "beats.db")
+        built = SQLiteHeartbeatStore(tmp_path / "beats.db", codec=codec())
     yield built
     await built.aclose()
 
@@ -319,14 +337,14 @@ async def test_the_sqlite_store_reads_back_what_it_wrote_after_a_reopen(tmp_path
         beat("plain", 10.0, input=["a", 1, None]),
         beat("counted", 30.0, input=7),
     ]
-    first = SQLiteHeartbeatStore(path)
+    first = SQLiteHeartbeatStore(path, codec=codec())
     for heartbeat in written:
         await first.enqueue(heartbeat)
     await first.aclose()
     with pytest.raises(RuntimeError, match="is closed"):
         await first.peek_next_run_at()
 
-    reopened = SQLiteHeartbeatStore(str(path))
+    reopened = SQLiteHeartbeatStore(str(path), codec=codec())
     try:
         restored = await reopened.inspect()
         assert ids(restored) == ["plain", "report", "counted"]
@@ -341,48 +359,56 @@ async def test_the_sqlite_store_reads_back_what_it_wrote_after_a_reopen(tmp_path
 
 
 async def test_the_sqlite_store_refuses_what_it_could_not_read_back(tmp_path: Path) -> None:
-    """A class with no import path, or an input JSON changes, is refused when stored, by name,
-    and nothing is written."""
-    store = SQLiteHeartbeatStore(tmp_path / "beats.db")
+    """An input JSON changes is refused when stored, by name, and nothing is written; a job
+    class needs no import path, only a name in the registry (a class defined in a function is
+    named and read back by the same codec)."""
+    store = SQLiteHeartbeatStore(tmp_path / "beats.db", codec=codec())
 
     class Local(Tool[str]):
         async def execute(self, context: JobContext) -> str:
             return "x"
 
     try:
-        local = _mint_from(ScheduleHeartbeat(Local, "local", 1.0), "alice", GUARD)
-        with pytest.raises(NucleoSystemError, match="Local cannot be named by an import path"):
-            await store.enqueue(local)
         with pytest.raises(NucleoSystemError, match=r"the input \{1: 'a'\} does not survive JSON"):
             await store.enqueue(beat("keys", 1.0, input={1: "a"}))
         with pytest.raises(NucleoSystemError, match="the input cannot be written as JSON"):
             await store.enqueue(beat("set", 1.0, input={1, 2}))
         assert await store.inspect() == ()
+        await store.enqueue(_mint_from(ScheduleHeartbeat(Local, "local", 1.0), "alice", GUARD))
+        (local,) = await store.inspect()
+        assert local.job_class is Local
     finally:
         await store.aclose()
 
 
-async def test_a_row_whose_job_class_is_gone_is_dropped_when_it_falls_due(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+async def test_a_row_whose_job_class_is_not_registered_fails_its_fire_and_keeps_its_slot(
+    tmp_path: Path,
 ) -> None:
-    """HB-13: a stored class that no longer imports cannot be restored; the row is dropped with
-    an error log naming it, and the next due heartbeat is answered instead."""
+    """HB-06, HB-13: a signed row naming a job this process did not register is restored with
+    a stand-in class that raises UnknownHeartbeatJob, naming the job, when the fire builds it;
+    its recurrence is kept and written back under the same name, so a process that registered
+    the class later fires it."""
     path = tmp_path / "beats.db"
-    store = SQLiteHeartbeatStore(path)
+    writer = SQLiteHeartbeatStore(path, codec=codec())
+    await writer.enqueue(beat("gone", 1.0, recurrence=FixedInterval(60)))
+    await writer.aclose()
+
+    store = SQLiteHeartbeatStore(path, codec=codec(Tick))
     try:
-        await store.enqueue(beat("kept", 2.0))
-        with sqlite3.connect(path) as db:
-            db.execute(
-                "INSERT INTO heartbeats VALUES ('gone', 1.0, 'tests.nowhere:Gone', 'alice', "
-                "'[]', NULL, NULL, NULL)"
-            )
-        with caplog.at_level(logging.ERROR, logger="nucleo_trio.heartbeat"):
-            polled = await store.poll_due(10.0)
-        assert polled is not None and polled.id == "kept"
-        assert "'gone' (due) could not be restored" in caplog.text
-        assert await store.inspect() == ()
+        polled = await store.poll_due(10.0)
+        assert polled is not None and polled.id == "gone" and polled.user_id == "alice"
+        assert issubclass(polled.job_class, UnregisteredHeartbeatJob)
+        with pytest.raises(UnknownHeartbeatJob, match="'tests.test_heartbeat_store:Nightly'"):
+            polled.job_class(workflow("alice", "fire"))
+        assert await store.re_enqueue_if_absent(polled.next(61.0))
     finally:
         await store.aclose()
+    reader = SQLiteHeartbeatStore(path, codec=codec())
+    try:
+        (kept,) = await reader.inspect()
+        assert (kept.job_class, kept.run_at, kept.user_id) == (Nightly, 61.0, "alice")
+    finally:
+        await reader.aclose()
 
 
 def test_the_sqlite_store_refuses_a_file_that_is_not_its_own(tmp_path: Path) -> None:

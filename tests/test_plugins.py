@@ -28,6 +28,8 @@ from nucleo_trio.admission import (
     RateLimiter,
     Replenishment,
 )
+from nucleo_trio.heartbeat import HeartbeatJobs
+from nucleo_trio.jobs import JobContext, Tool
 from nucleo_trio.plugins import (
     PROJECT_NAME,
     DBProviderKinds,
@@ -776,6 +778,87 @@ def test_nucleo_trio_model_catalog_fragments_merge_and_a_named_file_wins(
     assert len(load_catalog(plugins=pm, environ={"NUCLEO_TRIO_MODELS": str(named)})) == 0
     with pytest.raises(ConfigError, match="no model catalog"):
         load_catalog(plugins=make_plugin_manager(load_entrypoints=False), environ={})
+
+
+# --- nucleo_trio_heartbeat_jobs --------------------------------------------------------------------
+
+
+class Checkin(Tool[str]):
+    """A job class a plugin names for heartbeats, under a name of its own."""
+
+    async def execute(self, context: JobContext) -> str:
+        CHECKINS.append(context.user_id)
+        return "checked in"
+
+
+CHECKINS: list[str] = []
+
+
+class Other(Tool[str]):
+    """Another job class, which a second plugin would give the same name."""
+
+    async def execute(self, context: JobContext) -> str:
+        return "other"
+
+
+class CheckinJobs:
+    @hookimpl
+    def nucleo_trio_heartbeat_jobs(self) -> Any:
+        return {"ops.checkin": Checkin}
+
+
+async def test_nucleo_trio_heartbeat_jobs_names_the_classes_a_stored_row_may_run(
+    autojump_clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    """nucleo_trio_heartbeat_jobs registers job classes by name before the Heart fires: a slot
+    a durable store held over a restart runs in a dispatcher that never scheduled the class,
+    because a plugin named it. Two plugins giving one name, an answer that is not a job class,
+    and a name the dispatcher's own heartbeat_jobs give another class are each refused at start
+    naming the plugin."""
+    from nucleo_trio.dispatch import DispatcherConfig, HeartbeatConfig, open_dispatcher
+    from nucleo_trio.heartbeat import ScheduleHeartbeat, heartbeat_now
+    from nucleo_trio.plugins.manager import heartbeat_jobs_from
+
+    CHECKINS.clear()
+    config = DispatcherConfig(
+        heartbeat=HeartbeatConfig(
+            kind="sqlite",
+            settings={"path": str(tmp_path / "beats.db")},
+            signing_key="a test key, never a real one",
+        )
+    )
+    plugged = make_plugin_manager(load_entrypoints=False, plugins=[CheckinJobs()])
+    async with open_dispatcher(config, plugin_manager=plugged) as first:
+        assert first.heartbeat_jobs.get("ops.checkin") is Checkin
+        first.schedule_heartbeat(ScheduleHeartbeat(Checkin, "checkin", heartbeat_now() + 60), "ops")
+        await trio.sleep(1)  # stored, not due
+    again = make_plugin_manager(load_entrypoints=False, plugins=[CheckinJobs()])
+    async with open_dispatcher(config, plugin_manager=again) as second:
+        await trio.sleep(120)
+        assert second.heart is not None and await second.heart.store.inspect() == ()
+    assert CHECKINS == ["ops"]
+
+    class SameName:
+        @hookimpl
+        def nucleo_trio_heartbeat_jobs(self) -> Any:
+            return {"ops.checkin": Other}
+
+    class NotAJob:
+        @hookimpl
+        def nucleo_trio_heartbeat_jobs(self) -> Any:
+            return {"ops.odd": "billing.jobs:CloseBooks"}
+
+    twice = make_plugin_manager(load_entrypoints=False, plugins=[CheckinJobs(), SameName()])
+    with pytest.raises(PluginError, match="'ops.checkin' is provided by two plugins"):
+        heartbeat_jobs_from(twice, HeartbeatJobs())
+    odd = make_plugin_manager(load_entrypoints=False, plugins=[NotAJob()])
+    with pytest.raises(PluginError, match=r"NotAJob.*'ops.odd'.*not a valid heartbeat job"):
+        async with open_dispatcher(plugin_manager=odd):
+            pass  # pragma: no cover - the start is refused
+    taken = make_plugin_manager(load_entrypoints=False, plugins=[CheckinJobs()])
+    with pytest.raises(PluginError, match=r"CheckinJobs.*'ops.checkin'.*taken by"):
+        async with open_dispatcher(plugin_manager=taken, heartbeat_jobs={"ops.checkin": Other}):
+            pass  # pragma: no cover - the start is refused
 
 
 # --- nucleo_trio_heartbeat_store -------------------------------------------------------------------

@@ -62,7 +62,10 @@ async def store(
     redis_server: Any, request: pytest.FixtureRequest
 ) -> AsyncIterator[RedisHeartbeatStore]:
     built = RedisHeartbeatStore(
-        redis_server.url, prefix=fresh_prefix(request.node.name), claim_ttl=300
+        redis_server.url,
+        prefix=fresh_prefix(request.node.name),
+        claim_ttl=300,
+        codec=contract.codec(),
     )
     yield built
     await built.aclose()
@@ -71,7 +74,10 @@ async def store(
 def stores(url: str, count: int, **settings: Any) -> list[RedisHeartbeatStore]:
     """``count`` stores on one fresh prefix: as many workers sharing one schedule."""
     prefix = fresh_prefix("workers")
-    return [RedisHeartbeatStore(url, prefix=prefix, **settings) for _ in range(count)]
+    return [
+        RedisHeartbeatStore(url, prefix=prefix, codec=contract.codec(), **settings)
+        for _ in range(count)
+    ]
 
 
 async def fired_mark(url: str, store: RedisHeartbeatStore, heartbeat_id: str) -> float | None:
@@ -212,8 +218,12 @@ async def test_a_claim_whose_answer_was_lost_is_let_go(
     async with trio.open_nursery() as nursery:
         await nursery.start(cutter.serve)
         prefix = fresh_prefix("cut")
-        store = RedisHeartbeatStore(cutter.url, prefix=prefix, claim_ttl=300)
-        direct = RedisHeartbeatStore(redis_server.url, prefix=prefix, claim_ttl=300)
+        store = RedisHeartbeatStore(
+            cutter.url, prefix=prefix, claim_ttl=300, codec=contract.codec()
+        )
+        direct = RedisHeartbeatStore(
+            redis_server.url, prefix=prefix, claim_ttl=300, codec=contract.codec()
+        )
         assert await store.poll_due(2.0) is None  # the poll script is known to Redis now
         await store.enqueue(beat("x", 1.0))
         cutter.armed = True
@@ -364,7 +374,13 @@ async def test_the_kind_is_chosen_by_configuration_and_bad_settings_stop_the_sta
     plugin answers the hook); a missing URL or a bad TTL stops the start with a ConfigError
     naming the kind and what is wrong."""
     config = DispatcherConfig.from_mapping(
-        {"heartbeat": {"kind": "redis", "settings": {"url": redis_server.url, "claim_ttl": 5}}}
+        {
+            "heartbeat": {
+                "kind": "redis",
+                "settings": {"url": redis_server.url, "claim_ttl": 5},
+                "signing_key": "a test key, never a real one",
+            }
+        }
     )
     async with open_dispatcher(config) as dispatcher:
         assert dispatcher.heart is not None

@@ -39,6 +39,8 @@ from .redis_server import running_redis
 
 _PREFIXES = itertools.count()
 
+TEST_KEY = "a test key, never a real one"
+
 
 class Beat(Tool[str]):
     """The fired job; the fires themselves are what the tests count."""
@@ -50,7 +52,9 @@ class Beat(Tool[str]):
 def redis_config(url: str, prefix: str) -> DispatcherConfig:
     return DispatcherConfig(
         heartbeat=HeartbeatConfig(
-            kind="redis", settings={"url": url, "prefix": prefix, "claim_ttl": 600}
+            kind="redis",
+            settings={"url": url, "prefix": prefix, "claim_ttl": 600},
+            signing_key=TEST_KEY,
         )
     )
 
@@ -114,7 +118,9 @@ async def test_four_racing_workers_fire_each_slot_once(
         for index in range(4):
             worker = Worker(f"w{index}", fired)
             dispatcher = await stack.enter_async_context(
-                open_dispatcher(redis_config(redis_server.url, prefix), bus=worker.bus)
+                open_dispatcher(
+                    redis_config(redis_server.url, prefix), bus=worker.bus, heartbeat_jobs=[Beat]
+                )
             )
             publish_schedules(dispatcher, anchor)
             await trio.sleep(1.25)
@@ -148,7 +154,11 @@ async def test_catch_up_after_every_worker_was_down_fires_each_missed_slot_once(
                     lambda event: fired_at.append(heartbeat_now()), event_type=HeartbeatFired
                 )
                 dispatcher = await stack.enter_async_context(
-                    open_dispatcher(redis_config(redis_server.url, prefix), bus=worker.bus)
+                    open_dispatcher(
+                        redis_config(redis_server.url, prefix),
+                        bus=worker.bus,
+                        heartbeat_jobs=[Beat],
+                    )
                 )
                 publish_schedules(dispatcher, anchor)
             await trio.sleep(seconds)
@@ -179,12 +189,12 @@ async def test_a_worker_wakes_for_a_heartbeat_another_worker_scheduled(redis_ser
     fired: list[tuple[str, str, float]] = []
     config = redis_config(redis_server.url, prefix)
     b = Worker("b", fired)
-    async with open_dispatcher(config, bus=b.bus):
+    async with open_dispatcher(config, bus=b.bus, heartbeat_jobs=[Beat]):
         await trio.sleep(0.2)  # B has looked at the empty schedule and sleeps with no deadline
         scheduled = trio.Event()
         a_bus = MessageBus()
         a_bus.subscribe(lambda event: scheduled.set(), event_type=HeartbeatScheduled)
-        async with open_dispatcher(config, bus=a_bus) as a:
+        async with open_dispatcher(config, bus=a_bus, heartbeat_jobs=[Beat]) as a:
             due = heartbeat_now() + 0.4
             a.schedule_heartbeat(ScheduleHeartbeat(Beat, "once", due), "ops")
             with trio.fail_after(5):
@@ -208,6 +218,7 @@ async def test_redis_restarted_mid_run_fires_no_slot_twice_and_loses_none(
             heartbeat=HeartbeatConfig(
                 kind="redis",
                 settings={"url": server.url, "prefix": "restart", "claim_ttl": 1, "timeout": 1},
+                signing_key=TEST_KEY,
             )
         )
         with capture_errors(failures):
@@ -216,7 +227,7 @@ async def test_redis_restarted_mid_run_fires_no_slot_twice_and_loses_none(
                 for index in range(4):
                     worker = Worker(f"w{index}", fired)
                     dispatcher = await stack.enter_async_context(
-                        open_dispatcher(config, bus=worker.bus)
+                        open_dispatcher(config, bus=worker.bus, heartbeat_jobs=[Beat])
                     )
                     dispatcher.schedule_heartbeat(
                         ScheduleHeartbeat(Beat, "pulse", anchor, recurrence=FixedInterval(0.25)),

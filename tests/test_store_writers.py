@@ -33,8 +33,11 @@ from nucleo_trio.guardrails import ScopeGuard, TenantScope
 from nucleo_trio.heartbeat import (
     FixedInterval,
     Heartbeat,
+    HeartbeatCodec,
     HeartbeatFired,
+    HeartbeatJobs,
     ScheduleHeartbeat,
+    SigningKey,
     SQLiteHeartbeatStore,
     heartbeat_now,
 )
@@ -303,6 +306,14 @@ class Noted(Tool[str]):
         return "noted"
 
 
+TEST_KEY = "a test key, never a real one"
+
+
+def codec() -> HeartbeatCodec:
+    """What a dispatcher hands its store: the job class and the test key."""
+    return HeartbeatCodec(HeartbeatJobs([Nightly]), SigningKey(TEST_KEY))
+
+
 def beat(heartbeat_id: str, run_at: float, **spec: Any) -> Heartbeat:
     return _mint_from(
         ScheduleHeartbeat(Nightly, heartbeat_id, run_at, **spec), "alice", ScopeGuard()
@@ -321,7 +332,7 @@ async def test_the_store_answers_once_its_write_is_on_disk_and_the_loop_runs_mea
     not answered until its commit; two operations queued meanwhile share the next transaction
     and are answered in the order they were made: the second rebinding displaces the first."""
     path = tmp_path / "beats.db"
-    store = SQLiteHeartbeatStore(path)
+    store = SQLiteHeartbeatStore(path, codec=codec())
     answers: dict[str, Any] = {}
 
     async def call(name: str, heartbeat: Heartbeat) -> None:
@@ -353,7 +364,7 @@ async def test_virtual_time_holds_still_while_the_store_writes(
     """A worker thread is invisible to the autojump clock; the store keeps it still while an
     operation is in the worker, so a sleeper elsewhere does not wake early and the operation
     takes no virtual time."""
-    store = SQLiteHeartbeatStore(tmp_path / "beats.db")
+    store = SQLiteHeartbeatStore(tmp_path / "beats.db", codec=codec())
     start = trio.current_time()
     woke: list[float] = []
 
@@ -380,7 +391,7 @@ async def test_a_commit_that_fails_is_the_callers_error_and_nothing_is_stored(
     """HB-14: an operation whose transaction does not commit is answered with the store's
     system error, naming the operation and the file, and leaves the schedule as it was."""
     path = tmp_path / "beats.db"
-    store = SQLiteHeartbeatStore(path)
+    store = SQLiteHeartbeatStore(path, codec=codec())
     await store.enqueue(beat("kept", 5.0))
     gate.fail = "database or disk is full"
     with pytest.raises(NucleoSystemError, match=r"storing heartbeat 'new' in .*beats\.db failed"):
@@ -398,7 +409,7 @@ async def test_aclose_writes_every_operation_queued_before_it(
     """A clean close waits for the operation in flight and the one queued behind it, closes the
     file, and refuses anything after it."""
     path = tmp_path / "beats.db"
-    store = SQLiteHeartbeatStore(path)
+    store = SQLiteHeartbeatStore(path, codec=codec())
     closed = trio.Event()
 
     async def close() -> None:
@@ -430,7 +441,7 @@ async def test_a_heart_stopped_while_its_poll_is_in_the_worker_puts_the_slot_bac
     FIRED.clear()
     path = tmp_path / "beats.db"
     config = DispatcherConfig(
-        heartbeat=HeartbeatConfig(kind="sqlite", settings={"path": str(path)})
+        heartbeat=HeartbeatConfig(kind="sqlite", settings={"path": str(path)}, signing_key=TEST_KEY)
     )
     anchor = heartbeat_now() + 1
     fired: list[HeartbeatFired] = []
@@ -449,7 +460,7 @@ async def test_a_heart_stopped_while_its_poll_is_in_the_worker_puts_the_slot_bac
     assert fired == [] and FIRED == []
     assert stored_ids(path) == [("nightly", anchor)]
 
-    async with open_dispatcher(config, bus=watched(fired)):
+    async with open_dispatcher(config, bus=watched(fired), heartbeat_jobs=[Noted]):
         await trio.sleep(0.5)
     assert [event.heartbeat.run_at for event in fired] == [anchor] and FIRED == ["alice"]
     assert stored_ids(path) == [("nightly", anchor + 60)]

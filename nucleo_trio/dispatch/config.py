@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -71,18 +72,53 @@ class DatabaseConfig:
     settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings)
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _signing_key(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        shown = "a blank string" if isinstance(value, str) else type(value).__name__
+        raise ConfigError(f"HeartbeatConfig.signing_key must be a non-blank string, got {shown}")
+
+
+def _signing_key_env(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
+        raise ConfigError(
+            f"HeartbeatConfig.signing_key_env must name an environment variable "
+            f"(letters, digits, underscores), got {value!r}"
+        )
+    if getattr(instance, "signing_key", None) is not None:
+        raise ConfigError(
+            "HeartbeatConfig: give signing_key or signing_key_env, not both (the environment "
+            "variable is the one to keep)"
+        )
+
+
+def _hidden(value: object) -> str:
+    return "None" if value is None else "'***'"
+
+
 @attrs.frozen(kw_only=True)
 class HeartbeatConfig:
-    """The store that keeps the heartbeat schedule, by plugin kind:
-    ``{"kind": "sqlite", "settings": {"path": "beats.db"}}``.
+    """The store that keeps the heartbeat schedule, by plugin kind, and the key its rows are
+    signed with: ``{"kind": "sqlite", "settings": {"path": "beats.db"},
+    "signing_key_env": "NUCLEO_HEARTBEAT_KEY"}``.
 
     ``"memory"`` (the default, no settings) forgets the schedule at exit; ``"sqlite"`` (setting
     ``path``) keeps it in a file, so adaptive schedules survive a restart. A plugin provides
-    other kinds through the ``nucleo_trio_heartbeat_store`` hook.
+    other kinds through the ``nucleo_trio_heartbeat_store`` hook. A store that keeps the
+    schedule outside the process signs every row, and needs a key: ``signing_key_env`` names
+    the environment variable that holds it (read at start), or ``signing_key`` is the key
+    itself (at least 16 bytes; never shown in a ``repr``). Every worker sharing a store holds
+    the same key.
     """
 
     kind: str = attrs.field(default="memory", validator=_names_a_kind("a heartbeat store kind"))
     settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings)
+    signing_key: str | None = attrs.field(default=None, validator=_signing_key, repr=_hidden)
+    signing_key_env: str | None = attrs.field(default=None, validator=_signing_key_env)
 
 
 def _memory_limit(value: int | str | None) -> int | None:
@@ -276,6 +312,18 @@ for _declared in (LimiterConfig, GuardrailConfig, DatabaseConfig, HeartbeatConfi
             settings=override(struct_hook=_as_written),
         ),
     )
+
+converter.register_structure_hook(
+    HeartbeatConfig,
+    make_dict_structure_fn(
+        HeartbeatConfig,
+        converter,
+        kind=override(struct_hook=_as_written),
+        settings=override(struct_hook=_as_written),
+        signing_key=override(struct_hook=_as_written),
+        signing_key_env=override(struct_hook=_as_written),
+    ),
+)
 
 converter.register_structure_hook(
     DispatcherConfig,

@@ -55,7 +55,14 @@ from ..guardrails import (
     check_attached_guardrails,
     is_guard_under_enforcement,
 )
-from ..heartbeat import Heart, Heartbeat, HeartbeatStore, ScheduleHeartbeat, heartbeat_store_from
+from ..heartbeat import (
+    Heart,
+    Heartbeat,
+    HeartbeatJobs,
+    HeartbeatStore,
+    ScheduleHeartbeat,
+    heartbeat_store_from,
+)
 from ..jobs.context import OBS_CALLER_CLASS, JobContext, _current, current_job
 from ..jobs.handle import JobHandle
 from ..jobs.job import AbstractJob, ScopeAuthority, check_job_settings
@@ -73,6 +80,7 @@ from ..plugins.manager import (
     GuardrailKinds,
     LimiterRegistry,
     PluginError,
+    heartbeat_jobs_from,
     make_plugin_manager,
     observers_from,
 )
@@ -167,9 +175,15 @@ class JobDispatcher:
         plugin_manager: pluggy.PluginManager | None = None,
         models: ModelRuntime | None = None,
         heartbeat_store: HeartbeatStore | None = None,
+        heartbeat_jobs: Iterable[type[AbstractJob[Any]]]
+        | Mapping[str, type[AbstractJob[Any]]] = (),
     ) -> None:
         self.config = config or DispatcherConfig()
         self._heartbeat_store = heartbeat_store
+        self.heartbeat_jobs = HeartbeatJobs(heartbeat_jobs)
+        """The job classes a durable store's heartbeat rows may name, by name: those passed in,
+        those plugins name (added at start), and each class scheduled. Register more here before
+        the start, so slots held over a restart find theirs."""
         self.heart: Heart | None = None
         """The heartbeat schedule and its two tasks, built at start with the store the plugins
         chose for ``config.heartbeat`` (or the ``heartbeat_store`` passed in)."""
@@ -515,6 +529,7 @@ class JobDispatcher:
         check_attached_guardrails(self.config.guardrails, self.guardrail_kinds)
         for observer in observers_from(self.plugins, self):
             self.bus.subscribe(observer)
+        heartbeat_jobs_from(self.plugins, self.heartbeat_jobs)
         # Last: the store may open a file, and nothing after it can refuse the start.
         store = self._heartbeat_store or heartbeat_store_from(self.plugins, self.config.heartbeat)
         self.heart = Heart(self, store)

@@ -17,6 +17,14 @@ applies to fires as well. A job that cannot be built, or that the door refuses, 
 :class:`HeartbeatFireFailed`; either way a recurring heartbeat is put back at its next slot,
 counted from the slot that fired, so slots that fell due during a pause fire back to back.
 
+**What a stored row may say.** A durable store keeps rows others could write, so the Heart gives
+it a :class:`~nucleo_trio.heartbeat.HeartbeatCodec`: job classes by the names registered in the
+dispatcher's :class:`~nucleo_trio.heartbeat.HeartbeatJobs` (the classes passed to
+``open_dispatcher(heartbeat_jobs=...)``, those plugins name through
+``nucleo_trio_heartbeat_jobs``, and each class the program schedules), and every row signed with
+the configured key. A row changed outside the runtime, or a name nobody registered here, fails
+its fire; nothing in a row is imported or run.
+
 **Stopping.** Once :meth:`Heart.stop` is called the Heart drops every request and cancellation
 it is handed, each with a warning: a dispatcher that is shutting down schedules nothing.
 """
@@ -33,11 +41,12 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..bus import events as ev
-from ..errors import NucleoSystemError
+from ..errors import ConfigError, NucleoSystemError, UsageError
 from ..guardrails.scope import ScopeGuard
 from ..jobs.context import JobContext, _current
 from ..jobs.identity import Identifiable, workflow
 from ..jobs.job import AbstractJob, Orchestrator, ScopeAuthority
+from .codec import HeartbeatCodec
 from .records import (
     ConversationCarrier,
     Heartbeat,
@@ -45,7 +54,9 @@ from .records import (
     _mint_from,
     heartbeat_now,
 )
-from .store import HeartbeatStore
+from .registry import HeartbeatJobs
+from .signing import signing_key_from
+from .store import DurableHeartbeatStore, HeartbeatStore
 
 if TYPE_CHECKING:
     from ..dispatch.dispatcher import JobDispatcher
@@ -69,12 +80,33 @@ class Heart:
 
     The dispatcher builds one at start with the store the plugins chose (``dispatcher.heart``)
     and runs it in its own nursery. :meth:`hand` is how requests reach it; :meth:`now` is the
-    instant it fires by.
+    instant it fires by. ``jobs`` are the job classes stored rows may name (the dispatcher's
+    ``heartbeat_jobs``, with those the plugins name added); ``codec`` is what a durable store
+    writes and reads its rows through (``None`` for a store that keeps the schedule in memory).
+    A durable store with no signing key configured refuses the start with a
+    :class:`~nucleo_trio.errors.ConfigError` saying how to set one.
     """
 
     def __init__(self, dispatcher: JobDispatcher, store: HeartbeatStore) -> None:
         self._dispatcher = dispatcher
         self.store = store
+        self.jobs: HeartbeatJobs = dispatcher.heartbeat_jobs
+        self.codec: HeartbeatCodec | None = None
+        if isinstance(store, DurableHeartbeatStore):
+            key = signing_key_from(dispatcher.config.heartbeat)
+            if key is None:
+                raise ConfigError(
+                    f"dispatcher config: the heartbeat store {store!r} keeps the schedule outside "
+                    "this process, so its rows are signed, and no signing key is configured: set "
+                    "heartbeat.signing_key_env to the name of an environment variable holding "
+                    "one (or heartbeat.signing_key), the same in every worker; make one with "
+                    "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+                )
+            self.codec = HeartbeatCodec(self.jobs, key)
+            try:
+                store.use_codec(self.codec)
+            except UsageError as exc:
+                raise ConfigError(f"dispatcher config: {exc}") from exc
         self._inbox, self._requests = trio.open_memory_channel[_Request](math.inf)
         self._scope = trio.CancelScope()
         self._changed = trio.Event()
@@ -86,7 +118,17 @@ class Heart:
     def published_request(self, context: JobContext, data: object) -> ev.HeartbeatEvent | None:
         """What ``context.publish(data)`` sends for a heartbeat request, or ``None`` for
         anything else (see :func:`published_request`)."""
-        return published_request(context, data)
+        request = published_request(context, data)
+        if isinstance(request, ev.HeartbeatRequested):
+            self._admit(request.heartbeat.job_class)
+        return request
+
+    def _admit(self, job_class: type[AbstractJob[Any]]) -> None:
+        """Name ``job_class`` for a durable store's rows before a heartbeat of it is minted:
+        the class object came from this program, so it is registered here, and a name another
+        class holds is refused now rather than when the row is written."""
+        if self.codec is not None:
+            self.codec.admit(job_class)
 
     # -- life -----------------------------------------------------------------------------------
     @property
@@ -279,6 +321,8 @@ class Heart:
                 f"schedule_heartbeat: scope_guard must be a ScopeGuard or None, "
                 f"got {type(scope_guard).__name__}"
             )
+        if isinstance(spec, ScheduleHeartbeat):
+            self._admit(spec.job_class)
         heartbeat = _mint_from(spec, user_id, scope_guard or ScopeGuard())
         self._dispatcher.bus.publish(ev.HeartbeatRequested(heartbeat=heartbeat))
         return heartbeat

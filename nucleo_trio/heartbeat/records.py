@@ -18,9 +18,11 @@ A store refuses a :class:`Heartbeat` those two did not mint (:func:`is_genuine`)
 hand-built object nor ``attrs.evolve``-style copying can put a forged user or guard on the
 schedule. :meth:`Heartbeat.next` is the recurrence's copy: everything but the instant.
 
-A durable store writes a heartbeat as a :class:`HeartbeatRow` (:func:`heartbeat_to_row`, which
-refuses what would not read back) and restores it from the row it wrote
-(:func:`heartbeat_from_row`, the runtime's restore: the one genuine heartbeat a row can give).
+A heartbeat written down is a :class:`HeartbeatRow`. :func:`heartbeat_to_row` and
+:func:`heartbeat_from_row` are its plain, unsigned form (an events file's): classes by import
+path, read back only from modules this process has already imported. A durable store writes
+the signed form instead, through its :class:`~nucleo_trio.heartbeat.HeartbeatCodec`: job classes
+by registered name, every row signed, and a row changed outside the runtime refused.
 
 **Instants** are wall-clock seconds since the epoch (``time.time()``), so a durable store means
 the same moment after a restart. The Heart reads them on trio's clock through
@@ -35,6 +37,7 @@ import datetime
 import importlib
 import json
 import math
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any, ClassVar, NamedTuple, NoReturn, final
@@ -392,15 +395,17 @@ _COMPONENT = "heartbeat-store"
 
 
 class HeartbeatRow(NamedTuple):
-    """A heartbeat as a durable store keeps it: eight plain values, in this order.
+    """A heartbeat written down: nine plain values, in this order.
 
-    ``job_class`` is the job class's import path (``module:qualname``). ``scope_guard`` is the
-    guard as a JSON list, one object per scope: its class's import path and its fields through
-    the library's converter, or for a :class:`~nucleo_trio.guardrails.CompositeScope`
-    ``{"composite": [...]}`` with its components. ``input`` and ``recurrence`` are JSON objects
-    holding the value's class path and its fields, or ``None``. The SQLite store writes the eight as the columns of its
-    table, the Redis store as one JSON list; either hands what it reads back to
-    :func:`heartbeat_from_row`.
+    ``job_class`` names the job class: its registered name in a durable store's signed row
+    (:class:`~nucleo_trio.heartbeat.HeartbeatCodec`), its import path (``module:qualname``) in
+    the plain form of :func:`heartbeat_to_row`. ``scope_guard`` is the guard as a JSON list,
+    one object per scope: its class's import path and its fields through the library's
+    converter, or for a :class:`~nucleo_trio.guardrails.CompositeScope` ``{"composite": [...]}``
+    with its components. ``input`` and ``recurrence`` are JSON objects holding the value's class
+    path and its fields, or ``None``. ``signature`` is the HMAC of the other eight under the
+    store's key (``None`` in the plain form). The SQLite store writes the nine as the columns
+    of its table, the Redis store as one JSON list.
     """
 
     id: str
@@ -411,14 +416,17 @@ class HeartbeatRow(NamedTuple):
     conversation_id: str | None
     input: str | None
     recurrence: str | None
+    signature: str | None = None
 
 
 def heartbeat_to_row(heartbeat: Heartbeat) -> HeartbeatRow:
-    """``heartbeat`` as the row a durable store writes (see :class:`HeartbeatRow`).
+    """``heartbeat`` as a plain, unsigned row (see :class:`HeartbeatRow`): the job class by its
+    import path, no signature. What an events file writes; a durable store writes through its
+    :class:`~nucleo_trio.heartbeat.HeartbeatCodec`.
 
-    Everything is checked here, so what cannot be stored is refused when it is stored, never
-    discovered after a restart: a class with no import path that leads back to it (defined
-    inside a function, say) and a value that does not come back equal from JSON raise
+    Everything is checked here, so what cannot be written is refused when it is written: a
+    class with no import path that leads back to it (defined inside a function, say) and a
+    value that does not come back equal from JSON raise
     :class:`~nucleo_trio.errors.NucleoSystemError`, naming the heartbeat and what it holds.
     """
     what = f"heartbeat {heartbeat.id!r}"
@@ -442,32 +450,48 @@ def heartbeat_to_row(heartbeat: Heartbeat) -> HeartbeatRow:
 
 
 def heartbeat_from_row(row: Sequence[Any]) -> Heartbeat:
-    """The heartbeat a row holds, restored: a genuine :class:`Heartbeat`, equal to the one
-    :func:`heartbeat_to_row` wrote.
+    """The heartbeat a plain row holds (the form :func:`heartbeat_to_row` writes), restored.
 
-    ``row`` is a :class:`HeartbeatRow` or any sequence of its eight values in its order (what a
-    database driver answers, a decoded JSON list). The heartbeat carries the user and the scope
-    guard the row names, and its classes are imported by path, which runs their modules: call
-    it only on rows your store wrote, and keep them where only the runtime writes. A class that
-    no longer imports, or is no longer a job class, a :class:`Recurrence` or a scope, and a
-    value that no longer reads back raise :class:`~nucleo_trio.errors.NucleoSystemError`.
+    ``row`` is a :class:`HeartbeatRow` or a sequence of its first eight values (a ninth, the
+    signature, is not looked at). Nothing is imported: each class the row names is looked up in
+    a module this process has already imported, and a name anywhere else is refused. The row
+    is not authenticated either, so the heartbeat carries whatever user and guard it names:
+    use it for rows this program wrote and keeps (an events file it reads back), never for rows
+    others can write; a durable store reads through its
+    :class:`~nucleo_trio.heartbeat.HeartbeatCodec`, which checks the signature. A class that is
+    not there, or is no longer a job class, a :class:`Recurrence` or a scope, and a value that
+    no longer reads back raise :class:`~nucleo_trio.errors.NucleoSystemError`.
     """
-    heartbeat_id, run_at, job_class, user_id, guard, conversation_id, input, recurrence = row
-    cls = _resolve(job_class)
+    heartbeat_id, run_at, job_class, user_id, guard, conversation_id, input, recurrence = row[:8]
+    cls = _resolve(job_class, may_import=False)
     if not issubclass(cls, AbstractJob):
         raise NucleoSystemError(_COMPONENT, f"{job_class} is no longer a job class")
-    restored_recurrence = None if recurrence is None else _value_of(json.loads(recurrence))
+    return _restore(
+        cls, (heartbeat_id, run_at, user_id, guard, conversation_id, input, recurrence), False
+    )
+
+
+def _restore(
+    job_class: type[AbstractJob[Any]], values: Sequence[Any], may_import: bool
+) -> Heartbeat:
+    """Mint the heartbeat of a row's values (id, run instant, user, guard, conversation id,
+    input, recurrence) for ``job_class``, decoding the JSON ones; value classes are imported
+    only when ``may_import`` (the row was authenticated)."""
+    heartbeat_id, run_at, user_id, guard, conversation_id, input, recurrence = values
+    restored_recurrence = (
+        None if recurrence is None else _value_of(json.loads(recurrence), may_import)
+    )
     if restored_recurrence is not None and not isinstance(restored_recurrence, Recurrence):
         raise NucleoSystemError(_COMPONENT, f"{recurrence} is no longer a Recurrence")
     return _mint(
-        cls,
+        job_class,
         heartbeat_id,
         float(run_at),
         conversation_id,
-        None if input is None else _value_of(json.loads(input)),
+        None if input is None else _value_of(json.loads(input), may_import),
         restored_recurrence,
         user_id,
-        _guard_of(json.loads(guard)),
+        _guard_of(json.loads(guard), may_import),
     )
 
 
@@ -475,7 +499,7 @@ def _class_path(cls: type, what: str) -> str:
     """``module:qualname`` of ``cls``, once it is certain the path leads back to ``cls``."""
     path = f"{cls.__module__}:{cls.__qualname__}"
     try:
-        found: object = _resolve(path)
+        found: object = _resolve(path, may_import=False)
     except NucleoSystemError:
         found = None
     if found is not cls:
@@ -487,13 +511,27 @@ def _class_path(cls: type, what: str) -> str:
     return path
 
 
-def _resolve(path: str) -> type:
+def _resolve(path: str, *, may_import: bool) -> type:
+    """The class at ``path`` (``module:qualname``). Its module is imported only when
+    ``may_import`` (a row whose signature was checked); otherwise it must already be imported,
+    so that what a row says is never a reason to run a module."""
+    if not isinstance(path, str):
+        raise NucleoSystemError(_COMPONENT, f"a class is named by a string, got {path!r}")
     module_name, _, qualname = path.partition(":")
     try:
-        found: object = importlib.import_module(module_name)
+        if may_import:
+            found: object = importlib.import_module(module_name)
+        elif module_name in sys.modules:
+            found = sys.modules[module_name]
+        else:
+            raise NucleoSystemError(
+                _COMPONENT,
+                f"the class {path} is in the module {module_name!r}, which this process has not "
+                "imported; a row is never a reason to import one",
+            )
         for part in qualname.split("."):
             found = getattr(found, part)
-    except (ImportError, AttributeError, ValueError) as exc:
+    except (ImportError, AttributeError, ValueError, TypeError) as exc:
         raise NucleoSystemError(_COMPONENT, f"the class {path} no longer imports: {exc}") from exc
     if not isinstance(found, type):
         raise NucleoSystemError(_COMPONENT, f"{path} is not a class")
@@ -504,8 +542,10 @@ def _value_data(value: object, what: str) -> dict[str, Any]:
     return {"type": _class_path(type(value), what), "value": converter.unstructure(value)}
 
 
-def _value_of(data: dict[str, Any]) -> Any:
-    cls = _resolve(data["type"])
+def _value_of(data: dict[str, Any], may_import: bool) -> Any:
+    if not isinstance(data, dict) or set(data) != {"type", "value"}:
+        raise NucleoSystemError(_COMPONENT, f"a stored value is {{type, value}}, got {data!r}")
+    cls = _resolve(data["type"], may_import=may_import)
     try:
         return converter.structure(data["value"], cls)
     except Exception as exc:
@@ -518,7 +558,7 @@ def _value_text(value: object, what: str) -> str:
     data = _value_data(value, what)
     text = _dumps(data, what)
     try:
-        back = _value_of(json.loads(text))
+        back = _value_of(json.loads(text), False)
     except NucleoSystemError as exc:
         raise NucleoSystemError(_COMPONENT, f"{what} {value!r} does not read back: {exc}") from exc
     if back != value:
@@ -534,17 +574,19 @@ def _scope_data(scope: Scope, what: str) -> dict[str, Any]:
     return _value_data(scope, f"{what}: the scope")
 
 
-def _scope_of(data: dict[str, Any]) -> Scope:
-    if "composite" in data:
-        return CompositeScope(*(_scope_of(part) for part in data["composite"]))
-    scope = _value_of(data)
+def _scope_of(data: dict[str, Any], may_import: bool) -> Scope:
+    if isinstance(data, dict) and "composite" in data:
+        return CompositeScope(*(_scope_of(part, may_import) for part in data["composite"]))
+    scope = _value_of(data, may_import)
     if not isinstance(scope, Scope):
         raise NucleoSystemError(_COMPONENT, f"{data['type']} is no longer a Scope")
     return scope
 
 
-def _guard_of(data: list[dict[str, Any]]) -> ScopeGuard:
-    return ScopeGuard(*(_scope_of(scope) for scope in data))
+def _guard_of(data: list[dict[str, Any]], may_import: bool = False) -> ScopeGuard:
+    if not isinstance(data, list):
+        raise NucleoSystemError(_COMPONENT, f"a stored scope guard is a list, got {data!r}")
+    return ScopeGuard(*(_scope_of(scope, may_import) for scope in data))
 
 
 def _dumps(data: object, what: str) -> str:

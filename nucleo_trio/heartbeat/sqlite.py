@@ -10,13 +10,16 @@ fell due while it was down fire back to back, each exactly one period after the 
 nobody else writes the table. Readers (``sqlite3`` on the command line) are harmless.
 
 **How a heartbeat is written.** A row holds the intent, the user and the sealed guard, one
-column per value of :class:`~nucleo_trio.heartbeat.HeartbeatRow`. Classes (the job class, each
-scope of the guard, the recurrence, the input's type) are written as import paths and values as
-JSON through the library's converter, so a class must be importable by its path (defined at
-module level) and a value must come back equal from JSON; anything else is refused when it is
-stored, naming what cannot be written, never discovered after a restart
-(:func:`~nucleo_trio.heartbeat.heartbeat_to_row`). A row whose job class no longer imports is
-dropped with an error log when it falls due.
+column per value of :class:`~nucleo_trio.heartbeat.HeartbeatRow`, and a signature over them,
+all through the store's :class:`~nucleo_trio.heartbeat.HeartbeatCodec` (which the dispatcher
+hands it at start): the job class by its registered name, the classes of the values (each scope
+of the guard, the recurrence, the input's type) by import path, the values as JSON through the
+library's converter. A value must come back equal from JSON; anything else is refused when it
+is stored, never discovered after a restart. Reading, a row whose signature does not match (it
+was edited outside the runtime) is refused at its fire, and a job name this process has not
+registered fails its fire; nothing a row says is ever imported before its signature matched.
+A file written before rows were signed gets its ``signature`` column added when it is opened;
+its rows, unsigned, are refused when they fall due, and are scheduled again by their owner.
 
 **Off the loop, and as durable as before.** The standard library's driver blocks, and a
 commit with ``synchronous=FULL`` (WAL mode) waits for the disk: a schedule is written rarely and
@@ -48,8 +51,9 @@ from typing import Any, TypeVar
 
 from .._sqlite_writer import SQLiteWriter, WriterStatistics
 from ..errors import NucleoSystemError
-from .records import Heartbeat, HeartbeatRow, heartbeat_from_row, heartbeat_to_row
-from .store import ChangeListeners, require_genuine
+from .codec import HeartbeatCodec
+from .records import Heartbeat, HeartbeatRow
+from .store import ChangeListeners, adopt_codec, require_codec, require_genuine
 
 __all__ = ["SQLiteHeartbeatStore"]
 
@@ -68,7 +72,8 @@ CREATE TABLE IF NOT EXISTS heartbeats (
     scope_guard TEXT NOT NULL,
     conversation_id TEXT,
     input TEXT,
-    recurrence TEXT
+    recurrence TEXT,
+    signature TEXT
 )
 """
 _INDEX = "CREATE INDEX IF NOT EXISTS heartbeats_due ON heartbeats (run_at, id)"
@@ -78,6 +83,9 @@ _HEAD = "SELECT run_at, id FROM heartbeats ORDER BY run_at, id LIMIT 1"
 _INSERT = (
     f"INSERT INTO heartbeats ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' * len(_COLUMNS))})"
 )
+
+_UNSIGNED_COLUMNS = _COLUMNS[:-1]
+"""The table as it was before rows were signed: opened, it gets the ``signature`` column."""
 
 _Row = tuple[Any, ...]
 _Answer = TypeVar("_Answer")
@@ -89,12 +97,15 @@ class SQLiteHeartbeatStore:
     Satisfies :class:`~nucleo_trio.heartbeat.HeartbeatStore`. Choose it in a dispatcher's
     configuration with ``{"heartbeat": {"kind": "sqlite", "settings": {"path": "beats.db"}}}``.
     See the module documentation for what it can write and how it writes off the trio thread.
+    Its rows go through ``codec``; a dispatcher hands the store its own at start, so give one
+    only to a store used on its own.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, codec: HeartbeatCodec | None = None) -> None:
         if not isinstance(path, str | Path) or not str(path).strip():
             raise ValueError(f"SQLiteHeartbeatStore needs a database path, got {path!r}")
         self.path = str(path)
+        self._codec = None if codec is None else adopt_codec(self._name, None, codec)
         self._listeners = ChangeListeners()
         # Opened and checked here, once, so the dispatcher's start refuses a bad file; from now
         # on only the writer's worker threads use the connection.
@@ -106,6 +117,9 @@ class SQLiteHeartbeatStore:
                 db.execute("PRAGMA synchronous=FULL")
                 db.execute(_SCHEMA)
                 columns = [row[1] for row in db.execute("PRAGMA table_info(heartbeats)")]
+                if tuple(columns) == _UNSIGNED_COLUMNS:
+                    db.execute("ALTER TABLE heartbeats ADD COLUMN signature TEXT")
+                    columns.append("signature")
                 if tuple(columns) != _COLUMNS:
                     raise NucleoSystemError(
                         _COMPONENT,
@@ -124,9 +138,17 @@ class SQLiteHeartbeatStore:
             log=log,
         )
 
+    # -- the codec ------------------------------------------------------------------------------
+    @property
+    def codec(self) -> HeartbeatCodec | None:
+        return self._codec
+
+    def use_codec(self, codec: HeartbeatCodec) -> None:
+        self._codec = adopt_codec(self._name, self._codec, codec)
+
     # -- the contract ---------------------------------------------------------------------------
     async def enqueue(self, heartbeat: Heartbeat) -> Heartbeat | None:
-        row = heartbeat_to_row(require_genuine(heartbeat))
+        row = self._row(heartbeat)
 
         def store(db: sqlite3.Connection) -> tuple[_Row | None, _Row | None, _Row | None]:
             head = db.execute(_HEAD).fetchone()
@@ -140,6 +162,8 @@ class SQLiteHeartbeatStore:
         return None if old is None else self._restored(old, "displaced")
 
     async def cancel(self, heartbeat_id: str) -> Heartbeat | None:
+        self._require_codec()
+
         def remove(db: sqlite3.Connection) -> tuple[_Row | None, _Row | None, _Row | None]:
             head = db.execute(_HEAD).fetchone()
             old = db.execute(f"{_SELECT} WHERE id = ?", (heartbeat_id,)).fetchone()
@@ -151,6 +175,8 @@ class SQLiteHeartbeatStore:
         return None if old is None else self._restored(old, "cancelled")
 
     async def poll_due(self, now: float) -> Heartbeat | None:
+        self._require_codec()  # before a row is taken out that could not be read
+
         def take(db: sqlite3.Connection) -> _Row | None:
             row: _Row | None = db.execute(
                 f"{_SELECT} WHERE run_at <= ? ORDER BY run_at, id LIMIT 1", (now,)
@@ -176,7 +202,7 @@ class SQLiteHeartbeatStore:
         return None if run_at is None else float(run_at)
 
     async def re_enqueue_if_absent(self, heartbeat: Heartbeat) -> bool:
-        row = heartbeat_to_row(require_genuine(heartbeat))
+        row = self._row(heartbeat)
 
         def put_back(db: sqlite3.Connection) -> tuple[_Row | None, int, _Row | None]:
             head = db.execute(_HEAD).fetchone()
@@ -191,6 +217,8 @@ class SQLiteHeartbeatStore:
         return self._listeners.add(listener)
 
     async def inspect(self) -> tuple[Heartbeat, ...]:
+        self._require_codec()
+
         def everything(db: sqlite3.Connection) -> list[_Row]:
             return db.execute(f"{_SELECT} ORDER BY run_at, id").fetchall()
 
@@ -220,9 +248,22 @@ class SQLiteHeartbeatStore:
         if head != after:
             self._listeners.notify()
 
+    @property
+    def _name(self) -> str:
+        return f"SQLiteHeartbeatStore({self.path!r})"
+
+    def _require_codec(self) -> HeartbeatCodec:
+        return require_codec(self._name, self._codec)
+
+    def _row(self, heartbeat: Heartbeat) -> HeartbeatRow:
+        return self._require_codec().to_row(require_genuine(heartbeat))
+
     def _restored(self, row: _Row, what: str) -> Heartbeat | None:
+        """The heartbeat ``row`` gives (a refused row's stand-in included, which fails its
+        fire); ``None`` only for a row with no id, logged."""
+        codec = self._require_codec()
         try:
-            return heartbeat_from_row(row)
+            return codec.from_row(row)
         except NucleoSystemError:
             log.exception(
                 "heartbeat %r (%s) could not be restored from %s", row[0], what, self.path

@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._plugin_errors import PluginError
-from ..errors import ConfigError, NucleoSystemError
+from ..errors import ConfigError, NucleoSystemError, UsageRuntimeError, UsageValueError
+from .codec import HeartbeatCodec
 from .records import Heartbeat, is_genuine
 
 if TYPE_CHECKING:
@@ -35,9 +36,12 @@ if TYPE_CHECKING:
     from ..dispatch.config import HeartbeatConfig
 
 __all__ = [
+    "DurableHeartbeatStore",
     "HeartbeatStore",
     "InMemoryHeartbeatStore",
+    "adopt_codec",
     "heartbeat_store_from",
+    "require_codec",
     "require_genuine",
 ]
 
@@ -84,6 +88,55 @@ class HeartbeatStore(Protocol):
         """Let go of what the store holds open (a file, a connection); the dispatcher calls it
         at shutdown."""
         ...
+
+
+@runtime_checkable
+class DurableHeartbeatStore(HeartbeatStore, Protocol):
+    """A store that keeps the schedule outside this process (a file, a server), as rows.
+
+    What others can write there is data, never code or authority: the store writes and reads
+    every row through a :class:`~nucleo_trio.heartbeat.HeartbeatCodec`, which names job classes
+    by registered name and signs each row. The dispatcher hands its store the codec built from
+    its :class:`~nucleo_trio.heartbeat.HeartbeatJobs` and its configured signing key, at start
+    and before any operation; a store used on its own is given one when built.
+    """
+
+    @property
+    def codec(self) -> HeartbeatCodec | None:
+        """The codec rows go through; ``None`` until one is given."""
+        ...
+
+    def use_codec(self, codec: HeartbeatCodec) -> None:
+        """Write and read rows through ``codec`` from now on. A store given another codec
+        already refuses a second one (:class:`~nucleo_trio.errors.UsageValueError`)."""
+        ...
+
+
+def adopt_codec(store_name: str, held: HeartbeatCodec | None, codec: object) -> HeartbeatCodec:
+    """What a durable store's :meth:`~DurableHeartbeatStore.use_codec` keeps: ``codec``, once
+    checked, and never a second one."""
+    if not isinstance(codec, HeartbeatCodec):
+        raise TypeError(f"{store_name}.use_codec takes a HeartbeatCodec, got {codec!r}")
+    if held is not None and held is not codec:
+        raise UsageValueError(
+            "heartbeat-store",
+            f"{store_name} already writes its rows through another codec",
+            "give the store to one dispatcher, and build it without codec= when a dispatcher "
+            "is to hand it its own",
+        )
+    return codec
+
+
+def require_codec(store_name: str, codec: HeartbeatCodec | None) -> HeartbeatCodec:
+    """``codec``, or the error a durable store used before it has one raises."""
+    if codec is None:
+        raise UsageRuntimeError(
+            "heartbeat-store",
+            f"{store_name} has no codec to sign and read its rows with",
+            "hand the store to a dispatcher (which gives it one at start), or build it with "
+            "codec=HeartbeatCodec(HeartbeatJobs([...]), SigningKey(secret))",
+        )
+    return codec
 
 
 def require_genuine(heartbeat: object) -> Heartbeat:

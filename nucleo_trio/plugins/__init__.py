@@ -30,6 +30,7 @@ from nucleo_trio.plugins.manager import (
     UnknownDBProviderKindError as UnknownDBProviderKindError,
     UnknownGuardrailKindError as UnknownGuardrailKindError,
     UnknownLimiterKindError as UnknownLimiterKindError,
+    heartbeat_jobs_from as heartbeat_jobs_from,
     make_plugin_manager as make_plugin_manager,
     observers_from as observers_from,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "UnknownDBProviderKindError",
     "UnknownGuardrailKindError",
     "UnknownLimiterKindError",
+    "heartbeat_jobs_from",
     "hookimpl",
     "hookspec",
     "make_plugin_manager",

@@ -16,7 +16,7 @@ Two kinds of hook live here, and each stub says which it is:
 
 * **registration hooks** fan out: every plugin may answer, all answers are gathered, and a name
   claimed by two plugins is refused naming both (limiter kinds, DB providers, guardrails,
-  event observers);
+  heartbeat job classes, event observers);
 * **provider hooks** pick one thing and are ``firstresult``: the first plugin that answers
   something other than ``None`` wins (the memory reader, the heartbeat store).
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from nucleo_trio.dispatch import JobDispatcher
     from nucleo_trio.guardrails import Guardrail
     from nucleo_trio.heartbeat import HeartbeatStore
-    from nucleo_trio.jobs import Identifiable
+    from nucleo_trio.jobs import AbstractJob, Identifiable
     from nucleo_trio.resources import DBResourceProvider
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "hookspec",
     "nucleo_trio_db_provider_kinds",
     "nucleo_trio_guardrails",
+    "nucleo_trio_heartbeat_jobs",
     "nucleo_trio_heartbeat_store",
     "nucleo_trio_limiter_kinds",
     "nucleo_trio_memory_reader",
@@ -207,6 +208,21 @@ def nucleo_trio_heartbeat_store(kind: str, settings: Mapping[str, Any]) -> Heart
     you provide and ``None`` for any other. The built-in answers last for ``"memory"`` (no
     settings) and ``"sqlite"`` (setting ``path``); a kind nobody answers for, or settings a
     provider refuses by raising, stop the start with a ``ConfigError`` naming the kind.
+    """
+
+
+@hookspec
+def nucleo_trio_heartbeat_jobs() -> Mapping[str, type[AbstractJob[Any]]]:  # type: ignore[empty-body]
+    """Name the job classes stored heartbeats may run (a registration hook: every answer counts).
+
+    Called once per dispatcher while it loads its plugins, before its Heart fires anything, so
+    the slots a durable store held over a restart find their classes. Return a mapping from the
+    name a heartbeat row gives a job class (its ``heartbeat_name``, or any stable text such as
+    ``"billing.close-books"``) to the class. A row naming a class by a name nobody registered
+    fails its fire: a dispatcher never imports what a row names. A name two plugins give, or one
+    the dispatcher's own ``heartbeat_jobs`` give another class, is a
+    :class:`~nucleo_trio.plugins.PluginError` naming the plugin; returning ``None`` or an empty
+    mapping contributes nothing.
     """
 
 

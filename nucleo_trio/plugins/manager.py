@@ -26,8 +26,10 @@ import pluggy
 from nucleo_trio._plugin_errors import PluginError, plugin_label as _label
 from nucleo_trio.admission import RateLimiter
 from nucleo_trio.bus import JobObserver
+from nucleo_trio.errors import UsageError
 from nucleo_trio.guardrails import Guardrail
-from nucleo_trio.jobs import Identifiable
+from nucleo_trio.heartbeat.registry import HeartbeatJobs
+from nucleo_trio.jobs import AbstractJob, Identifiable
 from nucleo_trio.plugins import builtin, hookspecs
 from nucleo_trio.plugins.hookspecs import (
     PROJECT_NAME,
@@ -45,6 +47,7 @@ __all__ = [
     "UnknownDBProviderKindError",
     "UnknownGuardrailKindError",
     "UnknownLimiterKindError",
+    "heartbeat_jobs_from",
     "make_plugin_manager",
     "observers_from",
 ]
@@ -224,6 +227,29 @@ def _collect_named(
                 )
             found[name] = (accepted, label)
     return found
+
+
+def _as_job_class(thing: object) -> type[AbstractJob[Any]] | None:
+    return thing if isinstance(thing, type) and issubclass(thing, AbstractJob) else None
+
+
+def heartbeat_jobs_from(plugins: pluggy.PluginManager, jobs: HeartbeatJobs) -> HeartbeatJobs:
+    """Register in ``jobs`` every job class the plugins name through
+    ``nucleo_trio_heartbeat_jobs``, under the name each gives it; answer ``jobs``.
+
+    A name two plugins give, an answer that is not a mapping of names to job classes, and a
+    name or class ``jobs`` already holds otherwise, are each a :class:`PluginError` naming the
+    plugin.
+    """
+    found = _collect_named(plugins, "nucleo_trio_heartbeat_jobs", "heartbeat job", _as_job_class)
+    for name, (job_class, label) in found.items():
+        try:
+            jobs.register(job_class, name)
+        except UsageError as exc:
+            raise PluginError(
+                f"plugin {label} answered nucleo_trio_heartbeat_jobs with {name!r}: {exc}"
+            ) from exc
+    return jobs
 
 
 def observers_from(

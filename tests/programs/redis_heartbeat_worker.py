@@ -88,6 +88,9 @@ async def _run(arguments: argparse.Namespace) -> None:
                 "claim_ttl": arguments.claim_ttl,
                 "timeout": arguments.timeout,
             },
+            # Every worker holds the same key; a real deployment reads it from its secrets
+            # through signing_key_env.
+            signing_key="a test key, never a real one",
         )
     )
     log = os.open(arguments.log, os.O_CREAT | os.O_APPEND | os.O_WRONLY)

@@ -49,10 +49,14 @@ heartbeat another worker scheduled sooner, even if that worker stops before it f
 :meth:`~RedisHeartbeatStore.peek_next_run_at` also answers the instant the earliest claim runs
 out, when that is sooner than the head, so a Heart wakes to take over a crashed worker's slot.
 
-Rows are written the way :class:`~nucleo_trio.heartbeat.SQLiteHeartbeatStore` writes them, as a
-JSON list of :func:`~nucleo_trio.heartbeat.heartbeat_to_row`'s values (job class and recurrence
-by import path, input and scope guard as JSON that must read back equal); a row whose job class
-no longer imports is dropped with an error log when it falls due.
+**Rows are data.** A row is written the way :class:`~nucleo_trio.heartbeat.SQLiteHeartbeatStore`
+writes one, through the :class:`~nucleo_trio.heartbeat.HeartbeatCodec` the dispatcher hands the
+store at start, as a JSON list of its :class:`~nucleo_trio.heartbeat.HeartbeatRow` values: the
+job class by its registered name, input and scope guard as JSON that must read back equal, and
+a signature over them under the key every worker holds. Anyone who can write the keys can
+still delete or reorder the schedule, but not make a worker run a job it did not register, or
+run one as another user: a row whose signature does not match is refused at its fire (a
+``HeartbeatFireFailed``), is not recorded as fired, and is not put back.
 """
 
 from __future__ import annotations
@@ -72,8 +76,18 @@ import trio
 
 from nucleo_trio._clock import wait_holding_the_clock
 from nucleo_trio.errors import NucleoSystemError
-from nucleo_trio.heartbeat import Heartbeat, heartbeat_from_row, heartbeat_now, heartbeat_to_row
-from nucleo_trio.heartbeat.store import ChangeListeners, require_genuine
+from nucleo_trio.heartbeat import (
+    Heartbeat,
+    HeartbeatCodec,
+    RefusedHeartbeatRow,
+    heartbeat_now,
+)
+from nucleo_trio.heartbeat.store import (
+    ChangeListeners,
+    adopt_codec,
+    require_codec,
+    require_genuine,
+)
 
 from . import heartbeat_scripts as scripts
 
@@ -175,7 +189,9 @@ class RedisHeartbeatStore:
     (:data:`DEFAULT_CLAIM_TTL`) and ``timeout`` (:data:`DEFAULT_TIMEOUT`). Its operations must
     be awaited inside a trio run, where a system task holds the store's connection and sends
     them one after the other; a connection that sat idle is checked with a ``PING`` first, so
-    a Redis restart between two operations costs nothing but the reconnect.
+    a Redis restart between two operations costs nothing but the reconnect. Its rows go through
+    ``codec``; a dispatcher hands the store its own at start, so give one only to a store used on
+    its own.
     """
 
     def __init__(
@@ -185,6 +201,7 @@ class RedisHeartbeatStore:
         prefix: str = DEFAULT_PREFIX,
         claim_ttl: float = DEFAULT_CLAIM_TTL,
         timeout: float = DEFAULT_TIMEOUT,
+        codec: HeartbeatCodec | None = None,
     ) -> None:
         if not isinstance(url, str) or not url.strip():
             raise ValueError(f"RedisHeartbeatStore needs a Redis URL, got {url!r}")
@@ -208,6 +225,7 @@ class RedisHeartbeatStore:
             f"{tag}:{name}" for name in ("due", "entry", "claim", "until", "fired", "changed")
         )
         self._where = f"Redis at {_redacted(url)}"
+        self._codec = None if codec is None else adopt_codec(self._name, None, codec)
         self._token = secrets.token_hex(8)
         self._held: dict[str, _Held] = {}
         self._suspect = False  # a poll failed: Redis may hold a claim of ours we never heard of
@@ -241,6 +259,14 @@ class RedisHeartbeatStore:
             timeout=settings.get("timeout", DEFAULT_TIMEOUT),
         )
 
+    # -- the codec ------------------------------------------------------------------------------
+    @property
+    def codec(self) -> HeartbeatCodec | None:
+        return self._codec
+
+    def use_codec(self, codec: HeartbeatCodec) -> None:
+        self._codec = adopt_codec(self._name, self._codec, codec)
+
     # -- the contract ---------------------------------------------------------------------------
     async def enqueue(self, heartbeat: Heartbeat) -> Heartbeat | None:
         row = self._row(require_genuine(heartbeat))
@@ -257,6 +283,7 @@ class RedisHeartbeatStore:
         if not isinstance(heartbeat_id, str):
             raise TypeError(f"a heartbeat id is a string, got {type(heartbeat_id).__name__}")
         self._require_open()
+        self._require_codec()
         old, changed = await self._script(
             scripts.CANCEL, [heartbeat_id], f"cancelling heartbeat {heartbeat_id!r}"
         )
@@ -268,6 +295,7 @@ class RedisHeartbeatStore:
             raise TypeError(f"poll_due needs an instant in epoch seconds, got {now!r}")
         if not math.isfinite(now):
             raise ValueError(f"poll_due needs a finite instant, got {now!r}")
+        self._require_codec()  # before a slot is claimed that could not be read
         await self._catch_up()
         while True:
             try:
@@ -295,12 +323,21 @@ class RedisHeartbeatStore:
             if not heartbeat_id:
                 return None
             heartbeat = self._restored(row, "due")
-            if heartbeat is None:
-                # Unreadable: let the claim go without putting anything back.
-                await self._record(heartbeat_id, run_at, False, None)
-                continue
+            if heartbeat is None or heartbeat.id != heartbeat_id:
+                heartbeat = self._require_codec().refused(
+                    heartbeat_id,
+                    "the row is unreadable"
+                    if heartbeat is None
+                    else f"the row kept under this id is the heartbeat {heartbeat.id!r}'s",
+                    float(run_at),
+                )
             held = _Held(heartbeat)
             self._held[heartbeat.id] = held
+            if issubclass(heartbeat.job_class, RefusedHeartbeatRow):
+                # The Heart sees it fail; it is not a fire, so no mark is recorded (a forged
+                # instant must not silence the real heartbeat), and nothing goes back.
+                held.fired = False
+                return heartbeat
             if mark and float(mark) >= heartbeat.run_at:
                 held.fired = False
                 held.following = _after_mark(heartbeat, float(mark))
@@ -354,6 +391,7 @@ class RedisHeartbeatStore:
 
     async def inspect(self) -> tuple[Heartbeat, ...]:
         self._require_open()
+        self._require_codec()
         rows = await self._script(scripts.INSPECT, [], "reading the schedule")
         restored = (self._restored(row, "listed") for row in rows)
         return tuple(heartbeat for heartbeat in restored if heartbeat is not None)
@@ -538,13 +576,25 @@ class RedisHeartbeatStore:
         if changed:
             self._listeners.notify()
 
-    @staticmethod
-    def _row(heartbeat: Heartbeat) -> str:
-        return json.dumps(list(heartbeat_to_row(heartbeat)), allow_nan=False)
+    @property
+    def _name(self) -> str:
+        return f"RedisHeartbeatStore({_redacted(self.url)!r}, prefix={self.prefix!r})"
+
+    def _require_codec(self) -> HeartbeatCodec:
+        return require_codec(self._name, self._codec)
+
+    def _row(self, heartbeat: Heartbeat) -> str:
+        return json.dumps(list(self._require_codec().to_row(heartbeat)), allow_nan=False)
 
     def _restored(self, row: str, what: str) -> Heartbeat | None:
+        """The heartbeat ``row`` gives (a refused row's stand-in included, which fails its
+        fire); ``None`` only for a row that is not a JSON list with an id, logged."""
+        codec = self._require_codec()
         try:
-            return heartbeat_from_row(tuple(json.loads(row)))
+            values = json.loads(row)
+            if not isinstance(values, list):
+                raise TypeError(f"a stored row is a JSON list, got {type(values).__name__}")
+            return codec.from_row(values)
         except (NucleoSystemError, ValueError, TypeError) as exc:
             log.error("a heartbeat (%s) could not be restored from %s: %s", what, self._where, exc)
             return None
