@@ -59,17 +59,21 @@ class HeartbeatJobs:
     """Job classes by the name a durable heartbeat row gives them: one class per name, one name
     per class.
 
-    Build it from classes (each under its :func:`heartbeat_job_name`) or from a mapping of name
-    to class. Registering a second class under a taken name, or a class again under another
+    Build it from classes (each under its :func:`heartbeat_job_name`), from a mapping of name
+    to class, or from another registry (a copy). Registering a second class under a taken name, or a class again under another
     name, is a :class:`~nucleo_trio.errors.UsageValueError` naming both.
     """
 
     __slots__ = ("_by_class", "_by_name")
 
-    def __init__(self, jobs: Iterable[JobClass] | Mapping[str, JobClass] = ()) -> None:
+    def __init__(
+        self, jobs: Iterable[JobClass] | Mapping[str, JobClass] | HeartbeatJobs = ()
+    ) -> None:
         self._by_name: dict[str, JobClass] = {}
         self._by_class: dict[JobClass, str] = {}
         given: object = jobs
+        if isinstance(given, HeartbeatJobs):
+            given = dict(given.items())
         if isinstance(given, Mapping):
             for name, job_class in given.items():
                 self.register(job_class, name)
