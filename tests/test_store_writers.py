@@ -461,7 +461,11 @@ async def test_a_heart_stopped_while_its_poll_is_in_the_worker_puts_the_slot_bac
     assert stored_ids(path) == [("nightly", anchor)]
 
     async with open_dispatcher(config, bus=watched(fired), heartbeat_jobs=[Noted]):
-        await trio.sleep(0.5)
+        # The overdue slot fires at start; the poll answers from a worker thread, so wait for
+        # the fire itself (a fixed sleep could end the block, which holds fires, mid-poll).
+        with trio.fail_after(5):
+            while not fired:  # noqa: ASYNC110 - a bus event list has no wake-up of its own
+                await trio.sleep(0.05)
     assert [event.heartbeat.run_at for event in fired] == [anchor] and FIRED == ["alice"]
     assert stored_ids(path) == [("nightly", anchor + 60)]
 
