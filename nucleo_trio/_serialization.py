@@ -23,6 +23,7 @@ from cattrs.errors import (
 )
 from cattrs.v import format_exception
 
+from ._redact import redacted_repr
 from .errors import ConfigError
 
 __all__ = ["converter", "read_settings_file", "structure_config", "unstructure"]
@@ -100,14 +101,16 @@ def _item(data: object, key: object) -> object:
 
 def _describe(exc: BaseException, value: object) -> str:
     if isinstance(exc, ForbiddenExtraKeysError) and isinstance(value, Mapping):
-        unknown = ", ".join(f"{key} = {_cut(repr(value[key]))}" for key in sorted(exc.extra_fields))
+        unknown = ", ".join(
+            f"{key} = {_cut(redacted_repr(value[key], key))}" for key in sorted(exc.extra_fields)
+        )
         known = ", ".join(a.name for a in attrs.fields(exc.cl)) if attrs.has(exc.cl) else ""
         return f"unknown key(s) {unknown}" + (f" (known: {known})" if known else "")
     # A validator's own words beat cattrs' generic "invalid value", and name the value already.
     if isinstance(exc, ValueError) and str(exc):
         return str(exc)
     text = format_exception(exc, None)
-    return text if value is _ABSENT else f"{text}, got {_cut(repr(value))}"
+    return text if value is _ABSENT else f"{text}, got {_cut(redacted_repr(value))}"
 
 
 def _cut(text: str, limit: int = 200) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 from cattrs.gen import make_dict_structure_fn, override
 
+from .._redact import redacted_repr
 from .._serialization import converter, read_settings_file, structure_config
 from ..admission.memory_reader import parse_memory_limit
 from ..admission.named_gates import DEFAULT_HTTP_POOL_SIZE
@@ -40,10 +41,17 @@ def _names_a_kind(what: str) -> Callable[[object, attrs.Attribute[str], object],
 _kind = _names_a_kind("a registered kind")
 
 
+def _shown(settings: Mapping[str, Any]) -> str:
+    """A settings table as a repr shows it: URLs and credential-like values masked."""
+    return redacted_repr(settings)
+
+
 def _settings(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, Mapping):
         owner = type(instance).__name__
-        raise ConfigError(f"{owner}.settings must be a table of settings, got {value!r}")
+        raise ConfigError(
+            f"{owner}.settings must be a table of settings, got {redacted_repr(value)}"
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -51,7 +59,7 @@ class LimiterConfig:
     """One account a deployment declares by kind: ``{"kind": "counting", "settings": {...}}``."""
 
     kind: str = attrs.field(validator=_kind)
-    settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings)
+    settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings, repr=_shown)
 
 
 @attrs.frozen(kw_only=True)
@@ -60,7 +68,7 @@ class GuardrailConfig:
     ``{"kind": "payload_size_cap", "settings": {"max_chars": 4000}}``."""
 
     kind: str = attrs.field(validator=_kind)
-    settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings)
+    settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings, repr=_shown)
 
 
 @attrs.frozen(kw_only=True)
@@ -69,7 +77,7 @@ class DatabaseConfig:
     ``{"kind": "postgres", "settings": {"conninfo": "...", "max_connections": 4}}``."""
 
     kind: str = attrs.field(validator=_kind)
-    settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings)
+    settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings, repr=_shown)
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -116,7 +124,7 @@ class HeartbeatConfig:
     """
 
     kind: str = attrs.field(default="memory", validator=_names_a_kind("a heartbeat store kind"))
-    settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings)
+    settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings, repr=_shown)
     signing_key: str | None = attrs.field(default=None, validator=_signing_key, repr=_hidden)
     signing_key_env: str | None = attrs.field(default=None, validator=_signing_key_env)
 

@@ -67,6 +67,7 @@ import attrs
 import httpx
 import trio
 
+from ..._redact import install_redacting_filter, redact_text, redact_url
 from ...errors import (
     ConfigError,
     ExternalServiceError,
@@ -218,7 +219,8 @@ def _status_failure(
 def _transport_failure(exc: httpx.HTTPError, *, service: str, endpoint: str) -> Exception:
     """A failure below HTTP: one a later try may get past is transient, the rest are not."""
     error = ExternalServiceError(
-        f"{service} could not be reached for {endpoint}: {type(exc).__name__}: {exc}",
+        f"{service} could not be reached for {endpoint}: {type(exc).__name__}: "
+        f"{redact_text(str(exc))}",
         service=service,
         cause=exc,
     )
@@ -238,7 +240,8 @@ def _transport_failure(exc: httpx.HTTPError, *, service: str, endpoint: str) -> 
 
 def _malformed(service: str, endpoint: str, what: str, body: str) -> ExternalServiceError:
     return ExternalServiceError(
-        f"{service} answered {endpoint} with {what}: {body[:_PREVIEW]}", service=service
+        f"{service} answered {endpoint} with {what}: {redact_text(body)[:_PREVIEW]}",
+        service=service,
     )
 
 
@@ -402,7 +405,15 @@ def _parse_calls(raw_calls: object) -> tuple[ToolCall, ...]:
 
 
 class _Endpoint:
-    """One base URL, its credentials and the pool the requests go through."""
+    """One base URL, its credentials and the pool the requests go through.
+
+    A base URL may carry credentials: a userinfo (``https://user:pw@gateway/v1``) is taken off
+    the URL and sent as HTTP basic auth, so the URL httpx holds, and logs at INFO for every
+    request, never has it; a credential in the query (``?api_key=k``) has to stay in the URL
+    the request goes to, so the ``httpx`` logger gets a filter that masks it in its records.
+    Everything this client shows (its repr, ``base_url``, every error message) shows the URL
+    through :func:`~nucleo_trio._redact.redact_url`.
+    """
 
     def __init__(
         self,
@@ -418,7 +429,7 @@ class _Endpoint:
         url = httpx.URL(base_url.strip())
         if url.scheme not in ("http", "https") or not url.host:
             raise ConfigError(
-                f"the base URL must be an http(s) URL with a host, got {base_url!r} "
+                f"the base URL must be an http(s) URL with a host, got {redact_url(base_url)!r} "
                 "(e.g. https://api.openai.com/v1)"
             )
         if http_client is not None and http_settings is not None:
@@ -430,16 +441,38 @@ class _Endpoint:
             raise TypeError(
                 f"http_client must be an httpx.AsyncClient, got {type(http_client).__name__}"
             )
-        self.base_url = str(url).rstrip("/")
+        url = url.copy_with(path=url.path.rstrip("/"))
+        self._given = url
+        self.given_url = str(url)
+        """The base URL as given, credentials included: for another client of the endpoint."""
+        self.base_url = redact_url(self.given_url)
+        """The base URL fit to show, its credentials masked."""
+        self._target = url.copy_with(userinfo=b"")
         self.service = service or url.host
         self.headers = {"Accept": "application/json", **dict(headers or {})}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
+        self._auth: httpx.Auth | None = None  # None: the pool's own, if any
+        if url.userinfo:
+            if any(name.lower() == "authorization" for name in self.headers):
+                raise ConfigError(
+                    f"the base URL {self.base_url} carries a user and password, which are sent "
+                    "as the Authorization header, and so does the api_key (or the headers "
+                    "given): give one of them"
+                )
+            self._auth = httpx.BasicAuth(url.username, url.password)
+        install_redacting_filter("httpx")
         self.owns_client = http_client is None
         self.client = http_client if http_client is not None else open_http_client(http_settings)
 
     def url(self, path: str) -> str:
-        return f"{self.base_url}/{path}"
+        """Where ``path`` under the base URL is, fit to show (its credentials masked)."""
+        return redact_url(str(_joined(self._given, path)))
+
+    def _wire(self, path: str) -> httpx.URL:
+        """Where a request for ``path`` goes: the base URL without its userinfo (sent as basic
+        auth instead), ``path`` joined to its path, its query kept."""
+        return _joined(self._target, path)
 
     async def post_json(self, path: str, body: dict[str, Any]) -> Any:
         """POST ``body`` and return the parsed JSON answer, or raise what the failure means."""
@@ -450,7 +483,12 @@ class _Endpoint:
         """POST ``body`` and return the parsed JSON answer with the response's headers."""
         endpoint = self.url(path)
         try:
-            response = await self.client.post(endpoint, json=body, headers=self.headers)
+            response = await self.client.post(
+                self._wire(path),
+                json=body,
+                headers=self.headers,
+                auth=self._auth or httpx.USE_CLIENT_DEFAULT,
+            )
         except httpx.HTTPError as exc:
             # The failure brings its own chain (signal, then the upstream error, then exc).
             failure = _transport_failure(exc, service=self.service, endpoint=endpoint)
@@ -460,7 +498,7 @@ class _Endpoint:
             raise _status_failure(
                 response.status_code,
                 response.headers,
-                text,
+                redact_text(text),
                 service=self.service,
                 endpoint=endpoint,
             )
@@ -475,13 +513,19 @@ class _Endpoint:
         endpoint = self.url(path)
         headers = {**self.headers, "Accept": "text/event-stream"}
         try:
-            async with self.client.stream("POST", endpoint, json=body, headers=headers) as response:
+            async with self.client.stream(
+                "POST",
+                self._wire(path),
+                json=body,
+                headers=headers,
+                auth=self._auth or httpx.USE_CLIENT_DEFAULT,
+            ) as response:
                 if response.status_code >= 400:
                     text = (await response.aread()).decode("utf-8", errors="replace")
                     raise _status_failure(
                         response.status_code,
                         response.headers,
-                        text,
+                        redact_text(text),
                         service=self.service,
                         endpoint=endpoint,
                     )
@@ -494,6 +538,11 @@ class _Endpoint:
     async def aclose(self) -> None:
         if self.owns_client:
             await self.client.aclose()
+
+
+def _joined(base: httpx.URL, path: str) -> httpx.URL:
+    """``base`` with ``path`` appended to its path; its query and userinfo stay as they are."""
+    return base.copy_with(path=f"{base.path}/{path}")
 
 
 def _endpoint_from_env(env: Mapping[str, str]) -> tuple[str, str | None]:
@@ -649,7 +698,7 @@ class OpenAICompatibleClient(_PooledClient):
         """An embeddings client for the same endpoint, over the same pool (which it never closes)."""
         endpoint = self._endpoint
         return OpenAICompatibleEmbeddingsClient(
-            endpoint.base_url,
+            endpoint.given_url,
             model=model,
             http_client=endpoint.client,
             service=endpoint.service,

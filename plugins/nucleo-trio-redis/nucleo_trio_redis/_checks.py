@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from urllib.parse import urlsplit
 
+from nucleo_trio._redact import redact_url
+
 __all__ = [
     "check_name",
     "check_positive_int",
@@ -89,13 +91,6 @@ def check_url(owner: str, value: object) -> str:
 
 
 def redact(url: str) -> str:
-    """``url`` without its password, for messages and status rows."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return parts._replace(netloc=user + netloc).geturl()
+    """``url`` without its credentials (the userinfo's password and any ``?password=``), for
+    reprs, messages and status rows: :func:`nucleo_trio._redact.redact_url`."""
+    return redact_url(url)

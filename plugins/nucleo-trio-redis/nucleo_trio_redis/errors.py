@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nucleo_trio._redact import redact_text, redact_url
 from nucleo_trio.errors import ExternalServiceError
 
 __all__ = ["RedisUnavailableError"]
@@ -17,8 +18,9 @@ class RedisUnavailableError(ExternalServiceError):
     """
 
     def __init__(self, account: str, url: str, reason: str) -> None:
-        """``account`` is the shared account's name, ``url`` the Redis it lives on (without
-        credentials), ``reason`` what went wrong on the connection."""
+        """``account`` is the shared account's name, ``url`` the Redis it lives on, ``reason``
+        what went wrong on the connection; both are shown with their credentials masked."""
+        url, reason = redact_url(url), redact_text(reason)
         self.account = account
         self.url = url
         super().__init__(

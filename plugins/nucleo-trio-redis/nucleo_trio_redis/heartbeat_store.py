@@ -75,6 +75,7 @@ import coredis.retry
 import trio
 
 from nucleo_trio._clock import wait_holding_the_clock
+from nucleo_trio._redact import redact_text, redact_url
 from nucleo_trio.errors import NucleoSystemError
 from nucleo_trio.heartbeat import (
     Heartbeat,
@@ -162,14 +163,9 @@ def _seconds(value: object, what: str) -> float:
 
 
 def _redacted(url: str) -> str:
-    """``url`` with any password replaced by ``***``, for messages."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.hostname or ""
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port is not None else "")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    """``url`` with its credentials (the userinfo's password, ``?password=``) masked as
+    ``***``, for reprs and messages."""
+    return redact_url(url)
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -561,9 +557,13 @@ class RedisHeartbeatStore:
                 cancelled, _ = group.split(trio.Cancelled)
                 if cancelled is not None:
                     raise cancelled from None
-                log.debug("%r: the subscription ended (%r); resubscribing", self, group)
+                log.debug(
+                    "%r: the subscription ended (%s); resubscribing", self, redact_text(repr(group))
+                )
             except Exception as exc:  # noqa: BLE001 - resubscribing is the whole answer
-                log.debug("%r: the subscription ended (%r); resubscribing", self, exc)
+                log.debug(
+                    "%r: the subscription ended (%s); resubscribing", self, redact_text(repr(exc))
+                )
             await trio.sleep(backoff)
             backoff = min(_BACKOFF_MOST, backoff * 2)
 
@@ -624,7 +624,7 @@ class RedisHeartbeatStore:
             if isinstance(exc, trio.TooSlowError):
                 detail = f"no answer within {self.timeout} s"
             else:
-                detail = f"{type(exc).__name__}: {exc}"
+                detail = f"{type(exc).__name__}: {redact_text(str(exc))}"
             raise NucleoSystemError(
                 _COMPONENT, f"{self._where}: {doing} failed: {detail}", exc
             ) from exc

@@ -46,6 +46,8 @@ import coredis.exceptions
 import coredis.retry
 import trio
 
+from nucleo_trio._redact import redact_text
+
 from ._checks import check_name, check_seconds, check_share, check_url, redact
 from ._scripts import SETTLE
 from .accounts import (
@@ -167,7 +169,8 @@ class RedisAccounts:
 
     @property
     def safe_url(self) -> str:
-        """The URL without its password."""
+        """The URL fit to show: its userinfo's password and its credential-like query values
+        (``?password=``) masked as ``***``. Every repr, message and status row uses it."""
         return redact(self.url)
 
     @property
@@ -385,7 +388,8 @@ class RedisAccounts:
         self._poke = trio.Event()
 
     def _lose(self, exc: BaseException) -> None:
-        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        text = redact_text(str(exc))
+        reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
         if not any(account.lost for account in self.accounts.values()):
             log.warning("%r: Redis is out of reach (%s); shared accounts refuse", self, reason)
         for account in self.accounts.values():
@@ -465,7 +469,9 @@ class RedisAccounts:
             trouble = _connection_trouble(exc)
             if trouble is None and not isinstance(exc, coredis.exceptions.RedisError):
                 raise
-            log.warning("%r: could not give the leases back (%s); they expire", self, exc)
+            log.warning(
+                "%r: could not give the leases back (%s); they expire", self, redact_text(str(exc))
+            )
 
     async def _listen(self) -> None:
         """Poke the settling task when another worker announces a give-back on the channel."""
@@ -494,11 +500,19 @@ class RedisAccounts:
                 cancelled, _ = group.split(trio.Cancelled)
                 if cancelled is not None:
                     raise cancelled from None  # the cancel scope that asked takes it
-                log.debug("%r: the wake-up subscription ended (%r); resubscribing", self, group)
+                log.debug(
+                    "%r: the wake-up subscription ended (%s); resubscribing",
+                    self,
+                    redact_text(repr(group)),
+                )
             except Exception as exc:  # noqa: BLE001 - a listener only speeds wake-ups up
                 # coredis tears a subscription down with a group of whatever broke (a closed
                 # stream when the server went away); the settling task sees the loss itself.
-                log.debug("%r: the wake-up subscription ended (%r); resubscribing", self, exc)
+                log.debug(
+                    "%r: the wake-up subscription ended (%s); resubscribing",
+                    self,
+                    redact_text(repr(exc)),
+                )
             await trio.sleep(backoff)
             backoff = min(_BACKOFF_MOST, backoff * 2)
 
