@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,9 +41,20 @@ def _free_port() -> int:
 class RedisServer:
     """One ``redis-server`` process; :meth:`start`, :meth:`stop`, :meth:`kill`, :meth:`restart`."""
 
-    def __init__(self, binary: str, *, persistent: bool = False) -> None:
+    def __init__(
+        self,
+        binary: str,
+        *,
+        persistent: bool = False,
+        password: str | None = None,
+        users: Mapping[str, str] | None = None,
+    ) -> None:
+        """``password`` is the default user's (``requirepass``); ``users`` adds ACL users by
+        name and password, each allowed every key, channel and command."""
         self.binary = binary
         self.persistent = persistent
+        self.password = password
+        self.users = dict(users or {})
         self.directory = Path(tempfile.mkdtemp(prefix="nucleo-trio-redis-"))
         self.port = _free_port()
         self.host = "127.0.0.1"
@@ -77,6 +88,10 @@ class RedisServer:
             "--logfile",
             str(self.directory / "redis.log"),
         ]
+        if self.password is not None:
+            arguments += ["--requirepass", self.password]
+        for name, password in self.users.items():
+            arguments += ["--user", name, "on", f">{password}", "~*", "&*", "+@all"]
         if self.persistent:
             arguments += ["--appendonly", "yes", "--appendfsync", "always", "--save", ""]
         else:
@@ -108,6 +123,10 @@ class RedisServer:
     def _answers_ping(self) -> bool:
         try:
             with socket.create_connection((self.host, self.port), timeout=0.5) as connection:
+                if self.password is not None:
+                    connection.sendall(f"AUTH {self.password}\r\n".encode())
+                    if not connection.recv(16).startswith(b"+OK"):
+                        return False
                 connection.sendall(b"PING\r\n")
                 return connection.recv(16).startswith(b"+PONG")
         except OSError:
