@@ -37,12 +37,9 @@ from ..jobs.job import AbstractJob, Tool
 from .records import (
     Heartbeat,
     HeartbeatRow,
-    _dumps,
-    _guard_of,
     _mint,
     _restore,
-    _scope_data,
-    _value_text,
+    _row_values,
 )
 from .registry import HeartbeatJobs
 from .signing import SigningKey
@@ -174,25 +171,8 @@ class HeartbeatCodec:
         """``heartbeat`` as the signed row a durable store writes. A value that would not read
         back equal is refused here, naming the heartbeat and the value
         (:class:`~nucleo_trio.errors.NucleoSystemError`)."""
-        what = f"heartbeat {heartbeat.id!r}"
         name = self.admit(heartbeat.job_class)
-        guard = [_scope_data(scope, what) for scope in heartbeat.scope_guard]
-        if _guard_of(guard) != heartbeat.scope_guard:
-            raise NucleoSystemError(
-                _COMPONENT, f"{what}: its scope guard {heartbeat.scope_guard} does not survive JSON"
-            )
-        values = (
-            heartbeat.id,
-            heartbeat.run_at,
-            name,
-            heartbeat.user_id,
-            _dumps(guard, what),
-            heartbeat.conversation_id,
-            None if heartbeat.input is None else _value_text(heartbeat.input, f"{what}: the input"),
-            None
-            if heartbeat.recurrence is None
-            else _value_text(heartbeat.recurrence, f"{what}: the recurrence"),
-        )
+        values = _row_values(heartbeat, lambda: name)
         return HeartbeatRow(*values, self._key.sign(_signed(values)))
 
     # -- reading --------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, NamedTuple, NoReturn, final
 
 import attrs
@@ -430,15 +430,27 @@ def heartbeat_to_row(heartbeat: Heartbeat) -> HeartbeatRow:
     :class:`~nucleo_trio.errors.NucleoSystemError`, naming the heartbeat and what it holds.
     """
     what = f"heartbeat {heartbeat.id!r}"
+    return HeartbeatRow(
+        *_row_values(heartbeat, lambda: _class_path(heartbeat.job_class, f"{what}: the job class"))
+    )
+
+
+_RowValues = tuple[str, float, str, str, str, str | None, str | None, str | None]
+
+
+def _row_values(heartbeat: Heartbeat, job_name: Callable[[], str]) -> _RowValues:
+    """The fields of ``heartbeat``'s row but its signature, each checked to read back equal;
+    the job class is named by ``job_name()``, asked once the scope guard has passed."""
+    what = f"heartbeat {heartbeat.id!r}"
     guard = [_scope_data(scope, what) for scope in heartbeat.scope_guard]
     if _guard_of(guard) != heartbeat.scope_guard:
         raise NucleoSystemError(
             _COMPONENT, f"{what}: its scope guard {heartbeat.scope_guard} does not survive JSON"
         )
-    return HeartbeatRow(
+    return (
         heartbeat.id,
         heartbeat.run_at,
-        _class_path(heartbeat.job_class, f"{what}: the job class"),
+        job_name(),
         heartbeat.user_id,
         _dumps(guard, what),
         heartbeat.conversation_id,

@@ -35,6 +35,7 @@ import attrs
 
 from .. import _bounded_json
 from ..jobs.state import JobState
+from .recorder import _WITHOUT_CLOCK
 
 __all__ = [
     "RecordingError",
@@ -280,24 +281,8 @@ def trajectory(database: str | Path | sqlite3.Connection, workflow_id: str) -> T
     return Trajectory(workflow_id, _tree(read, responses, source))
 
 
-_NEEDED: Final = (
-    "seq",
-    "job_id",
-    "parent_job_id",
-    "workflow_id",
-    "user_id",
-    "job_class",
-    "name",
-    "kind",
-    "iteration_number",
-    "attempts",
-    "state",
-    "created_at",
-    "started_at",
-    "ended_at",
-    "failure",
-    "metadata",
-)
+_NEEDED: Final = _WITHOUT_CLOCK
+"""The columns a recording must have: the recorder's, its runtime-clock pair aside."""
 _COLUMNS: Final = "PRAGMA table_info(jobs)"
 
 

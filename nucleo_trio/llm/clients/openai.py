@@ -225,17 +225,25 @@ def _transport_failure(exc: httpx.HTTPError, *, service: str, endpoint: str) -> 
         cause=exc,
     )
     if isinstance(exc, httpx.TimeoutException | httpx.NetworkError | httpx.RemoteProtocolError):
-        return TransientErrorRetry(
-            f"{service} failed in transit for {endpoint} ({type(exc).__name__})",
-            failure=UpstreamFailure(
-                status=None,
-                service=service,
-                detail=str(error),
-                backpressure=TransientErrorRetry.backpressure_increment,
-            ),
-            cause=error,
+        return _in_transit(
+            f"{service} failed in transit for {endpoint} ({type(exc).__name__})", error
         )
     return error
+
+
+def _in_transit(message: str, error: ExternalServiceError) -> TransientErrorRetry:
+    """A re-run for a reply lost on the way (no status): ``error`` is what the caller is told
+    if the budget runs out, and the upstream failure the limiters hear."""
+    return TransientErrorRetry(
+        message,
+        failure=UpstreamFailure(
+            status=None,
+            service=error.service,
+            detail=str(error),
+            backpressure=TransientErrorRetry.backpressure_increment,
+        ),
+        cause=error,
+    )
 
 
 def _malformed(service: str, endpoint: str, what: str, body: str) -> ExternalServiceError:
@@ -849,15 +857,8 @@ class OpenAICompatibleClient(_PooledClient):
             f"[DONE], after {said}: the reply is incomplete",
             service=service,
         )
-        return TransientErrorRetry(
-            f"{service} cut the stream for {endpoint} short (no finish reason, no [DONE])",
-            failure=UpstreamFailure(
-                status=None,
-                service=service,
-                detail=str(error),
-                backpressure=TransientErrorRetry.backpressure_increment,
-            ),
-            cause=error,
+        return _in_transit(
+            f"{service} cut the stream for {endpoint} short (no finish reason, no [DONE])", error
         )
 
     def __repr__(self) -> str:
