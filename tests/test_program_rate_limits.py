@@ -14,11 +14,9 @@ Time is virtual throughout (``autojump_clock``); the real clock is measured in
 
 from __future__ import annotations
 
-import bisect
 import math
 import random
 import re
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -43,14 +41,7 @@ from nucleo_trio.llm.clients.openai import OpenAICompatibleClient
 from nucleo_trio.plugins import LimiterRegistry, PluginError, make_plugin_manager
 
 from .model_doubles import catalog, entry
-
-
-def most_in_any(instants: list[float], span: float) -> int:
-    """The most instants in any half-open interval [t, t + span)."""
-    ordered = sorted(instants)
-    return max(
-        (bisect.bisect_left(ordered, t + span) - i for i, t in enumerate(ordered)), default=0
-    )
+from .test_rates_realclock import drive, most_in_any
 
 
 class Stamp(Tool[float]):
@@ -76,43 +67,6 @@ async def starts_of(account: Any, jobs: int, amount: Any = None) -> list[float]:
         root = workflow("alice", "rates")
         handles = [dispatcher.submit(Stamp(root, account, amount)) for _ in range(jobs)]
         return [round(await handle.result(), 6) for handle in handles]
-
-
-async def drive(
-    account: Any,
-    *,
-    callers: int,
-    seconds: float,
-    clock: trio.testing.MockClock,
-    amounts: Callable[[], Any] = lambda: None,
-    busy_step: float = 0.0,
-) -> list[float]:
-    """The instants looping callers resume from ``admit``, one entry per request taken."""
-    admission = Admission()
-    starts: list[float] = []
-
-    async def caller() -> None:
-        while True:
-            amount = amounts()
-            grant = await admission.admit(Demand().add(account, amount))
-            starts.extend([trio.current_time()] * (1 if amount is None else amount))
-            admission.release(grant)
-
-    async def busy() -> None:
-        while True:
-            clock.jump(busy_step)  # a step that holds the loop this long, then yields
-            await trio.lowlevel.checkpoint()
-
-    async with trio.open_nursery() as nursery:
-        await nursery.start(admission.run)
-        with trio.move_on_after(seconds):
-            async with trio.open_nursery() as inner:
-                for _ in range(callers):
-                    inner.start_soon(caller)
-                if busy_step:
-                    inner.start_soon(busy)
-        admission.stop()
-    return [t for t in starts if t < seconds]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import trio
@@ -35,26 +37,29 @@ def most_in_any(instants: list[float], span: float) -> int:
 
 async def drive(
     account: object,
-    amount: int | None,
+    amount: int | None = None,
     *,
     callers: int,
     seconds: float,
     clock: trio.testing.MockClock,
+    amounts: Callable[[], Any] | None = None,
     busy_step: float = 0.0,
 ) -> list[float]:
-    """The instants ``callers`` looping callers resume from ``admit`` (as they see them)."""
+    """The instants ``callers`` looping callers resume from ``admit`` (as they see them), one
+    entry per request taken: each asks ``amount``, or what ``amounts()`` answers."""
     admission = Admission()
     starts: list[float] = []
 
     async def caller() -> None:
         while True:
-            grant = await admission.admit(Demand().add(account, amount))
-            starts.append(trio.current_time())
+            asked = amount if amounts is None else amounts()
+            grant = await admission.admit(Demand().add(account, asked))
+            starts.extend([trio.current_time()] * (1 if asked is None else asked))
             admission.release(grant)
 
     async def busy() -> None:
         while True:
-            clock.jump(busy_step)  # a step that holds the loop this long
+            clock.jump(busy_step)  # a step that holds the loop this long, then yields
             await trio.lowlevel.checkpoint()
 
     async with trio.open_nursery() as nursery:
