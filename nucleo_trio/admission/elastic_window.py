@@ -537,8 +537,7 @@ class ElasticWindow(AbstractRateLimiter):
         self.record_pushback()
 
     def record_pushback(self) -> None:
-        """Count one push-back: raise the throttle and drive the breaker (EW-13, EW-18, EW-23,
-        EW-24), whatever came before it. :meth:`on_rate_limit_error` calls it for each 429 that
+        """Count one push-back: raise the throttle and drive the breaker, whatever came before it. :meth:`on_rate_limit_error` calls it for each 429 that
         is news; call it directly to count one that is. Never wakes anyone.
         """
         now = self._clock()

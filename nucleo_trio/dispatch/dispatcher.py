@@ -1220,7 +1220,7 @@ def _requirements_failure(job: AbstractJob[Any], exc: Exception) -> NucleoSystem
 
 
 def _no_timeout(job: AbstractJob[Any]) -> UsageError:
-    """What a job that declares resources with no timeout is born failed with (SUB-08)."""
+    """What a job that declares resources with no timeout is born failed with."""
     cls = type(job).__qualname__
     return UsageError(
         "dispatcher",

@@ -4,7 +4,7 @@ A :class:`Thinker` owns one conversation for its run. Each iteration submits an
 :class:`~nucleo_trio.llm.LLMCall` on it (resolved, priced and admitted like any job, with the
 thinker's pin and its upstream re-run budget, TOOL-30, TOOL-31); when the model calls tools, every
 call of the turn is submitted as a job before any is awaited, and each one's result, or its
-failure explained to the model, goes back as that call's result (TOOL-14, TOOL-15). A tool is a
+failure explained to the model, goes back as that call's result. A tool is a
 job like any other, so one that fans out is re-run on its children's signals by the dispatcher,
 and one whose children failed several ways at once has each failure explained. When the
 model gives a final answer, the answer meets the thinker's validation guardrails while the

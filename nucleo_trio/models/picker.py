@@ -13,7 +13,7 @@ go (MOD-11). A route overloaded earlier in the execution, or slowed by its upstr
 hands its traffic to another route of the same model (MOD-27).
 
 A model whose endpoint says it is not there (a 404, "model not found") and that has not answered
-for a day is **turned off** for a day (MOD-28, :class:`AvailabilityBook`): the picker serves the
+for a day is **turned off** for a day (:class:`AvailabilityBook`): the picker serves the
 seat from the next entry instead, and logs why and since when. A 5xx, a timeout, a refused or
 dropped connection is a re-run, never a verdict on the model; and a turnoff never takes away
 the last entry that can serve a seat: when every entry that could is turned off, the first of
@@ -67,7 +67,7 @@ __all__ = [
 log = logging.getLogger("nucleo_trio.models.picker")
 
 AVAILABILITY_MEMORY = 24 * 60 * 60.0
-"""A day, in seconds (MOD-28): a verdict within it of a success is not taken, and a turnoff
+"""A day, in seconds: a verdict within it of a success is not taken, and a turnoff
 lasts it from the latest verdict."""
 
 OVERLOAD_STATUS = 529
@@ -267,7 +267,7 @@ def _span(seconds: float) -> str:
 
 @attrs.frozen
 class Turnoff:
-    """Why and since when a model is turned off (MOD-28).
+    """Why and since when a model is turned off.
 
     ``since`` is the clock reading of the first verdict of the run (``at`` the wall-clock time
     of it, for people), ``latest`` the last one's, from which the turnoff lasts
@@ -295,7 +295,7 @@ class Turnoff:
 
 
 class AvailabilityBook:
-    """Which models are turned off for availability (MOD-28), and why and since when.
+    """Which models are turned off for availability, and why and since when.
 
     A verdict (:func:`is_availability_failure`: the endpoint says the model is not there) on a
     model that has had no success for a day (:data:`AVAILABILITY_MEMORY`) turns it off, for a
@@ -496,7 +496,7 @@ class DefaultModelPicker:
 
         An entry that is down (turned off for availability) is passed over, with a warning
         that says why and since when; but when every entry that could serve is down, the first
-        of them serves all the same (MOD-28): a turnoff never takes the last entry away."""
+        of them serves all the same: a turnoff never takes the last entry away."""
         if not grade.is_rung:
             raise ValueError("pick() takes a rung; translate CEILING with ceiling() first")
         prior = self.catalog.find_spec(situation.prior_spec_id)

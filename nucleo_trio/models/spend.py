@@ -60,7 +60,7 @@ class SpendGate(Protocol):
 
 @attrs.frozen
 class Call:
-    """One recorded model call (OBS-28). ``cost`` is ``None`` for an unpriced model.
+    """One recorded model call. ``cost`` is ``None`` for an unpriced model.
 
     ``estimated`` is true when the provider reported no usage: the tokens (and so the cost) are
     the estimate the response carried, never a zero.
