@@ -154,7 +154,7 @@ class Asks(Tool[str]):
 async def test_a_resourceful_job_with_no_timeout_is_told_what_to_write(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """The refusal is a UsageError (still a NucleoSystemError) naming the class and the line
+    """SUB-08: the refusal is a UsageError (still a NucleoSystemError) naming the class and the line
     to add; it is not a "System error in dispatcher"."""
     async with open_dispatcher() as dispatcher:
         handle = dispatcher.submit(Resourceful(workflow("u", "w")))
@@ -171,7 +171,7 @@ async def test_a_resourceful_job_with_no_timeout_is_told_what_to_write(
 async def test_a_submission_before_the_start_or_after_the_stop_says_where_it_belongs(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """Before the start and after the stop: a UsageRuntimeError, which ``except RuntimeError``
+    """SUB-14: before the start (and after the stop) a UsageRuntimeError, which ``except RuntimeError``
     still catches, naming the block to submit in."""
     dispatcher = JobDispatcher()
     with pytest.raises(RuntimeError) as before:
