@@ -14,6 +14,7 @@ import importlib.metadata
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._demo.options import (
     DB_SLOTS,
@@ -451,8 +452,13 @@ reads), print its health snapshot, and stop it: the accounts it would run with (
 the configured limiters, each database's gate), the memory reading against the limit it found
 (cgroup, configured or physical), and the empty lanes. Without --config it uses the defaults.
 The plugins are loaded as a real start loads them, so a broken plugin or a bad setting is
-reported here, naming what is wrong, before a service ever starts with it.
-Exit status: 0 when the snapshot is printed, 1 when the configuration or a plugin is refused."""
+reported here, naming what is wrong, before a service ever starts with it. A shared account
+(one settled through Redis, say) is given up to --wait seconds for its first reading, and the
+model catalog the configuration names is read, so an unreachable server or a missing models
+file is found here too.
+Exit status: 0 when the snapshot is printed and every account could take its reading; 1 when
+the configuration, a plugin or the model catalog is refused, or an account is unavailable (the
+snapshot is still printed, and stderr says which account and why)."""
 
 
 def _add_health(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -464,6 +470,13 @@ def _add_health(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     health.add_argument(
         "--config", metavar="FILE", default=None, help="a TOML or JSON dispatcher configuration"
+    )
+    health.add_argument(
+        "--wait",
+        type=_seconds_between,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long a shared account may take for its first reading (default 10)",
     )
     health.add_argument(
         "--color",
@@ -479,13 +492,20 @@ def _run_health(args: argparse.Namespace) -> int:
 
     from .dispatch import DispatcherConfig, open_dispatcher
     from .errors import ConfigError
+    from .models import CATALOG_ENV_VAR
     from .plugins import PluginError
+
+    problems: list[str] = []
 
     async def snapshot() -> str:
         config = (
             DispatcherConfig() if args.config is None else DispatcherConfig.from_file(args.config)
         )
         async with open_dispatcher(config) as dispatcher:
+            if config.models is not None or os.environ.get(CATALOG_ENV_VAR):
+                dispatcher.models.catalog  # noqa: B018 - loads it, raising ConfigError
+            accounts = [*dispatcher.limiters.values(), *dispatcher.accounts.accounts()]
+            problems.extend(await _first_readings(accounts, args.wait))
             return dispatcher.health().render(color=color)
 
     color = {
@@ -499,7 +519,36 @@ def _run_health(args: argparse.Namespace) -> int:
     except (ConfigError, PluginError) as exc:
         print(f"{PROG} health: {exc}", file=sys.stderr)
         return 1
-    return 0
+    for problem in problems:
+        print(f"{PROG} health: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+async def _first_readings(accounts: list[Any], wait: float) -> list[str]:
+    """Give every account that reads its state from elsewhere (it has ``wait_ready``) up to
+    ``wait`` seconds, all at once; then say which are unavailable, or still had no reading."""
+    import trio
+
+    readers = [account for account in accounts if callable(getattr(account, "wait_ready", None))]
+    ready: set[int] = set()
+
+    async def read(account: Any) -> None:
+        await account.wait_ready()
+        ready.add(id(account))
+
+    with trio.move_on_after(wait):
+        async with trio.open_nursery() as nursery:
+            for account in readers:
+                nursery.start_soon(read, account)
+    problems = []
+    for account in readers:
+        name = account.limiter_name
+        why = getattr(account, "unavailable", None)
+        if why:
+            problems.append(f"account {name!r} is unavailable: {why}")
+        elif id(account) not in ready:
+            problems.append(f"account {name!r} had no first reading within {wait:g} s")
+    return problems
 
 
 # -- top ------------------------------------------------------------------------------------------

@@ -38,6 +38,12 @@ minute, requests per second) only as the clock moves on, so releasing it at clos
 throughput a function of job duration and silently defeat throttling. A roll-back returns
 both, because work that never ran never spent its window.
 
+An account whose state lives elsewhere (a shared account settled through Redis) may add two
+optional members: ``async wait_ready()`` returns once the account has its first reading of that
+state (or knows it cannot have one), and ``unavailable`` is ``None`` while the account can read
+its state, otherwise a sentence saying why not. ``nucleo-trio health`` waits on the first, within
+its ``--wait`` bound, and reports the second.
+
 :class:`AbstractRateLimiter` is the base most accounts build on: it is its own identity, it is
 RELEASE, it is nominal (no status indicator), and it holds the one wake slot.
 """

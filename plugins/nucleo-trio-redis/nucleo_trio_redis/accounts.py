@@ -222,6 +222,7 @@ class SharedAccount(AbstractRateLimiter):
         self._settled_at: float | None = None
         self._last_take: float | None = None
         self._lost: str | None = None
+        self._first_reading = trio.Event()  # set by the first settle, or the first loss
 
     # -- what a kind supplies -------------------------------------------------------------------
     def _default_lease_max(self) -> int:
@@ -274,7 +275,10 @@ class SharedAccount(AbstractRateLimiter):
     @property
     def in_use(self) -> float:
         """The global use as this worker knows it: the capacity less what Redis had free at the
-        last settle and less this worker's spare (so its own takes and gives move it at once)."""
+        last settle and less this worker's spare (so its own takes and gives move it at once).
+        Before the first settle only this worker's own use is known, and that is what it says."""
+        if self._settled_at is None:
+            return self._held()
         return max(0.0, self._caps()[0] - self._free_a - self._spare_a)
 
     @property
@@ -286,6 +290,26 @@ class SharedAccount(AbstractRateLimiter):
     def lost(self) -> str | None:
         """Why Redis is out of reach, or ``None`` while it answers."""
         return self._lost
+
+    @property
+    def unavailable(self) -> str | None:
+        """``None`` while Redis answers (or before the first try); otherwise a sentence saying
+        which Redis is out of reach, why, and whether the account still grants from its local
+        share. ``nucleo-trio health`` reports it and exits 1."""
+        if self._lost is None:
+            return None
+        where = f"Redis at {self._hub.safe_url} is out of reach ({self._lost})"
+        if self._fallback is not None:
+            return f"{where}; granting from a local share of the capacity"
+        return f"{where}; every ask is refused"
+
+    async def wait_ready(self) -> None:
+        """Return once the account has its first reading: its first settle with Redis, or the
+        news that Redis is out of reach (then :attr:`unavailable` says why). Starts the hub's
+        settling task when nothing runs it yet; bound it with a cancel scope."""
+        if not self._first_reading.is_set():
+            self._hub.poke()
+            await self._first_reading.wait()
 
     @property
     def status_indicator(self) -> str | None:
@@ -598,6 +622,7 @@ class SharedAccount(AbstractRateLimiter):
         )
         was_lost = self._lost is not None
         self._lost = None
+        self._first_reading.set()
         self._fallback = None
         self._debt_a = self._debt_b = 0.0
         self._flying = (0.0, 0.0)
@@ -654,6 +679,7 @@ class SharedAccount(AbstractRateLimiter):
         keep what the jobs hold, and wake admission so that waiters hear the refusal."""
         first = self._lost is None
         self._lost = reason
+        self._first_reading.set()
         share = self._hub.local_share
         if first and share is not None:
             self._fallback = self._make_fallback(share)
