@@ -718,19 +718,34 @@ class _OpenCount:
 
 class _Holds:
     """A statement that does not notice an abort: it blocks its worker thread until the test
-    releases it (``release(n)``), and tells the test once it is running (``entered``)."""
+    releases it (``release(n)``), and tells the test once it is running (``entered``).
+
+    Statements are released in the order they entered: each draws a ticket as it enters, and
+    ``release(n)`` lets the next ``n`` tickets through. (A plain semaphore let a statement of
+    the next wave, admitted as the first released connection closed, take a token meant for a
+    statement of this wave that had not yet reached its wait, and finish before its deadline.)
+    """
 
     def __init__(self) -> None:
-        self._tokens = threading.Semaphore(0)
+        self._turns = threading.Condition()
+        self._drawn = 0  # tickets drawn so far: the next statement's ticket
+        self._let_through = 0  # tickets below this may finish
         self._send, self.entered = trio.open_memory_channel[None](BOUND * WAVES)
 
     def block(self) -> int:
+        with self._turns:
+            ticket = self._drawn
+            self._drawn += 1
         trio.from_thread.run_sync(self._send.send_nowait, None)
-        assert self._tokens.acquire(timeout=30), "the test never released the statement"
+        with self._turns:
+            released = self._turns.wait_for(lambda: ticket < self._let_through, timeout=30)
+        assert released, "the test never released the statement"
         return 1
 
     def release(self, count: int) -> None:
-        self._tokens.release(count)
+        with self._turns:
+            self._let_through += count
+            self._turns.notify_all()
 
 
 class _HeldSQLite(SQLiteProvider):
