@@ -38,6 +38,8 @@ _LINK = re.compile(r"`([^`<]+?)\s*<([^>`]+)>`__?")
 _TITLED_TARGET = re.compile(r"^(.*?)\s*<([^>]+)>$", re.S)
 
 
+_EXTRA, _CONVERTED = "nucleo_trio_docs", "markdown"  # obj.extra marks a converted docstring
+
 Resolver = Callable[[str], "str | None"]
 """Finds the full dotted path of a role's target, or ``None`` when it names nothing known."""
 
@@ -109,10 +111,43 @@ class RstDocstrings(griffe.Extension):
     def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
         """Rewrite the docstrings of ``pkg`` and of everything in it."""
         collection = loader.modules_collection
-        for obj in _objects(pkg):
-            if obj.docstring is not None:
+        objects = list(_objects(pkg))
+        for obj in objects:
+            if obj.docstring is None:
+                _inherit_docstring(obj)
+        for obj in objects:
+            if obj.docstring is not None and not obj.extra[_EXTRA].get(_CONVERTED):
                 resolve = functools.partial(_resolve, obj, collection=collection)
                 obj.docstring.value = markdown_from_rst(obj.docstring.value, resolve)
+                obj.extra[_EXTRA][_CONVERTED] = True
+
+
+def _inherit_docstring(obj: griffe.Object) -> None:
+    """Give a method or attribute that overrides a documented one of a base class, and says
+    nothing itself, the base's docstring (as Sphinx's autodoc does): an account's ``fits`` is
+    described by the contract it implements."""
+    parent = obj.parent
+    if not isinstance(parent, griffe.Class):
+        return
+    try:
+        bases = parent.mro()
+    except Exception:  # noqa: BLE001 - a base griffe cannot resolve (outside the loaded packages)
+        return
+    for base in bases:
+        member = base.members.get(obj.name)
+        if member is None:
+            continue
+        try:
+            docstring = member.docstring
+        except Exception:  # noqa: BLE001 - an alias whose target is not loaded
+            continue
+        if docstring is not None and docstring.value.strip():
+            obj.docstring = griffe.Docstring(docstring.value, parent=obj)
+            # A base in a package loaded earlier is Markdown already: not converted twice.
+            source = member.target if isinstance(member, griffe.Alias) else member
+            if source.extra[_EXTRA].get(_CONVERTED):
+                obj.extra[_EXTRA][_CONVERTED] = True
+            return
 
 
 def _objects(obj: griffe.Object) -> Iterator[griffe.Object]:
