@@ -1,6 +1,6 @@
 """A dispatcher's metrics through the OpenTelemetry metrics API.
 
-Counters and histograms are fed from the bus's events as they are delivered (OBS-24, OBS-25):
+Counters and histograms are fed from the bus's events as they are delivered:
 
 - ``nucleo.limiter.acquire`` (counter): grants, by ``limiter.name``, ``limiter.category`` and
   ``outcome`` (``immediate`` or ``held``);

@@ -1,13 +1,13 @@
 """The bus observer that turns a dispatcher's events into OpenTelemetry spans and metrics.
 
-One span per job (OBS-22), opened when the job's first attempt starts and ended by its terminal
-event; attributes, limiter transitions and LLM usage on it as OBS-23 lists them; every re-run a
+One span per job, opened when the job's first attempt starts and ended by its terminal event,
+carrying the job's attributes, its admission transitions and its model usage; every re-run is a
 child span of the job's span. The metrics are in :mod:`nucleo_trio_otel.metrics`.
 
 Where a span's parent comes from
 --------------------------------
 The bus routes an event synchronously, in the task that publishes it, and calls each
-subscription's predicate there (BUS-01); only the delivery to :meth:`on_event` happens later, in
+subscription's predicate there; only the delivery to :meth:`on_event` happens later, in
 the observer's own task. The observer's predicate uses that instant for the two things that must
 happen in the publisher's task:
 
@@ -101,7 +101,7 @@ def _limiter_attributes(event: LimiterEvent) -> dict[str, Any]:
 
 
 def _llm_attributes(responses: tuple[Any, ...]) -> dict[str, Any]:
-    """OBS-23's end attributes, summed over the job's LLM responses (read by duck typing: a
+    """The ``llm.*`` end attributes, summed over the job's LLM responses (read by duck typing: a
     response has ``model``, ``duration`` in seconds and a ``usage`` with token counts)."""
     totals = dict.fromkeys(
         ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"), 0
@@ -179,7 +179,7 @@ class OpenTelemetryObserver(JobObserver[JobEvent]):
     (``opentelemetry.trace.get_tracer_provider()`` and its metrics twin), which do nothing
     until the program sets an SDK provider.
 
-    Spans (OBS-22, OBS-23): one ``INTERNAL`` span per job, named by its display name, opened by
+    Spans: one ``INTERNAL`` span per job, named by its display name, opened by
     its first :class:`~nucleo_trio.bus.JobStartedEvent` and ended by its terminal event. Its
     parent is the span that was current where the job was submitted (in a job's code, that is
     the job's own span, or a span the code opened inside it), else its parent job's span. It
@@ -216,8 +216,10 @@ class OpenTelemetryObserver(JobObserver[JobEvent]):
 
     @property
     def predicate(self) -> Callable[[JobEvent], bool]:
-        """Accepts every event; on the two events that must be seen where they are published it
-        keeps the submitter's context and opens the job's span (see the module docstring)."""
+        """Accepts every event. It runs in the task that publishes each event, so on
+        :class:`~nucleo_trio.bus.JobScheduled` it keeps the submitter's OpenTelemetry context
+        (the job's span becomes its child), and on :class:`~nucleo_trio.bus.JobStartedEvent`
+        it opens the job's span and makes it current in the job's own task."""
         return self._at_publish
 
     def _at_publish(self, event: JobEvent) -> bool:

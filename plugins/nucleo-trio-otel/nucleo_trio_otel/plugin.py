@@ -68,7 +68,10 @@ class OpenTelemetryPlugin:
     ) -> None:
         check_providers("OpenTelemetryPlugin", tracer_provider, meter_provider)
         self.tracer_provider = tracer_provider
+        """The tracer provider each observer reports spans to; ``None`` means the global one."""
         self.meter_provider = meter_provider
+        """The meter provider each observer's instruments live on; ``None`` means the global
+        one."""
 
     @hookimpl
     def nucleo_trio_observers(self, dispatcher: JobDispatcher) -> list[OpenTelemetryObserver]:

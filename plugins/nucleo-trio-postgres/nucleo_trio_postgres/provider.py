@@ -154,12 +154,17 @@ class PostgresProvider(ThreadedProvider[_PostgresHandle]):
         super().__init__(name, max_connections)
         self._max = max_connections
         self.conninfo = conninfo
+        """The libpq connection string or URI every new connection opens, as given."""
         self._idle: list[_Pooled] = []
         self._open = 0  # idle, checked out, connecting and closing: never above the bound
         self.active_connections = 0
+        """How many handles are checked out now: one more on each ``acquire``, one fewer when
+        its ``close`` has finished."""
 
     @property
     def idle_connections(self) -> int:
+        """How many open connections wait, unused, for the next ``acquire``; :meth:`aclose`
+        closes them."""
         return len(self._idle)
 
     # -- checking connections out and back --------------------------------------------------------
@@ -206,8 +211,12 @@ class PostgresProvider(ThreadedProvider[_PostgresHandle]):
     async def acquire(self, read_only: bool = False) -> DBHandle:
         """Check a connection out for one job, its transactions read-only if ``read_only``.
 
-        Never waits for a permit: the caller holds one on ``db:<name>`` already (DB-01).
+        Never waits for a permit: the caller holds one on ``db:<name>`` already. Reuses an idle
+        connection when there is one, else opens a new one. Raises
+        :class:`~nucleo_trio.errors.UncorrectableError` when all ``max_connections`` are
+        checked out or a new connection cannot be opened.
         """
+        # DB-01: acquire runs under the permit admission granted; it never waits for one.
         pooled = await self._checkout(read_only)
         self.active_connections += 1
         return _PostgresHandle(self, pooled, read_only)
