@@ -13,8 +13,7 @@ error sits in:
 
 The tree is closed: every LLM-readable class extends exactly one of the two branches, and a class
 that tries to be both, neither, or to flip its branch's ``correctable`` is refused when it is
-defined. The seed's checked/unchecked split does not exist in Python, so it collapses into this
-one tree.
+defined.
 
 Outside the tree sit the failures that are never addressed to a model
 (:class:`DependencyFailedError`, :class:`JobDeadlockError`, :class:`ModelResolutionError`) and the

@@ -120,7 +120,7 @@ _NOT_CRASHES = (trio.Cancelled, KeyboardInterrupt, SystemExit, GeneratorExit)
 
 
 def is_fatal_crash(exc: BaseException) -> bool:
-    """Whether ``exc`` is something a job cannot be expected to handle (the seed's ``Error``).
+    """Whether ``exc`` is a crash no job can be expected to handle, such as ``MemoryError``.
 
     True for ``MemoryError``, ``RecursionError`` and any ``BaseException`` that is not an
     ``Exception`` and not one of trio's or Python's control-flow exceptions (``trio.Cancelled``,

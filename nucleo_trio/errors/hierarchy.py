@@ -24,6 +24,10 @@ class LLMReadableError(Exception):
 
     # Set by the two branches; every other class inherits its branch's value unchanged.
     correctable: ClassVar[bool]
+    """``True`` under :class:`CorrectableError`, ``False`` under :class:`UncorrectableError`.
+
+    A subclass cannot change it: a class that sets the other value is refused when it is defined.
+    """
 
     __reduce__ = _reduce_by_state
 
@@ -126,7 +130,9 @@ class JsonParseError(CorrectableError):
         """``reason`` is the parser's complaint; ``expected_shape`` describes the JSON wanted."""
         owner = type(self).__name__
         self.reason = _require_str("reason", reason, owner=owner)
+        """The parser's complaint, as given; it appears in both messages."""
         self.expected_shape = _require_name("expected_shape", expected_shape, owner=owner)
+        """A description of the JSON wanted, shown to the model so its next reply can match."""
         super().__init__(
             f"Reply is not valid JSON: {reason}",
             llm_message=(
@@ -158,6 +164,8 @@ class ResponseValidationError(CorrectableError):
             _require_str(f"problem of field {field!r}", problem, owner=owner)
         # A tuple, not a dict: the error is a value once raised, and a shared dict could change.
         self.failures: tuple[tuple[str, str], ...] = tuple(failures.items())
+        """Each failed field with what is wrong with it, as ``(field, problem)`` pairs in the
+        order given."""
         lines = "\n".join(f"- {field}: {problem}" for field, problem in self.failures)
         super().__init__(
             f"The reply failed validation on {len(self.failures)} field(s):\n{lines}",
@@ -188,6 +196,8 @@ class ExternalServiceError(UncorrectableError):
         owner = type(self).__name__
         self._service = _require_optional_str("service", service, owner=owner)
         self.retry_after = _require_seconds("retry_after", retry_after, owner=owner)
+        """Seconds the upstream asked the caller to wait (its Retry-After) as a float, or
+        ``None`` when it named no delay."""
         super().__init__(message, cause=cause)
 
     @property
@@ -215,7 +225,9 @@ class NucleoSystemError(UncorrectableError):
         """``component`` names where it broke; ``technical`` is the detail, kept from the model."""
         owner = type(self).__name__
         self.component = _require_name("component", component, owner=owner)
+        """Where the failure happened (a subsystem's name); the model's text names it too."""
         self.technical = _require_str("technical", technical, owner=owner)
+        """The technical detail: part of ``str(e)``, never of :attr:`llm_message`."""
         super().__init__(
             f"System error in {component}: {technical}",
             llm_message=(
@@ -240,9 +252,13 @@ class UsageError(NucleoSystemError):
         """
         owner = type(self).__name__
         self.problem = _require_str("problem", problem, owner=owner)
+        """What the calling program did wrong."""
         self.fix = _require_str("fix", fix, owner=owner)
+        """What to change in the calling program instead."""
         super().__init__(component, f"{problem}; {fix}")
-        self.args = (f"{problem}; {fix}",)  # the mistake and its fix, not "System error in"
+        self.args = (f"{problem}; {fix}",)
+        """One item, ``"problem; fix"``: ``str(e)`` is the mistake and its fix, without the
+        "System error in ..." prefix of other :class:`NucleoSystemError` messages."""
 
 
 class UsageRuntimeError(UsageError, RuntimeError):
@@ -285,6 +301,8 @@ class CancellationRequested(UncorrectableError):
         """``reason`` is the canceller's own words, passed on to the log and the model."""
         owner = type(self).__name__
         self.reason = _require_optional_str("reason", reason, owner=owner)
+        """Why the job was asked to stop, in the canceller's words, or ``None`` when it gave
+        no reason."""
         super().__init__(
             f"Job cancelled: {reason}" if reason else "Job cancelled",
             llm_message=(
@@ -304,6 +322,7 @@ class JobTimeoutError(UncorrectableError):
         if not seconds:
             raise ValueError(f"{owner}: timeout_seconds must be > 0, got {timeout_seconds!r}")
         self.timeout_seconds = seconds
+        """The timeout the job ran past, in seconds, as a float (always more than 0)."""
         super().__init__(
             f"Job timed out after {seconds:g} s",
             llm_message=(
@@ -334,8 +353,11 @@ class TokenEstimateExceedsLimitError(UncorrectableError):
         if estimate <= limit:
             raise ValueError(f"{owner}: estimate {estimate} does not exceed the limit {limit}")
         self.estimate = estimate
+        """The estimated size of the prompt, in tokens; always more than :attr:`limit`."""
         self.limit = limit
+        """The most tokens the model's context takes (more than 0)."""
         self.model = _require_optional_str("model", model, owner=owner)
+        """The model whose limit it is, or ``None`` when the raiser did not say."""
         where = f" of {model}" if model else ""
         super().__init__(
             f"Token estimate {estimate} exceeds the limit{where} of {limit} by "
@@ -396,6 +418,7 @@ class DependencyFailedError(Exception):
         """``dependency_id`` names the failed dependency; ``cause`` is its failure."""
         owner = type(self).__name__
         self.dependency_id = _require_name("dependency_id", dependency_id, owner=owner)
+        """The id of the job that failed; its failure is ``__cause__``."""
         if not isinstance(cause, BaseException):
             raise TypeError(f"{owner}: cause must be an exception, got {type(cause).__name__}")
         super().__init__(f"Dependency {dependency_id} failed: {_describe(cause)}")
@@ -411,8 +434,11 @@ class JobDeadlockError(Exception):
         """Names the job that waited, the job it waited on, and where in the code it waited."""
         owner = type(self).__name__
         self.waiting_job_id = _require_name("waiting_job_id", waiting_job_id, owner=owner)
+        """The id of the job that waited while holding resources."""
         self.target_job_id = _require_name("target_job_id", target_job_id, owner=owner)
+        """The id of the job whose result it waited on."""
         self.call_site = _require_name("call_site", call_site, owner=owner)
+        """Where in the code the wait was made, as ``"file:line in function"``."""
         super().__init__(
             f"Job {waiting_job_id} waits on job {target_job_id} at {call_site} while holding "
             f"resources: a job holding resources must not block on another job, since the "
@@ -430,4 +456,5 @@ class ModelResolutionError(Exception):
         owner = type(self).__name__
         _require_str("message", message, owner=owner)
         self.grade = _require_optional_str("grade", grade, owner=owner)
+        """The grade no model could serve (its string value), or ``None`` when not given."""
         super().__init__(message)

@@ -29,13 +29,17 @@ class HttpErrorDetail:
     """What an upstream answered: the status, who answered, where, and the body it sent."""
 
     status_code: int = attrs.field(validator=_status_code)
+    """The HTTP status the upstream answered with, 100 to 599."""
     service: str = attrs.field(validator=attrs.validators.instance_of(str))
+    """The name of the upstream service that answered."""
     endpoint: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
     )
+    """The endpoint that was called, or ``None`` (the default) when not known."""
     response_body: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
     )
+    """The body the upstream sent, whole, or ``None`` (the default) when there was none."""
 
 
 class HttpErrorResponse:
@@ -47,9 +51,11 @@ class HttpErrorResponse:
     plain :class:`ExternalServiceError`, never one of these.
     """
 
-    # The status every instance of the class carries; HttpUnmappedStatusError has none of its own.
     http_status: ClassVar[int | None] = None
+    """The HTTP status this class stands for; ``None`` on :class:`HttpUnmappedStatusError`,
+    whose instances each carry their own in :attr:`status_code`."""
     http_detail: HttpErrorDetail
+    """What the upstream answered: status, service, endpoint and body."""
 
     def __init__(
         self,

@@ -34,12 +34,18 @@ class UpstreamFailure:
     status: int | None = attrs.field(
         validator=attrs.validators.optional(attrs.validators.instance_of(int))
     )
+    """The HTTP status of the failure, or ``None`` when it had none (a lost connection)."""
     service: str | None = attrs.field(
         validator=attrs.validators.optional(attrs.validators.instance_of(str))
     )
+    """The name of the upstream that failed, or ``None`` when not known."""
     detail: str = attrs.field(validator=attrs.validators.instance_of(str))
+    """What went wrong, in words (the failing error's message)."""
     retry_after: float | None = attrs.field(default=None)
+    """Seconds the upstream asked to wait before the next try, or ``None`` (the default) when
+    it named no delay; never negative."""
     backpressure: int = attrs.field(default=1, validator=attrs.validators.instance_of(int))
+    """Units of push-back this failure counts for an account that throttles; 1 by default."""
 
     @retry_after.validator
     def _check_retry_after(self, attribute: attrs.Attribute[float | None], value: object) -> None:
@@ -122,11 +128,12 @@ _pacing_rng = random.Random()
 class UpstreamRetry(RerunSignal):
     """Raised by a job to re-run its attempt after an upstream signal; see its three kinds."""
 
-    # Seconds of random wait on the first re-run when the upstream named no delay; later
-    # re-runs scale both edges.
     jitter_window: ClassVar[tuple[float, float]]
-    # How much a limiter tightens on this signal (0: the fault is not about our rate).
+    """The shortest and longest random wait, in seconds, before the first re-run when the
+    upstream named no delay; later re-runs multiply both (see :meth:`pacing_window`)."""
     backpressure_increment: ClassVar[int]
+    """Units of push-back this kind counts for an account that throttles: how much the
+    account slows down on it (0 when the fault has nothing to do with the caller's rate)."""
 
     def __init__(
         self,
@@ -140,11 +147,13 @@ class UpstreamRetry(RerunSignal):
         long plus jitter instead of the kind's window); ``failure`` is what the upstream said."""
         owner = type(self).__name__
         self.retry_after = _require_seconds("retry_after", retry_after, owner=owner)
+        """The delay the upstream named (its Retry-After) in seconds as a float, or ``None``."""
         if failure is not None and not isinstance(failure, UpstreamFailure):
             raise TypeError(
                 f"{owner}: failure must be an UpstreamFailure, got {type(failure).__name__}"
             )
         self.failure = failure
+        """What the upstream said, when the raiser recorded it; ``None`` otherwise."""
         super().__init__(message, cause=cause)
 
     @classmethod
@@ -228,6 +237,7 @@ class OutputTruncationRetry(RerunSignal):
         """``model`` is the model that truncated; the budgets are output tokens before and after."""
         owner = type(self).__name__
         self.model = _require_optional_str("model", model, owner=owner)
+        """The model whose reply was cut, or ``None`` when not given."""
         for name, value in (
             ("escalated_max_tokens", escalated_max_tokens),
             ("previous_max_tokens", previous_max_tokens),
@@ -237,7 +247,9 @@ class OutputTruncationRetry(RerunSignal):
             ):
                 raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}")
         self.escalated_max_tokens = escalated_max_tokens
+        """The output budget for the re-run, in tokens, or ``None`` when not given."""
         self.previous_max_tokens = previous_max_tokens
+        """The output budget the cut reply had, in tokens, or ``None`` when not given."""
         super().__init__(message, cause=cause)
 
 
@@ -256,12 +268,15 @@ class ResponseCorrectionRetry(RerunSignal):
         """``feedback`` is what the model is told; ``attempt`` counts corrections from 1."""
         owner = type(self).__name__
         self.feedback = _require_optional_str("feedback", feedback, owner=owner)
+        """What the model is told about its reply on the re-run, or ``None``."""
         self.model = _require_optional_str("model", model, owner=owner)
+        """The model whose reply needs correcting, or ``None`` when not given."""
         if attempt is not None and (
             isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1
         ):
             raise ValueError(f"{owner}: attempt must be an int >= 1, got {attempt!r}")
         self.attempt = attempt
+        """Which correction this is, counting from 1, or ``None`` when not given."""
         super().__init__(message, cause=cause)
 
 
@@ -274,11 +289,18 @@ class LLMStopReason(enum.Enum):
     """Why a model stopped generating, normalised across providers."""
 
     END_TURN = "end_turn"
+    """The model finished its reply (providers' ``end_turn``, ``stop``, ``completed``)."""
     MAX_TOKENS = "max_tokens"
+    """The reply was cut at its output budget (``max_tokens``, ``length``)."""
     STOP_SEQUENCE = "stop_sequence"
+    """The model wrote one of the request's stop sequences."""
     TOOL_USE = "tool_use"
+    """The model stopped to call a tool (``tool_use``, ``tool_calls``)."""
     CONTENT_FILTERED = "content_filtered"
+    """The provider withheld or ended the reply (``content_filter``, ``guardrail_intervened``,
+    ``refusal``)."""
     UNKNOWN = "unknown"
+    """Any reason not listed above, or none given."""
 
     @classmethod
     def from_provider(cls, value: str | None) -> LLMStopReason:
