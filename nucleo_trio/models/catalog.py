@@ -5,7 +5,7 @@ and the id it goes by on the wire, its context and output limits, its prices per
 in one currency, and the quota that bounds it (tokens and requests per minute, with the most
 requests its bucket lets go at once, or a cap on concurrent requests for a model served from a
 machine the deployment owns). Two entries are the
-same entry when their ids are equal (MOD-04).
+same entry when their ids are equal.
 
 A catalog is read from plain data: a TOML or JSON file, or the fragments plugins contribute
 through the ``nucleo_trio_model_catalog`` hook (:func:`load_catalog` says which wins). The shape,
@@ -86,16 +86,22 @@ CATALOG_ENV_VAR = "NUCLEO_TRIO_MODELS"
 """The environment variable that names a catalog file when the configuration names none."""
 
 PIN_EMBEDDINGS = "embeddings"
+"""The pins key of the embeddings seat (``[pins] embeddings = ["..."]``)."""
 PIN_DECISION = "decision"
+"""The pins key of the decision seat (``[pins] decision = ["..."]``)."""
 
-MIN_THINKING_BUDGET = 1024
-"""No thinking budget, default or override, is below this many tokens (MOD-25)."""
+MIN_THINKING_BUDGET = 1024  # MOD-25
+"""No thinking budget, default or override, is below this many tokens."""
 
 DEFAULT_COMFORT_CONTEXT = 128_000
 """The context a conversation is kept under when the entry states no ``comfort_context_tokens``."""
 
 DEFAULT_CACHE_WRITE_MULTIPLIER = Decimal("1.25")
+"""A token written to the provider's prompt cache costs this many times the input price,
+unless the entry states its own ``cache_write_multiplier``."""
 DEFAULT_CACHE_READ_MULTIPLIER = Decimal("0.1")
+"""A token read from the provider's prompt cache costs this many times the input price,
+unless the entry states its own ``cache_read_multiplier``."""
 
 _THINKING_SHARE: Mapping[Depth, int] = {
     Depth.QUICK: 16,
@@ -103,47 +109,101 @@ _THINKING_SHARE: Mapping[Depth, int] = {
     Depth.THOROUGH: 4,
     Depth.ULTRA_THOROUGH: 4,
 }
-"""The default thinking budget is max_output_tokens divided by this (MOD-25)."""
+"""The default thinking budget is max_output_tokens divided by this."""  # MOD-25
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 
 
 @attrs.frozen(eq=False, kw_only=True)
 class ModelSpec:
-    """One catalog entry. Equal to, and hashed as, any entry with the same ``id`` (MOD-04).
+    """One catalog entry. Equal to, and hashed as, any entry with the same ``id``.
 
     Build entries through :meth:`ModelCatalog.from_mapping` (which checks every field and
     names the one at fault); the constructor trusts its caller.
     """
 
+    # MOD-04: the fields; equality and hashing use the id alone.
     id: str
+    """The entry's name, unique in the catalog; pins, pinned bindings and the spend ledger
+    name the entry by it."""
     identity: str
+    """The model behind the entry: entries of one identity are routes to the same model. The
+    picker fails over between them, and an envelope's ``denied_identities`` denies them all. A
+    catalog file defaults it to ``id``."""
     grade: Grade | None
+    """The entry's rung (never ``CEILING``); ``None`` for an embeddings or decision entry."""
     provider_key: str
+    """The key of the :class:`Provider` that calls the entry. Its suffix gives the entry's
+    kind: ``-embeddings``, ``-decision``, else a language model."""
     wire_model_id: str
+    """The model id sent to the provider with each request. A catalog file defaults it to
+    ``id``."""
     max_context_tokens: int
+    """The context window, in tokens: the most one request may send. Required."""
     max_output_tokens: int = 0
+    """The most tokens one answer may be. The output rungs are capped at it and the default
+    thinking budgets are shares of it. Required for a language model; 0 for an entry that
+    writes no text."""
     supports_vision: bool = False
+    """Whether the entry accepts images (``Input.IMAGES``). Default false."""
     supports_documents: bool = False
+    """Whether the entry accepts documents (``Input.DOCUMENTS``). Default false."""
     thinking_mode: ThinkingMode = ThinkingMode.NONE
+    """Whether and how the entry thinks; with ``NONE``, the default, every depth gets a
+    thinking budget of 0."""
     tpm: int | None = None
+    """The provider's quota in tokens per minute, which sizes the entry's token bucket.
+    ``None``: the entry has no bucket and its calls are not admitted on tokens."""
     rpm: int | None = None
+    """The provider's quota in requests per minute. ``None``: the bucket allows
+    ``tpm // 1000`` requests a minute. A limit the provider publishes on a reply may lower
+    the bucket, never raise it above this."""
     burst: int | None = None
     """The most requests the entry's bucket lets go at once; ``None``: the registry's default
     (one at a time, so no sliding minute holds more than ``rpm``)."""
     max_concurrent: int | None = None
+    """For a decision entry served from a machine the deployment owns: the most requests in
+    flight at once, admitted through a gate rather than a token bucket. Only a decision entry
+    may state it, and then instead of ``tpm``."""
     input_price_per_million: Decimal | None = None
+    """The price of a million uncached input tokens, in ``currency``. ``None``: the entry is
+    unpriced, and its calls are recorded without a cost."""
     output_price_per_million: Decimal | None = None
+    """The price of a million output tokens, in ``currency``; ``None`` counts as 0. It needs an
+    input price beside it."""
     currency: str | None = None
+    """The ISO 4217 code of the prices (``"USD"``), stated on the entry or inherited from its
+    provider's :class:`ProviderDefaults`. Required once a price is stated."""
     status: EntryStatus = EntryStatus.OPEN
+    """Whether a picker may choose the entry; only ``OPEN``, the default, may be chosen."""
     requires_data_share: bool = False
+    """Whether calling the entry shares the data sent with its provider beyond the call. An
+    envelope that does not allow data sharing (the default one) refuses the entry. Default
+    false."""
     eligible_for_failover: bool = True
+    """Whether the picker may move traffic to this entry from an overloaded or slowed route of
+    the same ``identity``. Default true."""
     thinking_budgets: Mapping[Depth, int] | None = None
+    """Thinking budgets in tokens that replace the defaults, one for each of QUICK, STANDARD,
+    THOROUGH and ULTRA_THOROUGH, each from 1,024 to ``max_output_tokens``. ``None``: the
+    defaults (:meth:`thinking_budget`)."""
     output_budgets: Mapping[OutputSize, int] | None = None
+    """Output budgets in tokens that replace the defaults, one for each of VERDICT, COMPACT,
+    STANDARD and EXTENDED, each from 1 to ``max_output_tokens`` (``MAX`` is never overridden).
+    ``None``: the defaults, capped at ``max_output_tokens``."""
     comfort_context_tokens: int | None = None
+    """The context, in tokens, a conversation on this entry is kept under, at most
+    ``max_context_tokens``. ``None``: 128,000 or the window, whichever is smaller
+    (:attr:`comfort_context`)."""
     cache_write_multiplier: Decimal = DEFAULT_CACHE_WRITE_MULTIPLIER
+    """The price of a token written to the prompt cache, as a multiple of the input price;
+    1.25 by default."""
     cache_read_multiplier: Decimal = DEFAULT_CACHE_READ_MULTIPLIER
+    """The price of a token read from the prompt cache, as a multiple of the input price; 0.1
+    by default."""
     chars_per_token: float = 4.0
+    """The characters a token stands for when :meth:`count_tokens` estimates a text; 4.0 by
+    default."""
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ModelSpec):
@@ -156,31 +216,35 @@ class ModelSpec:
     # -- what it is ---------------------------------------------------------------------------
     @property
     def kind(self) -> ModelKind:
-        """LLM, EMBEDDINGS or DECISION, from the provider key's suffix (MOD-14)."""
+        """LLM, EMBEDDINGS or DECISION, from the provider key's suffix."""
         return ModelKind.of_provider(self.provider_key)
 
     @property
     def is_open(self) -> bool:
-        """Whether a picker may choose it: only an OPEN entry is (MOD-06)."""
+        """Whether a picker may choose it: only an OPEN entry is."""
         return self.status is EntryStatus.OPEN
 
     @property
     def is_deprecated(self) -> bool:
+        """Whether the status is ``DEPRECATED``."""
         return self.status is EntryStatus.DEPRECATED
 
     @property
     def is_priced(self) -> bool:
+        """Whether the entry has an input price, so its calls can be costed."""
         return self.input_price_per_million is not None
 
     @property
     def price_per_million(self) -> Decimal | None:
-        """Input plus output price per million: the picker's cheapest-first key (MOD-08)."""
+        """Input plus output price per million tokens, the key by which the default picker
+        sorts a grade's unpinned entries, cheapest first; ``None`` for an unpriced entry."""
         if self.input_price_per_million is None:
             return None
         return self.input_price_per_million + (self.output_price_per_million or Decimal(0))
 
     def accepts(self, inputs: Iterable[Input]) -> bool:
-        """Whether it accepts every declared input (MOD-09)."""
+        """Whether it accepts every declared input: images need ``supports_vision``,
+        documents ``supports_documents``."""
         for carried in inputs:
             if carried is Input.IMAGES and not self.supports_vision:
                 return False
@@ -239,14 +303,20 @@ class ProviderDefaults:
     """What every entry of one provider inherits unless it states its own."""
 
     currency: str | None = None
+    """The ISO 4217 code of the provider's prices (``"USD"``); ``None``: entries state their
+    own."""
 
 
 class ModelCatalog:
-    """Every entry of a deployment, in catalog order, and its pins (``Models`` in the seed).
+    """Every entry of a deployment, in catalog order, and its pins.
 
     :meth:`spec` answers an entry by id and raises :class:`~nucleo_trio.errors.ModelNotFoundError`
     for an unknown one; :meth:`find_spec` answers ``None`` instead. A closed entry (any status
-    but OPEN) is still found and still priced, but no picker chooses it (MOD-06).
+    but OPEN) is still found and still priced, but no picker chooses it.
+
+    The constructor refuses an id declared twice and pins that break the pin rules, with a
+    :class:`~nucleo_trio.errors.ConfigError`; to read a file, use :meth:`load` or
+    :func:`load_catalog`.
     """
 
     def __init__(
@@ -257,6 +327,8 @@ class ModelCatalog:
         source: str = "the catalog",
     ) -> None:
         self.source = source
+        """Where the catalog came from (a file name, the plugins' fragments), as its errors
+        name it."""
         by_id: dict[str, ModelSpec] = {}
         for entry in entries:
             if entry.id in by_id:
@@ -271,6 +343,7 @@ class ModelCatalog:
     # -- reading ----------------------------------------------------------------------------------
     @property
     def entries(self) -> tuple[ModelSpec, ...]:
+        """Every entry, any status, in catalog order."""
         return self._entries
 
     def __iter__(self) -> Iterator[ModelSpec]:
@@ -283,7 +356,8 @@ class ModelCatalog:
         return spec_id in self._by_id
 
     def spec(self, spec_id: str) -> ModelSpec:
-        """The entry ``spec_id``; an unknown id is a :class:`ModelNotFoundError` (MOD-06)."""
+        """The entry ``spec_id``, closed or not; an unknown id is a
+        :class:`~nucleo_trio.errors.ModelNotFoundError` that lists the known ones."""
         found = self._by_id.get(spec_id)
         if found is None:
             known = ", ".join(sorted(self._by_id)) or "none"
@@ -302,6 +376,7 @@ class ModelCatalog:
         return tuple(e for e in self._entries if e.grade is grade and e.kind is ModelKind.LLM)
 
     def of_kind(self, kind: ModelKind) -> tuple[ModelSpec, ...]:
+        """The entries of ``kind``, any status, in catalog order."""
         return tuple(e for e in self._entries if e.kind is kind)
 
     def pins(self, key: Grade | str) -> tuple[str, ...]:
@@ -311,6 +386,8 @@ class ModelCatalog:
 
     @property
     def all_pins(self) -> Mapping[str, tuple[str, ...]]:
+        """Every pins key (a grade's name, ``"embeddings"``, ``"decision"``) with its ids,
+        preferred first; read-only."""
         return self._pins
 
     # -- building ---------------------------------------------------------------------------------
@@ -358,15 +435,19 @@ def load_catalog(
     plugins: pluggy.PluginManager | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> ModelCatalog:
-    """The deployment's catalog, from the first source that exists (MOD-05):
+    """The deployment's catalog, from the first source that exists:
 
     1. the file ``path`` (a dispatcher passes its configuration's ``models``);
     2. else the file named by the ``NUCLEO_TRIO_MODELS`` environment variable;
     3. a file found either way is the whole catalog;
     4. else every fragment the plugins contribute through ``nucleo_trio_model_catalog``.
 
-    With neither a file nor a fragment the load fails, saying where it looked.
+    With neither a file nor a fragment the load fails with a
+    :class:`~nucleo_trio.errors.ConfigError` that says where it looked; a file that cannot be
+    read or parsed, or a malformed catalog, is a ConfigError naming it. ``environ`` replaces
+    the process environment.
     """
+    # MOD-05: the order of the sources.
     env = os.environ if environ is None else environ
     named = path if path is not None else env.get(CATALOG_ENV_VAR) or None
     if named is not None:

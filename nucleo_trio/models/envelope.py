@@ -3,8 +3,8 @@
 A picker chooses among what is callable; the envelope says what is *permitted*, whatever the
 picker thinks. It is sealed once per dispatcher (:class:`EnvelopeSeal`): before the seal a read
 answers the refusing default without sealing, the seal itself is accepted once, and a
-dispatcher's start seals the default if nobody sealed anything (ENV-01, ENV-02). After the seal
-nothing a flow produces can widen it.
+dispatcher's start seals the default if nobody sealed anything. After the seal nothing a flow
+produces can widen it.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ class ComplianceEnvelope(Protocol):
         ...
 
 
+# MOD-17: the default envelope refuses data sharing unless allowed.
 class DefaultComplianceEnvelope:
-    """The envelope a deployment starts from (MOD-17).
+    """The envelope a deployment starts from, and a configurable one.
 
     Fresh, it permits everything except an entry that requires data sharing
     (``requires_data_share``), because ``allow_data_share`` defaults to false. Optionally:
@@ -48,16 +49,26 @@ class DefaultComplianceEnvelope:
         denied_identities: Iterable[str] = (),
     ) -> None:
         self.allow_data_share = allow_data_share
+        """Whether an entry with ``requires_data_share`` may serve. Default false."""
         self.allowed_provider_keys = (
             None if allowed_provider_keys is None else frozenset(allowed_provider_keys)
         )
+        """The only provider keys whose entries may serve; ``None`` (the default): any key
+        that is not denied."""
         self.denied_provider_keys = frozenset(denied_provider_keys)
+        """Provider keys whose entries never serve. Empty by default."""
         self.denied_identities = frozenset(denied_identities)
+        """Model identities (:attr:`ModelSpec.identity`) that never serve, on any route. Empty
+        by default."""
 
     def permits(self, spec: ModelSpec) -> bool:
+        """``True`` unless ``spec`` needs data sharing that is not allowed, its provider key is
+        off the allowed list or denied, or its identity is denied."""
         return self._why_not(spec) is None
 
     def refusal(self, spec: ModelSpec) -> str:
+        """The first reason ``spec`` is refused, in the order :meth:`permits` checks; for a
+        permitted entry, a sentence saying it is permitted."""
         return self._why_not(spec) or f"the envelope permits {spec.id}"
 
     def _why_not(self, spec: ModelSpec) -> str | None:
@@ -84,14 +95,21 @@ class DefaultComplianceEnvelope:
 
 
 class EnvelopeSeal:
-    """One dispatcher's envelope: sealed once, read freely (ENV-01, ENV-02)."""
+    """One dispatcher's envelope: sealed once, read freely.
 
+    Reach it as ``dispatcher.models.envelope``. Seal yours with
+    ``dispatcher.seal_compliance_envelope(envelope)`` before the dispatcher starts: the start
+    seals the default, and a second seal is a RuntimeError.
+    """
+
+    # ENV-01, ENV-02: one seal per dispatcher; the start seals the default.
     def __init__(self) -> None:
         self._sealed: ComplianceEnvelope | None = None
         self._default = DefaultComplianceEnvelope()
 
     @property
     def is_sealed(self) -> bool:
+        """Whether an envelope has been sealed, by :meth:`seal` or :meth:`seal_default`."""
         return self._sealed is not None
 
     @property

@@ -3,14 +3,14 @@
 A **seat** is what a job asks for (a grade and the inputs it sends, or the embeddings or the
 decision seat); the **situation** is what the runtime knows at the moment of asking: the
 envelope, the depth, the entry the conversation used before, and every earlier attempt of this
-execution with the failure it met (MOD-26). A picker answers a seat from the catalog.
+execution with the failure it met. A picker answers a seat from the catalog.
 
 :class:`DefaultModelPicker` searches, for a grade and then each grade above it, the grade's
 pinned order and then its other entries cheapest first, and serves the first entry that is
-callable, permitted by the envelope and accepts every declared input (MOD-08, MOD-09). It
+callable, permitted by the envelope and accepts every declared input. It
 caches nothing for language-model seats, so its choice follows credentials as they come and
-go (MOD-11). A route overloaded earlier in the execution, or slowed by its upstream's push-back,
-hands its traffic to another route of the same model (MOD-27).
+go. A route overloaded earlier in the execution, or slowed by its upstream's push-back,
+hands its traffic to another route of the same model.
 
 A model whose endpoint says it is not there (a 404, "model not found") and that has not answered
 for a day is **turned off** for a day (:class:`AvailabilityBook`): the picker serves the
@@ -98,11 +98,22 @@ class Provider:
     """
 
     key: str
+    """The provider key the provider serves; catalog entries name it as ``provider_key``."""
     credential: str | None = None
+    """The environment variable that holds the provider's credential; an entry is callable only
+    while it is set and not empty. ``None`` (the default): no credential is needed."""
     llm: Callable[[ModelSpec], Any] | None = None
+    """Builds the language-model client for an entry; the runtime calls it once per entry, on
+    first use. ``None``: the provider serves no language model."""
     embeddings: Callable[[ModelSpec], Any] | None = None
+    """Builds the embeddings client for an entry, once per entry, on first use. ``None``: the
+    provider serves no embeddings."""
     serves: Callable[[str], bool] | None = None
+    """Answers whether the provider's endpoint serves a wire model id; the default picker asks
+    before it picks an unpinned decision entry. ``None``: every id is served."""
     close: Callable[[], Awaitable[None]] | None = None
+    """Releases what the provider holds (a connection pool), awaited when the dispatcher stops
+    after its clients are closed. ``None``: nothing to release."""
 
 
 class Providers:
@@ -127,6 +138,7 @@ class Providers:
         return provider
 
     def get(self, key: str) -> Provider | None:
+        """The provider registered under ``key``, or ``None``."""
         return self._providers.get(key)
 
     def __iter__(self) -> Iterator[Provider]:
@@ -134,26 +146,35 @@ class Providers:
 
     @property
     def keys(self) -> tuple[str, ...]:
+        """The registered provider keys, in the order they were registered."""
         return tuple(self._providers)
 
     @property
     def environ(self) -> Mapping[str, str]:
+        """Where credentials are read: the mapping given to the constructor, else the process
+        environment as it is now."""
         return os.environ if self._environ is None else self._environ
 
     def is_callable(self, spec: ModelSpec) -> bool:
+        """Whether a provider is registered for ``spec``'s key and its credential, if it needs
+        one, is set and not empty."""
         provider = self._providers.get(spec.provider_key)
         if provider is None:
             return False
         return provider.credential is None or bool(self.environ.get(provider.credential))
 
     def serves(self, spec: ModelSpec) -> bool:
+        """Whether a provider is registered for ``spec``'s key and its endpoint serves
+        ``spec``'s wire model id; credentials are not checked."""
         provider = self._providers.get(spec.provider_key)
         return provider is not None and (
             provider.serves is None or provider.serves(spec.wire_model_id)
         )
 
     def missing(self, provider_key: str) -> str:
-        """What to supply for ``provider_key``: the credential, or the artifact itself (MOD-10)."""
+        """What to supply for ``provider_key``, as one line for an error message: the
+        credential to set, or the provider to register; ``"[key] callable"`` when nothing is
+        missing."""  # MOD-10
         provider = self._providers.get(provider_key)
         if provider is None:
             return f"[{provider_key}] no provider artifact (register a Provider for it)"
@@ -181,7 +202,9 @@ class Attempt:
     """One earlier attempt of this execution: the entry it used and the failure it met."""
 
     spec_id: str
+    """The id of the entry the attempt called."""
     failure: BaseException
+    """The exception the call met."""
 
     @property
     def overloaded(self) -> bool:
@@ -216,7 +239,7 @@ def is_availability_failure(failure: BaseException) -> bool:
 
 @attrs.frozen(kw_only=True)
 class Situation:
-    """What the runtime knows when it asks a picker (MOD-26).
+    """What the runtime knows when it asks a picker.
 
     ``inputs`` are what the request declares it sends (an entry must accept each); ``carried``
     what the conversation actually carries. ``prior_spec_id`` is the entry the conversation
@@ -224,12 +247,22 @@ class Situation:
     with its failure. Guardrail refusals are never attempts.
     """
 
+    # MOD-26: what the situation holds.
     envelope: ComplianceEnvelope = attrs.field(factory=DefaultComplianceEnvelope)
+    """The compliance envelope in force; by default a fresh :class:`DefaultComplianceEnvelope`."""
     depth: Depth = Depth.STANDARD
+    """The depth the call works at; STANDARD by default."""
     inputs: frozenset[Input] = frozenset()
+    """What the request declares it sends besides text; an entry must accept each. Empty by
+    default."""
     carried: frozenset[Input] = frozenset()
+    """What the conversation carries besides text. The runtime refuses a call whose
+    conversation carries an input it does not declare. Empty by default."""
     prior_spec_id: str | None = None
+    """The entry the conversation used last; the default picker stays with it while it still
+    qualifies and has not said it is overloaded. ``None`` by default."""
     attempts: tuple[Attempt, ...] = ()
+    """Every earlier attempt of this execution, oldest first; empty on the first attempt."""
 
     @property
     def overloaded_routes(self) -> frozenset[str]:
@@ -243,8 +276,9 @@ class Situation:
 
 
 def failover_share(slowdown: float) -> float:
-    """The share of new traffic moved off a route slowed ``slowdown`` times (MOD-27): none
-    below 2x, ``1 - 1/x`` between, all of it from 10x."""
+    """The share of new traffic, from 0.0 to 1.0, moved off a route slowed ``slowdown`` times:
+    none below 2x, ``1 - 1/x`` between, all of it from 10x (or for a slowdown that is not
+    finite)."""  # MOD-27
     if not math.isfinite(slowdown) or slowdown >= 10.0:
         return 1.0
     if slowdown < 2.0:
@@ -275,10 +309,15 @@ class Turnoff:
     """
 
     spec_id: str
+    """The id of the entry turned off."""
     since: float
+    """The clock reading, in seconds, of the first verdict (the trio clock inside a run)."""
     at: float
+    """The wall-clock time of the first verdict, in seconds since the epoch."""
     latest: float
+    """The clock reading, in seconds, of the latest verdict; the turnoff lasts a day from it."""
     reason: str
+    """What the endpoint said, as text (``"HTTP 404: model not found"``)."""
 
     @property
     def until(self) -> float:
@@ -339,6 +378,7 @@ class AvailabilityBook:
         return found if self._clock() < found.until else None
 
     def is_off(self, spec_id: str) -> bool:
+        """Whether ``spec_id`` is turned off now."""
         return self.turnoff(spec_id) is not None
 
     def why_off(self, spec_id: str) -> str | None:
@@ -361,11 +401,22 @@ def _failure_text(failure: BaseException) -> str:
 
 @runtime_checkable
 class RouteHealth(Protocol):
-    """How a route is doing: its slowdown (1.0 unthrottled) and whether it is marked down."""
+    """How a route is doing: its slowdown (1.0 unthrottled) and whether it is marked down.
 
-    def slowdown(self, spec: ModelSpec) -> float: ...
+    An implementation may also answer ``why_down(spec)``, a sentence the picker logs and puts
+    in its errors when it passes over a route that is down.
+    """
 
-    def is_down(self, spec: ModelSpec) -> bool: ...
+    def slowdown(self, spec: ModelSpec) -> float:
+        """How many times slower than its normal pace the route runs now: 1.0 when unthrottled,
+        more while its upstream pushes back. The default picker moves a share of new traffic
+        off a slowed route (:func:`failover_share`)."""
+        ...
+
+    def is_down(self, spec: ModelSpec) -> bool:
+        """Whether the route is marked down; the default picker passes over it, unless every
+        entry that could serve the seat is down."""
+        ...
 
 
 class RegistryRouteHealth:
@@ -436,11 +487,13 @@ class ModelPicker(Protocol):
 
 
 class DefaultModelPicker:
-    """The catalog's order: pins, then cheapest callable, then the grade above (MOD-08..13).
+    """The catalog's order: pins, then cheapest callable, then the grade above.
 
     ``health`` reads a route's slowdown and whether it is marked down (a dispatcher passes
     its accounts' view); ``rng`` decides which new calls a slowed route hands over.
     """
+
+    # MOD-08..13: the search order, the refusal, the other seats and the report.
 
     def __init__(
         self,
@@ -451,8 +504,12 @@ class DefaultModelPicker:
         rng: random.Random | None = None,
     ) -> None:
         self.catalog = catalog
+        """The catalog it picks from."""
         self.providers = providers
+        """The providers that say which entries are callable."""
         self.health: RouteHealth = health or _Healthy()
+        """The route health it reads; without one, every route is healthy (a slowdown of 1.0,
+        never down)."""
         self._rng = rng or random.Random()
         self._logged: set[tuple[str, str]] = set()
         self._down_logged: set[str] = set()  # entries whose turnoff was logged, while off
@@ -462,7 +519,8 @@ class DefaultModelPicker:
     # -- the order --------------------------------------------------------------------------------
     def order(self, grade: Grade) -> tuple[ModelSpec, ...]:
         """The grade's search order: its pins, then its other entries cheapest first by input
-        plus output price per million, the unpriced last in catalog order (MOD-08)."""
+        plus output price per million, the unpriced last in catalog order. Closed and
+        uncallable entries are included; :meth:`pick` skips them."""
         pinned = [self.catalog.spec(spec_id) for spec_id in self.catalog.pins(grade)]
         rest = [e for e in self.catalog.of_grade(grade) if e not in pinned]
         priced = sorted(
@@ -610,7 +668,7 @@ class DefaultModelPicker:
 
     # -- the other seats --------------------------------------------------------------------------
     def ceiling(self) -> Grade | None:
-        """The highest rung with a callable open entry (MOD-02)."""
+        """The highest rung with a callable open entry, ``None`` when nothing is callable."""
         for rung in reversed(Grade.rungs()):
             if any(
                 e.is_open and self.providers.is_callable(e) for e in self.catalog.of_grade(rung)
@@ -619,12 +677,14 @@ class DefaultModelPicker:
         return None
 
     def embeddings(self, situation: Situation) -> ModelSpec | None:
-        """The pin, else the first callable open embeddings entry, else ``None`` (MOD-12)."""
+        """The pin, else the first callable open embeddings entry the envelope permits, else
+        ``None``."""
         return self._first(PIN_EMBEDDINGS, ModelKind.EMBEDDINGS, situation)
 
     def decision(self, situation: Situation) -> ModelSpec | None:
-        """The pin, else the first callable decision entry whose endpoint serves its wire id;
-        an unpinned choice is made once per picker (MOD-13)."""
+        """The pin, else the first callable open decision entry the envelope permits and whose
+        endpoint serves its wire id. An unpinned choice, once found, is kept for the picker's
+        life."""
         pinned = self.catalog.pins(PIN_DECISION)
         if pinned:
             return self.catalog.spec(pinned[0])
@@ -650,7 +710,8 @@ class DefaultModelPicker:
 
     # -- reporting --------------------------------------------------------------------------------
     def describe_pins(self, situation: Situation | None = None) -> dict[str, str]:
-        """The choice per grade as it stands now, a stand-in from above named as such (MOD-11)."""
+        """The choice per grade as it stands now, by grade name: an entry id, ``"<id>
+        (stand-in from <GRADE>)"`` when a higher grade serves, or ``"(nothing callable)"``."""
         situation = situation or Situation()
         report: dict[str, str] = {}
         for rung in Grade.rungs():

@@ -1,4 +1,4 @@
-"""What a call costs: an exact amount in one currency, never converted (OBS-26, OBS-27, MOD-31).
+"""What a call costs: an exact amount in one currency, never converted.
 
 A :class:`Cost` is a :class:`~decimal.Decimal` rounded to a billionth, so a thousand calls of
 0.001 sum to exactly 1, with its ISO 4217 currency. Adding or comparing two currencies is a
@@ -41,13 +41,23 @@ def _currency(instance: Cost, attribute: attrs.Attribute[str], value: str) -> No
 
 @attrs.frozen(order=False)
 class Cost:
-    """An amount of money in one currency, exact to 1e-9 (OBS-26)."""
+    """An amount of money in one currency, exact to 1e-9.
 
+    Build one from a :class:`~decimal.Decimal`, an int or a str (never a float, which is a
+    TypeError): ``Cost(Decimal("0.50"), "USD")``. Costs of two currencies neither add nor
+    compare (a ValueError).
+    """
+
+    # OBS-26: exact to a billionth, one currency, never converted.
     amount: Decimal = attrs.field(converter=_exact)
+    """The amount, rounded half-even to a billionth (1e-9) of the currency's unit. A value that
+    is not finite is a ValueError."""
     currency: str = attrs.field(validator=_currency)
+    """The ISO 4217 code, three upper-case letters (``"USD"``); anything else is a ValueError."""
 
     @classmethod
     def zero(cls, currency: str) -> Cost:
+        """Nothing, in ``currency``."""
         return cls(Decimal(0), currency)
 
     def _same(self, other: Cost, what: str) -> None:

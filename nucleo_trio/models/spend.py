@@ -1,11 +1,11 @@
 """Spend: the ledger of every model call, and the gates that cap new work by it.
 
 A :class:`SpendGate` is consulted once per attempt, after every binding is resolved and priced
-and before anything is held (EXEC-14, SPD-01, MOD-30): it sees the priced bindings and refuses by
+and before anything is held: it sees the priced bindings and refuses by
 raising :class:`~nucleo_trio.errors.SpendCapExceededError`. A refusal fails only the attempt that
 asked; nothing already running is ever stopped.
 
-:class:`CostLedger` is both a bus observer and a spend gate (OBS-28, OBS-29). As an observer it
+:class:`CostLedger` is both a bus observer and a spend gate. As an observer it
 hears every terminal event and prices each LLM response the job recorded, failed jobs included,
 per workflow and per currency. As a gate it refuses a reservation that would carry a capped
 workflow past its cap, counting what its siblings have in flight: every admitted reservation
@@ -67,17 +67,32 @@ class Call:
     """
 
     job_id: str
+    """The id of the job that made the call."""
     job_name: str
+    """The name of that job."""
     model_id: str
+    """The model the response says the call was made for (a catalog id, or a wire id the
+    ledger matched to an entry), or ``"(unknown)"`` when it names none."""
     served_model_id: str | None
+    """The model the provider said served the call (a dated version, say), or ``None`` when it
+    said nothing."""
     input_tokens: int
+    """Input tokens, as the provider reported them (or as estimated)."""
     output_tokens: int
+    """Output tokens, thinking included, as reported (or as estimated)."""
     cache_read_tokens: int
+    """Input tokens read from the provider's prompt cache; 0 when the usage reports none."""
     cache_write_tokens: int
+    """Input tokens written to the provider's prompt cache; 0 when the usage reports none."""
     latency: float | None
+    """Seconds from the call's start to its end, or ``None`` when either is unknown."""
     successful: bool
+    """Whether the call returned an answer; failed calls are recorded too."""
     cost: Cost | None
+    """What the call cost at its entry's prices; ``None`` when the catalog has no entry for
+    the model or the entry is unpriced."""
     estimated: bool = False
+    """Whether the tokens, and so the cost, are an estimate. Default false."""
 
 
 @attrs.define
@@ -85,10 +100,14 @@ class WorkflowSpend:
     """What one workflow has spent: its calls, and the total per currency."""
 
     workflow_id: str
+    """The id of the workflow."""
     calls: list[Call] = attrs.field(factory=list)
+    """Every call recorded for it, in the order the ledger heard of them."""
     totals: dict[str, Cost] = attrs.field(factory=dict)
+    """The cost of its priced calls, by currency code; unpriced calls add nothing."""
 
     def spent(self, currency: str) -> Cost:
+        """The total in ``currency``; zero when no priced call was in it."""
         return self.totals.get(currency, Cost.zero(currency))
 
     @property
@@ -119,6 +138,7 @@ class CostLedger(JobObserver[JobEvent]):
 
     @property
     def catalog(self) -> ModelCatalog:
+        """The catalog the ledger prices by (the callable's answer, when built with one)."""
         return self._catalog if not callable(self._catalog) else self._catalog()
 
     def attach(self, dispatcher: JobDispatcher) -> CostLedger:
@@ -213,6 +233,7 @@ class CostLedger(JobObserver[JobEvent]):
 
     @property
     def workflows(self) -> Mapping[str, WorkflowSpend]:
+        """Every workflow with a recorded response, by workflow id; read-only."""
         return MappingProxyType(self._workflows)
 
     # -- caps (OBS-29) -----------------------------------------------------------------------------
@@ -235,9 +256,12 @@ class CostLedger(JobObserver[JobEvent]):
         caps[cost.currency] = cost
 
     def caps(self, workflow_id: str) -> tuple[Cost, ...]:
+        """The workflow's caps, one per currency; empty when it has none."""
         return tuple(self._caps.get(workflow_id, {}).values())
 
     def uncap(self, workflow_id: str) -> None:
+        """Remove every cap of the workflow, so it is no longer gated; what it spent stays
+        recorded."""
         self._caps.pop(workflow_id, None)
 
     def admit(self, context: JobContext, priced: Sequence[ModelBinding]) -> None:
