@@ -80,17 +80,29 @@ class Replenishment(enum.Enum):
     """How a permit comes back: at release (a held thing) or only with time (a window)."""
 
     RELEASE = "RELEASE"
+    """Given back when the job's resources close: a slot, a connection, retained memory."""
     TIME = "TIME"
+    """Given back only as the clock moves on (a window, a bucket); release returns nothing,
+    so throughput does not depend on how long jobs take. A roll-back still returns it."""
 
 
 class LimiterEventType(enum.Enum):
-    """The five transitions admission reports per account (EVT-01)."""
+    """The five transitions admission reports per account; accounts never report their own."""
 
     HELD = "HELD"
+    """The account said no and the job waits in admission's line; reported at most once per
+    waiter and account, with the waiters held on it after the job joined."""
     GRANTED_IMMEDIATE = "GRANTED_IMMEDIATE"
+    """The account was granted without ever holding the job (it may have waited on another
+    account); its wait is 0."""
     GRANTED_FROM_HOLD = "GRANTED_FROM_HOLD"
+    """The account was granted after holding the job; the event carries the seconds held."""
     REJECTED = "REJECTED"
+    """A waiter held on this account, or refused by it, left without a grant; the reason is
+    ``cancelled``, ``circuit_blocked`` (an account refused the job), ``aborted`` (an account
+    or admission failed) or ``shutdown``."""
     RELEASED = "RELEASED"
+    """The job's amounts went back to the account at release or roll-back, once per entry."""
 
 
 class _StaticProtocolMeta(_ProtocolMeta):
@@ -120,33 +132,50 @@ _ABSENT = object()
 
 @runtime_checkable
 class LimiterIdentity(Protocol, metaclass=_StaticProtocolMeta):
-    """What an account is, as events, status rows and wait times name it (ACC-11).
+    """What an account is, as events, status rows, health and wait times name it.
 
-    ``limiter_category`` names the kind of account: the built-in ones are ``"memory"``,
-    ``"token_bucket"``, ``"elastic_window"`` and ``"semaphore"``, and a plugin's own kind of
-    account gives its own non-empty name (health lists an unknown category as it is, with no
-    unit). ``capacity`` and ``in_use`` are properties that read as numbers.
-    ``status_indicator`` is ``None`` while the account is nominal, otherwise a short word such
-    as ``"blocked"``, ``"probing"``, ``"throttle:2.0x"`` or ``"pace:1500ms"`` (ACC-12).
+    Every member is a property except :meth:`status`. Admission checks the shape the first time
+    it meets an account (names non-blank strs, ``capacity`` and ``in_use`` numbers rather than
+    methods, ``status()`` a record with a str ``summary``) and refuses the job of an account
+    that breaks it, naming the account and everything wrong.
     """
 
     @property
-    def limiter_name(self) -> str: ...
+    def limiter_name(self) -> str:
+        """The account's name as events, status rows, health and a grant's wait times show
+        it: a non-blank ``str`` (``"http"``, ``"db:orders"``, a model id)."""
+        ...
 
     @property
-    def limiter_category(self) -> str: ...
+    def limiter_category(self) -> str:
+        """The kind of account, a non-blank ``str``: ``"memory"``, ``"token_bucket"``,
+        ``"elastic_window"``, ``"rate_limit"`` or ``"semaphore"`` for the built-in ones, or a
+        plugin's own name (health shows an unknown category as it is, with no unit)."""
+        ...
 
     @property
-    def capacity(self) -> int | float: ...
+    def capacity(self) -> int | float:
+        """What the account holds when nothing is taken, an ``int`` or a ``float`` (not a
+        bool) in the account's own unit: permits, tokens per minute, requests per window,
+        bytes. Events and health show it; admission decides through :meth:`fits` alone."""
+        ...
 
     @property
-    def in_use(self) -> int | float: ...
+    def in_use(self) -> int | float:
+        """How much of :attr:`capacity` is taken right now, in the same unit, an ``int`` or a
+        ``float``. An account may read its clock here, so read it inside a trio run."""
+        ...
 
     @property
-    def status_indicator(self) -> str | None: ...
+    def status_indicator(self) -> str | None:
+        """``None`` while the account is nominal, otherwise one short word for health and
+        events: ``"blocked"``, ``"probing"``, ``"throttle:2.0x"`` (1 + the throttle, one
+        decimal) or ``"pace:1500ms"``."""
+        ...
 
     def status(self) -> RateLimiterStatus:
-        """A frozen snapshot of the account, with a one-line ``summary``."""
+        """A frozen snapshot of the account, a record of its own type whose ``summary``
+        property is one line naming the numbers. It may read the account's clock."""
         ...
 
 
@@ -161,42 +190,137 @@ class RateLimiter(LimiterIdentity, Protocol):
     account must say how its permits come back.
     """
 
-    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool: ...
+    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """Would ``mine`` fit right now, with ``reserved_ahead`` set aside? ``True`` or
+        ``False``, exactly; nothing is taken.
 
-    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool: ...
+        ``mine`` is the asking job's amounts on this account, ``reserved_ahead`` the amounts
+        the head of admission's line holds on the same account (empty when the asker is the
+        head, or the head does not use this account). Fitting alone but not beside the
+        reservation is ``False``. Raise :class:`~nucleo_trio.errors.UncorrectableError` to
+        refuse the job for good, when ``mine`` alone can never fit (more than the account
+        ever holds) or the account refuses everyone (an open circuit, a closed endpoint): the
+        job fails with that error (any :class:`~nucleo_trio.errors.LLMReadableError` reaches
+        it as raised). Any other exception, or an answer that is not a bool, is a fault of
+        the account: that job alone is refused, with an error naming the account.
+        """
+        ...
 
-    def give(self, amounts: Sequence[Any]) -> None: ...
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """The check of :meth:`fits` and, when it passes, the debit, in one step.
 
-    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None: ...
+        ``True`` when ``mine`` was taken; ``False``, taking nothing, when it does not fit now.
+        It raises as :meth:`fits` does, and then takes nothing. Admission calls it only once
+        every account of the demand said it fits; a ``False`` makes admission give back what
+        the same attempt already took and hold the job.
+        """
+        ...
 
-    def on_capacity_change(self, wake: Callable[[], None] | None) -> None: ...
+    def give(self, amounts: Sequence[Any]) -> None:
+        """Credit ``amounts`` back: the same list a :meth:`try_take` took.
 
-    def account_for(self, amount: Any) -> LimiterIdentity: ...
+        Admission calls it at release for RELEASE accounts, at roll-back for every account,
+        and to undo a take when a later account of the same attempt says no. It need not run
+        the wake: admission looks at its line again after every settlement. What it raises
+        at release or roll-back reaches whoever settles the grant, once every other account
+        got its amounts back; a raise while undoing an attempt closes admission as a defect.
+        """
+        ...
 
-    def replenishment(self) -> Replenishment: ...
+    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
+        """When the clock alone will make ``mine`` fit beside ``reserved_ahead``.
+
+        A :func:`trio.current_time` instant (an ``int`` or a ``float``), or ``None`` when
+        only an event can help (a give, a raised capacity, the head leaving the line).
+        Admission asks it right after :meth:`fits` or :meth:`try_take` said no, and sleeps
+        until the earliest instant any short account names or the next event. An instant
+        already past means "look again now"; ``+inf`` reads as ``None``. An account whose
+        permits come back only when given (a counting gate) answers ``None``, and so does any
+        account when ``mine`` and the reservation together exceed what it can ever hold.
+        NaN, ``-inf``, a bool or any other type is a fault of the account.
+        """
+        ...
+
+    def on_capacity_change(self, wake: Callable[[], None] | None) -> None:
+        """Install ``wake``, the one callable the account runs after a change of its own
+        that can only let more fit: a raised capacity, a relaxed throttle, a cleared latch.
+        ``None`` clears it.
+
+        There is one slot: a second call replaces the first. Admission installs its wake the
+        first time it meets the account and clears it when it stops. The account calls it
+        synchronously, with no arguments; a call from another thread is handed over to the
+        trio thread by admission. A change that can only shrink capacity never runs it.
+        """
+        ...
+
+    def account_for(self, amount: Any) -> LimiterIdentity:
+        """The :class:`LimiterIdentity` ``amount`` debits.
+
+        Events, status rows and wait times name that identity, and a demand merges the
+        amounts that land on the same limiter and identity into one entry, so the account
+        sees them together (two bindings on one model become one entry ``[300, 300]``). A
+        limiter with several buckets answers the bucket a routing amount selects. It is
+        called when the demand is built (``Demand.add``), so it is the place to refuse an
+        amount the account does not take, with a :class:`TypeError` or :class:`ValueError`
+        naming it, before the job waits. It must not answer ``None``.
+        """
+        ...
+
+    def replenishment(self) -> Replenishment:
+        """How this account's amounts come back after the job ran.
+
+        :attr:`Replenishment.RELEASE`: given back when the job's resources close (a slot, a
+        connection). :attr:`Replenishment.TIME`: only with the clock, so release gives
+        nothing back (a window, a bucket). A roll-back, for work that never ran, gives every
+        account its amounts back either way. Admission asks at every settlement. Every
+        account must answer: the protocol has no default.
+        """
+        ...
 
     def on_success(self, input: Any = None) -> None:
-        """The upstream answered; ``input`` is the request when the account wants it."""
+        """An attempt that declared this account succeeded; the account may relax.
+
+        The dispatcher calls it, with no ``input``, after an attempt that ended without a
+        failure, a timeout or a cancel, on each account the job declared through a model
+        binding or ``require_rate_limiter``. ``input`` is the request, for a caller that
+        passes one. What it raises is logged and dropped.
+        """
         ...
 
     def on_rate_limit_error(
         self, failure: UpstreamFailure | BaseException, input: Any = None
     ) -> None:
-        """The upstream pushed back (a 429, an overload); the account may tighten. The
-        dispatcher passes the :class:`~nucleo_trio.errors.UpstreamFailure` read off the job's
-        failure chain (ERR-14)."""
+        """The upstream pushed back (a 429, an overload); the account may tighten.
+
+        The dispatcher calls it when a failed, uncancelled attempt raised upstream signals,
+        once per signal, on each account the job declared through a model binding or
+        ``require_rate_limiter``. ``failure`` is the
+        :class:`~nucleo_trio.errors.UpstreamFailure` read from the signal (its
+        ``backpressure`` is how many units of push-back it counts for); a direct caller may
+        pass any exception. ``input`` is the request, for a caller that passes one. What it
+        raises is logged and dropped.
+        """
         ...
 
     @property
-    def requires_http_connection(self) -> bool: ...
+    def requires_http_connection(self) -> bool:
+        """``True`` when a job that declares this account also needs a permit on the
+        dispatcher's ``http`` gate (the account fronts an HTTP upstream). Read when the job's
+        requirements are assembled."""
+        ...
 
     def observe_held(self, supplier: Callable[[], int]) -> None:
-        """Admission hands over a reader of how many waiters it holds on this account."""
+        """Admission hands over ``supplier``, a callable that answers how many waiters it
+        holds on this account right now (cheap, never raises).
+
+        Only the memory account is handed one, when admission's evaluator starts; an account
+        that paces its line reads it, others may ignore it.
+        """
         ...
 
 
 class AbstractRateLimiter(abc.ABC):
-    """The base for accounts: the defaults of the contract (ACC-08..10).
+    """The base for accounts: the defaults of the contract.
 
     A subclass supplies its identity (``limiter_name``, ``limiter_category``, ``capacity``,
     ``in_use``), ``status`` and the four account questions. It inherits:
@@ -216,46 +340,137 @@ class AbstractRateLimiter(abc.ABC):
 
     @property
     @abc.abstractmethod
-    def limiter_name(self) -> str: ...
+    def limiter_name(self) -> str:
+        """The account's name as events, status rows, health and a grant's wait times show
+        it: a non-blank ``str`` (``"http"``, ``"db:orders"``, a model id)."""
 
     @property
     @abc.abstractmethod
-    def limiter_category(self) -> str: ...
+    def limiter_category(self) -> str:
+        """The kind of account, a non-blank ``str``: ``"memory"``, ``"token_bucket"``,
+        ``"elastic_window"``, ``"rate_limit"`` or ``"semaphore"`` for the built-in ones, or a
+        plugin's own name (health shows an unknown category as it is, with no unit)."""
 
     @property
     @abc.abstractmethod
-    def capacity(self) -> int | float: ...
+    def capacity(self) -> int | float:
+        """What the account holds when nothing is taken, an ``int`` or a ``float`` (not a
+        bool) in the account's own unit: permits, tokens per minute, requests per window,
+        bytes. Events and health show it; admission decides through :meth:`fits` alone."""
 
     @property
     @abc.abstractmethod
-    def in_use(self) -> int | float: ...
+    def in_use(self) -> int | float:
+        """How much of :attr:`capacity` is taken right now, in the same unit, an ``int`` or a
+        ``float``. An account may read its clock here, so read it inside a trio run."""
 
     @abc.abstractmethod
-    def status(self) -> RateLimiterStatus: ...
+    def status(self) -> RateLimiterStatus:
+        """A frozen snapshot of the account, a record of its own type whose ``summary``
+        property is one line naming the numbers. It may read the account's clock."""
 
     @abc.abstractmethod
-    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool: ...
+    def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """Would ``mine`` fit right now, with ``reserved_ahead`` set aside? ``True`` or
+        ``False``, exactly; nothing is taken.
+
+        ``mine`` is the asking job's amounts on this account, ``reserved_ahead`` the amounts
+        the head of admission's line holds on the same account (empty when the asker is the
+        head, or the head does not use this account). Fitting alone but not beside the
+        reservation is ``False``. Raise :class:`~nucleo_trio.errors.UncorrectableError` to
+        refuse the job for good, when ``mine`` alone can never fit (more than the account
+        ever holds) or the account refuses everyone (an open circuit, a closed endpoint): the
+        job fails with that error (any :class:`~nucleo_trio.errors.LLMReadableError` reaches
+        it as raised). Any other exception, or an answer that is not a bool, is a fault of
+        the account: that job alone is refused, with an error naming the account.
+        """
 
     @abc.abstractmethod
-    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool: ...
+    def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """The check of :meth:`fits` and, when it passes, the debit, in one step.
+
+        ``True`` when ``mine`` was taken; ``False``, taking nothing, when it does not fit now.
+        It raises as :meth:`fits` does, and then takes nothing. Admission calls it only once
+        every account of the demand said it fits; a ``False`` makes admission give back what
+        the same attempt already took and hold the job.
+        """
 
     @abc.abstractmethod
-    def give(self, amounts: Sequence[Any]) -> None: ...
+    def give(self, amounts: Sequence[Any]) -> None:
+        """Credit ``amounts`` back: the same list a :meth:`try_take` took.
+
+        Admission calls it at release for RELEASE accounts, at roll-back for every account,
+        and to undo a take when a later account of the same attempt says no. It need not run
+        the wake: admission looks at its line again after every settlement. What it raises
+        at release or roll-back reaches whoever settles the grant, once every other account
+        got its amounts back; a raise while undoing an attempt closes admission as a defect.
+        """
 
     @abc.abstractmethod
-    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None: ...
+    def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
+        """When the clock alone will make ``mine`` fit beside ``reserved_ahead``.
+
+        A :func:`trio.current_time` instant (an ``int`` or a ``float``), or ``None`` when
+        only an event can help (a give, a raised capacity, the head leaving the line).
+        Admission asks it right after :meth:`fits` or :meth:`try_take` said no, and sleeps
+        until the earliest instant any short account names or the next event. An instant
+        already past means "look again now"; ``+inf`` reads as ``None``. An account whose
+        permits come back only when given (a counting gate) answers ``None``, and so does any
+        account when ``mine`` and the reservation together exceed what it can ever hold.
+        NaN, ``-inf``, a bool or any other type is a fault of the account.
+        """
 
     @property
     def status_indicator(self) -> str | None:
+        """``None`` while the account is nominal, otherwise one short word for health and
+        events: ``"blocked"``, ``"probing"``, ``"throttle:2.0x"`` (1 + the throttle, one
+        decimal) or ``"pace:1500ms"``.
+
+        The base class always answers ``None``; an account that tightens overrides it.
+        """
         return None
 
     def account_for(self, amount: Any) -> LimiterIdentity:
+        """The :class:`LimiterIdentity` ``amount`` debits.
+
+        Events, status rows and wait times name that identity, and a demand merges the
+        amounts that land on the same limiter and identity into one entry, so the account
+        sees them together (two bindings on one model become one entry ``[300, 300]``). A
+        limiter with several buckets answers the bucket a routing amount selects. It is
+        called when the demand is built (``Demand.add``), so it is the place to refuse an
+        amount the account does not take, with a :class:`TypeError` or :class:`ValueError`
+        naming it, before the job waits. It must not answer ``None``.
+
+        The base class answers the account itself: every amount debits this one account.
+        """
         return self
 
     def replenishment(self) -> Replenishment:
+        """How this account's amounts come back after the job ran.
+
+        :attr:`Replenishment.RELEASE`: given back when the job's resources close (a slot, a
+        connection). :attr:`Replenishment.TIME`: only with the clock, so release gives
+        nothing back (a window, a bucket). A roll-back, for work that never ran, gives every
+        account its amounts back either way. Admission asks at every settlement.
+
+        The base class answers :attr:`Replenishment.RELEASE`; a clocked account overrides
+        it with TIME.
+        """
         return Replenishment.RELEASE
 
     def on_capacity_change(self, wake: Callable[[], None] | None) -> None:
+        """Install ``wake``, the one callable the account runs after a change of its own
+        that can only let more fit: a raised capacity, a relaxed throttle, a cleared latch.
+        ``None`` clears it.
+
+        There is one slot: a second call replaces the first. Admission installs its wake the
+        first time it meets the account and clears it when it stops. The account calls it
+        synchronously, with no arguments; a call from another thread is handed over to the
+        trio thread by admission. A change that can only shrink capacity never runs it.
+
+        The base class keeps the slot, which a subclass runs with :meth:`_capacity_changed`;
+        a ``wake`` that is neither callable nor ``None`` raises :class:`TypeError`.
+        """
         if wake is not None and not callable(wake):
             raise TypeError(
                 f"{type(self).__name__}.on_capacity_change: wake must be callable or None, "
@@ -271,18 +486,50 @@ class AbstractRateLimiter(abc.ABC):
             wake()
 
     def on_success(self, input: Any = None) -> None:
+        """An attempt that declared this account succeeded; the account may relax.
+
+        The dispatcher calls it, with no ``input``, after an attempt that ended without a
+        failure, a timeout or a cancel, on each account the job declared through a model
+        binding or ``require_rate_limiter``. ``input`` is the request, for a caller that
+        passes one. What it raises is logged and dropped.
+
+        The base class does nothing.
+        """
         return None
 
     def on_rate_limit_error(
         self, failure: UpstreamFailure | BaseException, input: Any = None
     ) -> None:
+        """The upstream pushed back (a 429, an overload); the account may tighten.
+
+        The dispatcher calls it when a failed, uncancelled attempt raised upstream signals,
+        once per signal, on each account the job declared through a model binding or
+        ``require_rate_limiter``. ``failure`` is the
+        :class:`~nucleo_trio.errors.UpstreamFailure` read from the signal (its
+        ``backpressure`` is how many units of push-back it counts for); a direct caller may
+        pass any exception. ``input`` is the request, for a caller that passes one. What it
+        raises is logged and dropped.
+
+        The base class does nothing.
+        """
         return None
 
     @property
     def requires_http_connection(self) -> bool:
+        """``True`` when a job that declares this account also needs a permit on the
+        dispatcher's ``http`` gate (the account fronts an HTTP upstream). Read when the job's
+        requirements are assembled. The base class answers ``False``."""
         return False
 
     def observe_held(self, supplier: Callable[[], int]) -> None:
+        """Admission hands over ``supplier``, a callable that answers how many waiters it
+        holds on this account right now (cheap, never raises).
+
+        Only the memory account is handed one, when admission's evaluator starts; an account
+        that paces its line reads it, others may ignore it.
+
+        The base class does nothing and never calls ``supplier``.
+        """
         return None
 
     def __repr__(self) -> str:
