@@ -1,4 +1,4 @@
-"""The HTTP connection pool jobs share, and the settings it is built from (GATE-05, GATE-06).
+"""The HTTP connection pool jobs share, and the settings it is built from.
 
 A dispatcher admits at most ``pool_size`` HTTP-using jobs at once through its ``http`` gate, and
 those jobs talk to the outside world through one :class:`httpx.AsyncClient` whose pool holds the
@@ -58,28 +58,28 @@ def _positive_seconds(
 
 @attrs.frozen(kw_only=True)
 class HttpSettings:
-    """How the shared HTTP pool is sized and timed; every duration is in seconds (GATE-06).
+    """How the shared HTTP pool is sized and timed; every duration is in seconds.
 
-    * ``pool_size``: the most connections open at once, in total and to any one host (httpx has
-      one cap for the whole pool, so any one host may use all of it), and also the capacity of
-      the ``http`` gate (:meth:`gate`). Default 1000.
-    * ``connect_timeout``: establishing a connection, 30 s.
-    * ``read_timeout`` and ``write_timeout``: each wait for response bytes, or to send request
-      bytes, 15 min.
-    * ``pool_timeout``: waiting for a connection from the pool, 60 min.
-    * ``keepalive_expiry``: an idle connection is closed after 5 min.
-
-    The Java pool also re-validates a connection that sat idle for more than 5 s before reusing
-    it. httpx has no such setting and needs none: before every reuse it checks the idle socket,
-    and drops the connection if the server has closed it or its keep-alive has expired.
+    Every field is keyword-only and must be positive; a bad value raises
+    :class:`~nucleo_trio.errors.ConfigError`. Before it reuses an idle connection, httpx checks
+    the socket and drops the connection if the server has closed it or its keep-alive expired,
+    so a stale connection is never handed to a job.
     """
 
+    # GATE-06: one number sizes the pool (in total and per host) and the gate.
     pool_size: int = attrs.field(default=DEFAULT_HTTP_POOL_SIZE, validator=_positive_int)
+    """The most connections open at once, in total and to any one host (httpx has one cap for
+    the whole pool), and the capacity of the ``http`` gate (:meth:`gate`). Default 1000."""
     connect_timeout: float = attrs.field(default=30.0, validator=_positive_seconds)
+    """Seconds to establish a connection; default 30."""
     read_timeout: float = attrs.field(default=15 * 60.0, validator=_positive_seconds)
+    """Seconds to wait for each chunk of response bytes; default 900 (15 minutes)."""
     write_timeout: float = attrs.field(default=15 * 60.0, validator=_positive_seconds)
+    """Seconds to wait to send each chunk of request bytes; default 900 (15 minutes)."""
     pool_timeout: float = attrs.field(default=60 * 60.0, validator=_positive_seconds)
+    """Seconds to wait for a free connection from the pool; default 3600 (an hour)."""
     keepalive_expiry: float = attrs.field(default=5 * 60.0, validator=_positive_seconds)
+    """Seconds an idle connection stays open before it is closed; default 300 (5 minutes)."""
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> HttpSettings:
@@ -104,7 +104,8 @@ class HttpSettings:
         )
 
     def gate(self) -> HttpConnectionGate:
-        """A fresh ``http`` gate with one permit per pooled connection (GATE-05)."""
+        """A fresh ``http`` gate with one permit per pooled connection."""
+        # GATE-05: the gate's capacity is the pool's size.
         return HttpConnectionGate(self.pool_size)
 
 
