@@ -99,18 +99,41 @@ class SharedAccountStatus:
     """
 
     name: str
+    """The account's name, the same on every worker that shares it."""
     kind: str
+    """The kind of account: ``bucket``, ``window`` or ``gate``."""
     unit: str
+    """What ``capacity``, ``used``, ``lease`` and ``held`` count: ``tokens``, ``requests`` or
+    ``permits``."""
     capacity: float
+    """The shared capacity, in ``unit``: a bucket's tokens a minute, a window's requests, a
+    gate's permits."""
     used: float
+    """The global use, in ``unit``, as this worker knows it: the capacity less what Redis had
+    free at the last settle and less this worker's lease. Before the first settle, this
+    worker's own use."""
     requests_capacity: float
+    """A bucket's request bound (``burst``, else ``rpm``); 0 for a window or a gate."""
     requests_used: float
+    """A bucket's requests in use across the workers, read like ``used``; 0 for a window or a
+    gate."""
     lease: float
+    """The spare capacity this worker holds, in ``unit``, ready to grant without a round trip."""
     held: float
+    """A gate's permits held by this worker's jobs; for a bucket or a window, what this worker
+    spent since the last settle."""
     waiting: int
+    """How many other workers held a place in Redis's line for the account at the last
+    settle."""
     throttle: float
+    """The shared throttle at the last settle, 0 when none: a bucket refills over
+    ``60 * (1 + throttle)`` seconds and a window spans ``window * (1 + throttle)``."""
     redis: str
+    """The connection as the account last saw it: ``"ok"``, ``"connecting"`` (no settle yet)
+    or ``"lost: <reason>"``."""
     worker: str
+    """This worker's name, as its hub gives it
+    (:attr:`~nucleo_trio_redis.RedisAccounts.worker`)."""
 
     @property
     def summary(self) -> str:
@@ -153,6 +176,7 @@ class SharedAccount(AbstractRateLimiter):
     kind: ClassVar[str]
     """The script's name for the kind: ``bucket``, ``window`` or ``gate``."""
     unit: ClassVar[str]
+    """What the account's first amount counts: ``tokens``, ``requests`` or ``permits``."""
     increment: ClassVar[float] = 0.0
     """How much one unit of push-back raises the shared throttle."""
 
@@ -179,6 +203,8 @@ class SharedAccount(AbstractRateLimiter):
             else check_positive_int(f"{owner} {name!r}", "lease_max", lease_max)
         )
         self.grant_log = grant_log
+        """Whether every take and return is appended to the Redis stream
+        :attr:`grant_log_key` (``False`` unless the account was made with ``grant_log=True``)."""
         self._spare_a = 0.0
         self._spare_b = 0.0
         # The largest whole ask (mine plus the reservation ahead) found short since the last
@@ -215,6 +241,10 @@ class SharedAccount(AbstractRateLimiter):
         self._pressure = 0
         self._successes = 0
         self.throttle = 0.0
+        """The shared throttle, 0 when none. Push-back from the provider raises it at once on
+        this worker; each settle replaces it with the value every worker shares, which
+        successes lower again. It stretches a bucket's refill and a window's span by
+        ``1 + throttle``."""
         self._free_a = 0.0  # free in Redis beside every lease, at the last settle
         self._free_b = 0.0
         self._waiting = 0
@@ -751,6 +781,7 @@ class SharedTokenBucket(SharedAccount):
 
     kind = "bucket"
     unit = "tokens"
+    """A bucket counts tokens first; each amount is also one request."""
     increment = 0.5
 
     def __init__(
@@ -767,7 +798,10 @@ class SharedTokenBucket(SharedAccount):
     ) -> None:
         owner = f"{type(self).__name__} {name!r}"
         self.rpm = check_positive_int(owner, "rpm", rpm)
+        """Requests a minute the bucket refills, shared by every worker."""
         self.tpm = check_positive_int(owner, "tpm", tpm)
+        """Tokens a minute the bucket refills, shared by every worker; also the most one ask
+        may hold."""
         if burst is not None:
             if isinstance(burst, bool) or not isinstance(burst, int | float):
                 raise TypeError(f"{owner}: burst must be None or a number, got {burst!r}")
@@ -777,7 +811,9 @@ class SharedTokenBucket(SharedAccount):
                     f"got {burst!r}"
                 )
         self.burst = burst
+        """The most requests at once, as given; ``None`` means ``rpm``."""
         self.request_cap = float(rpm if burst is None else min(rpm, burst))
+        """The request bound in force: ``burst`` or ``rpm``, whichever is smaller."""
         super().__init__(hub, name, lease=lease, lease_max=lease_max, grant_log=grant_log)
         self._tokens_per_request = tpm / rpm
 
@@ -847,6 +883,7 @@ class SharedElasticWindow(SharedAccount):
 
     kind = "window"
     unit = "requests"
+    """A window counts requests, one per amount."""
     increment = 1.0
 
     def __init__(
@@ -863,12 +900,16 @@ class SharedElasticWindow(SharedAccount):
     ) -> None:
         owner = f"{type(self).__name__} {name!r}"
         self.max_requests = check_positive_int(owner, "max_requests", max_requests)
+        """The most requests admitted in any one window, across every worker."""
         self.window = check_seconds(owner, "window", window)
+        """The window's length in seconds before the throttle stretches it."""
         if isinstance(max_throttle, bool) or not isinstance(max_throttle, int | float):
             raise TypeError(f"{owner}: max_throttle must be a number, got {max_throttle!r}")
         if not math.isfinite(max_throttle) or max_throttle < 0:
             raise ValueError(f"{owner}: max_throttle must be finite and >= 0, got {max_throttle!r}")
         self.max_throttle = float(max_throttle)
+        """The highest the shared throttle goes (default 9.0: a window at most ten times its
+        length)."""
         self._unconfirmed = 0  # slots spent since the last settle, stamped at the next
         super().__init__(hub, name, lease=lease, lease_max=lease_max, grant_log=grant_log)
 
@@ -960,6 +1001,7 @@ class SharedCountingGate(SharedAccount):
 
     kind = "gate"
     unit = "permits"
+    """A gate counts permits."""
 
     def __init__(
         self,

@@ -22,7 +22,9 @@ class RedisUnavailableError(ExternalServiceError):
         what went wrong on the connection; both are shown with their credentials masked."""
         url, reason = redact_url(url), redact_text(reason)
         self.account = account
+        """The name of the shared account that refused."""
         self.url = url
+        """The Redis URL the account lives on, its password masked."""
         super().__init__(
             f"shared account {account!r}: Redis at {url} is unreachable ({reason}); "
             "it grants nothing until Redis answers again (on_redis_lost='refuse')",

@@ -138,6 +138,8 @@ for _, r in ipairs(recovered) do table.insert(answer, r) end
 return answer
 """
 )
+"""Claim the most overdue free slot for the calling store, after putting back the slots whose
+claims ran out."""
 
 SETTLE = (
     _COMMON
@@ -174,6 +176,8 @@ end
 return {owned, stored, changed(before)}
 """
 )
+"""Record a claimed slot as fired, let go of the claim, and store the next slot when the id is
+free."""
 
 ENQUEUE = (
     _COMMON
@@ -187,6 +191,7 @@ redis.call('ZADD', due, at, id)
 return {old, changed(before)}
 """
 )
+"""Store a row under its id, replacing any, and answer the row it displaced."""
 
 CANCEL = (
     _COMMON
@@ -210,6 +215,7 @@ end
 return {old, changed(before)}
 """
 )
+"""Remove an id's entry and any claim on it, and answer the row removed."""
 
 PEEK = (
     _COMMON
@@ -222,6 +228,7 @@ if c[1] then remaining = tostring(tonumber(c[2]) - now_ms()) end
 return {h[2] or '', remaining}
 """
 )
+"""Answer the head's run instant and the milliseconds until the earliest claim runs out."""
 
 INSPECT = (
     _COMMON
@@ -236,6 +243,7 @@ end
 return rows
 """
 )
+"""Answer every stored row, in the order they fall due."""
 
 RELEASE_MINE = (
     _COMMON
@@ -265,3 +273,5 @@ table.insert(released, changed(before))
 return released
 """
 )
+"""Let go of the calling store's claims it no longer knows of (their answers were lost), putting
+their slots back."""

@@ -213,13 +213,22 @@ class RedisHeartbeatStore:
                 f"(it becomes the keys' hash tag), got {prefix!r}"
             )
         self.url = url
+        """The Redis URL as given, credentials included; reprs and messages mask the password."""
         self.prefix = prefix
+        """The keys' hash tag: every key is ``{prefix}:<name>`` (default
+        :data:`DEFAULT_PREFIX`)."""
         self.claim_ttl = _seconds(claim_ttl, "claim_ttl")
+        """Seconds, on Redis's clock, a claim on a slot lives before another worker may fire
+        the slot (default :data:`DEFAULT_CLAIM_TTL`)."""
         self.timeout = _seconds(timeout, "timeout")
+        """Seconds one operation may take, connecting included (default
+        :data:`DEFAULT_TIMEOUT`)."""
         tag = "{" + prefix + "}"
         self.keys: tuple[str, ...] = tuple(
             f"{tag}:{name}" for name in ("due", "entry", "claim", "until", "fired", "changed")
         )
+        """The store's Redis names, in order: the ``due``, ``entry``, ``claim``, ``until`` and
+        ``fired`` keys, and the ``changed`` pub/sub channel."""
         self._where = f"Redis at {_redacted(url)}"
         self._codec = None if codec is None else adopt_codec(self._name, None, codec)
         self._token = secrets.token_hex(8)
@@ -258,13 +267,22 @@ class RedisHeartbeatStore:
     # -- the codec ------------------------------------------------------------------------------
     @property
     def codec(self) -> HeartbeatCodec | None:
+        """The codec rows are signed and read with; ``None`` until a dispatcher hands one over
+        (or one was given when built)."""
         return self._codec
 
     def use_codec(self, codec: HeartbeatCodec) -> None:
+        """Sign and read rows with ``codec`` from now on. A second, different codec is a
+        :class:`~nucleo_trio.errors.UsageValueError`; anything but a
+        :class:`~nucleo_trio.heartbeat.HeartbeatCodec` is a :class:`TypeError`."""
         self._codec = adopt_codec(self._name, self._codec, codec)
 
     # -- the contract ---------------------------------------------------------------------------
     async def enqueue(self, heartbeat: Heartbeat) -> Heartbeat | None:
+        """Store ``heartbeat`` as a signed row, replacing any under its id, and answer the one
+        it displaced (``None`` when there was none). A heartbeat the runtime did not mint is a
+        :class:`TypeError`; a failed round trip is a
+        :class:`~nucleo_trio.errors.NucleoSystemError` naming Redis."""
         row = self._row(require_genuine(heartbeat))
         self._require_open()
         old, changed = await self._script(
@@ -276,6 +294,8 @@ class RedisHeartbeatStore:
         return self._restored(old, "displaced") if old else None
 
     async def cancel(self, heartbeat_id: str) -> Heartbeat | None:
+        """Remove the heartbeat ``heartbeat_id``, and any worker's claim on its slot, and
+        answer it; ``None`` when there was none."""
         if not isinstance(heartbeat_id, str):
             raise TypeError(f"a heartbeat id is a string, got {type(heartbeat_id).__name__}")
         self._require_open()
@@ -287,6 +307,11 @@ class RedisHeartbeatStore:
         return self._restored(old, "cancelled") if old else None
 
     async def poll_due(self, now: float) -> Heartbeat | None:
+        """Claim and answer the most overdue heartbeat due at or before ``now`` (epoch
+        seconds), or ``None`` when none is. The claim keeps other workers off the slot for
+        :attr:`claim_ttl` seconds; a slot that already fired elsewhere is skipped (moved on to
+        its next slot, or dropped) rather than answered. A claim another worker let run out is
+        put back on the schedule first, with a warning in the log."""
         if isinstance(now, bool) or not isinstance(now, int | float):
             raise TypeError(f"poll_due needs an instant in epoch seconds, got {now!r}")
         if not math.isfinite(now):
@@ -351,6 +376,8 @@ class RedisHeartbeatStore:
             return heartbeat
 
     async def peek_next_run_at(self) -> float | None:
+        """The earliest run instant held (epoch seconds), or the instant the earliest claim
+        runs out when that is sooner; ``None`` for an empty schedule with no claims."""
         await self._catch_up()
         head, remaining = await self._script(scripts.PEEK, [], "reading the next run instant")
         candidates = [] if not head else [float(head)]
@@ -359,6 +386,10 @@ class RedisHeartbeatStore:
         return min(candidates) if candidates else None
 
     async def re_enqueue_if_absent(self, heartbeat: Heartbeat) -> bool:
+        """Store the next slot ``heartbeat`` only if its id is free; answer whether it was
+        stored. For a slot this store claimed, the same script records the claimed slot as
+        fired and lets go of the claim; what cannot reach Redis now is written at the next
+        operation that does."""
         row = self._row(require_genuine(heartbeat))
         held = self._held.get(heartbeat.id)
         if held is None:
@@ -386,6 +417,9 @@ class RedisHeartbeatStore:
         return unregister
 
     async def inspect(self) -> tuple[Heartbeat, ...]:
+        """Every heartbeat on the schedule, in the order they fall due; slots claimed but not
+        yet recorded are not listed. A row whose signature fails is listed as the stand-in that
+        fails its fire; one that is not a stored row at all is left out and logged."""
         self._require_open()
         self._require_codec()
         rows = await self._script(scripts.INSPECT, [], "reading the schedule")

@@ -113,23 +113,33 @@ class RedisAccounts:
     ) -> None:
         owner = type(self).__name__
         self.url = check_url(owner, url)
+        """The Redis URL as given, credentials included; show :attr:`safe_url` instead."""
         self.namespace = check_name(owner, "namespace", namespace)
+        """The hash tag every key of these accounts starts with (default ``"nucleo"``)."""
         self.worker = (
             check_name(owner, "worker", worker)
             if worker is not None
             else f"{socket.gethostname().split('.')[0]}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )
+        """This process's name in Redis's holder records, the grant log and status rows; by
+        default the short host name, the pid and a random suffix."""
         self.lease_ttl = check_seconds(owner, "lease_ttl", lease_ttl, minimum=0.0)
+        """Seconds a lease, and a gate's permits, live in Redis without renewal (default 10.0);
+        the hub renews them every third of it."""
         self.reservation_ttl = (
             self.lease_ttl
             if reservation_ttl is None
             else check_seconds(owner, "reservation_ttl", reservation_ttl)
         )
+        """Seconds a waiting worker keeps its place in Redis's line without asking again
+        (default: ``lease_ttl``)."""
         if on_redis_lost not in ("refuse", "local_share"):
             raise ValueError(
                 f"{owner}: on_redis_lost must be 'refuse' or 'local_share', got {on_redis_lost!r}"
             )
         self.on_redis_lost = on_redis_lost
+        """What an account does while Redis is out of reach: ``"refuse"`` (the default) or
+        ``"local_share"``."""
         self.local_share: float | None = None
         """The fraction of each quota an account grants alone while Redis is lost."""
         if on_redis_lost == "local_share":
@@ -147,7 +157,10 @@ class RedisAccounts:
         self.lease_period = min(self.lease_ttl / 3, 1.0)
         """Seconds of use a lease is sized for (a third of ``lease_ttl``, at most one)."""
         self.timeout = check_seconds(owner, "timeout", timeout)
+        """Seconds one round trip, or one connect, may take before Redis counts as lost
+        (default 2.0)."""
         self.accounts: dict[str, SharedAccount] = {}
+        """The accounts this hub made, by name; the hub settles every one of them."""
         self.round_trips = 0
         """Settles sent to Redis (one round trip each), for measuring."""
         self._poke: trio.Event | None = None
