@@ -31,30 +31,46 @@ class JobState(enum.Enum):
     """
 
     QUEUED = "QUEUED"
+    """Submitted and waiting in a lane for its task to start; every job begins here."""
     SCHEDULED = "SCHEDULED"
+    """Its task has started: it waits for its dependencies, runs its input guards and waits
+    for admission to grant its demand."""
     RUNNING = "RUNNING"
+    """Executing: entered after ``pre_execute``, with the resources held, or at the first
+    progress the job publishes."""
     CANCELLING = "CANCELLING"
+    """Active. The dispatcher never enters it itself; a job's context may be moved to it."""
     IDLE = "IDLE"
+    """Active. The dispatcher never enters it itself; a job's context may be moved to it."""
     COMPLETED = "COMPLETED"
+    """Terminal: the job returned a result and its output guards passed."""
     FAILED = "FAILED"
+    """Terminal: the job raised, ran out of re-runs, or was refused at submit."""
     CANCELLED = "CANCELLED"
+    """Terminal: cancelled by a caller, by its workflow's cancel or by shutdown."""
     TIMED_OUT = "TIMED_OUT"
+    """Terminal: an attempt outlived the job's ``timeout``."""
 
     def __init__(self, value: str) -> None:
         # Stamped once per member, so the predicate the dispatcher asks on every transition
         # is a plain attribute read.
         self.is_terminal = value in {"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"}
+        """True for ``COMPLETED``, ``FAILED``, ``CANCELLED`` and ``TIMED_OUT``: a job that
+        reaches one stays there."""
 
     @property
     def is_active(self) -> bool:
+        """True for every state that is not terminal, ``IDLE`` and ``CANCELLING`` included."""
         return not self.is_terminal
 
     @property
     def is_failure(self) -> bool:
+        """True for ``FAILED`` and ``TIMED_OUT``; ``CANCELLED`` is not a failure."""
         return self is JobState.FAILED or self is JobState.TIMED_OUT
 
     @property
     def is_success(self) -> bool:
+        """True for ``COMPLETED`` only."""
         return self is JobState.COMPLETED
 
 
@@ -62,12 +78,19 @@ class JobType(enum.Enum):
     """The kind of work a job does, as the health report and the event logger group it."""
 
     JOB = "JOB"
+    """A plain :class:`~nucleo_trio.jobs.AbstractJob` subclass that names no kind of its own."""
     TOOL = "TOOL"
+    """A :class:`~nucleo_trio.jobs.Tool`: a leaf job, function tools included."""
     DOER = "DOER"
+    """An :class:`~nucleo_trio.jobs.Orchestrator` or a :class:`~nucleo_trio.jobs.Doer`."""
     THINKER = "THINKER"
+    """A :class:`~nucleo_trio.llm.Thinker`: the orchestrator that holds a model conversation."""
     GUARDRAIL = "GUARDRAIL"
+    """A :class:`~nucleo_trio.guardrails.Guardrail`: a guard, which runs as a job of its own."""
     LLM_CALL = "LLM_CALL"
+    """An :class:`~nucleo_trio.llm.LLMCall`: one model call, as a tool."""
     UTILITY = "UTILITY"
+    """A helper job; no built-in class uses it, a job class of yours may."""
 
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
@@ -83,50 +106,80 @@ def _freeze(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
 class JobSnapshot:
     """What a job is and where it stands, frozen.
 
-    ``job_class`` is the class's simple name and ``job_class_qualname`` its fully qualified
-    name. ``name`` follows the naming rule (ID-08): the job's own ``display_name`` when it
-    answers one, else the ``@display_name`` decorator's, else the class's simple name.
-    ``with_state``, ``with_attempt_number`` and ``with_description`` return copies.
+    Every event about a job carries one, taken when the event was made
+    (:meth:`JobContext.snapshot <nucleo_trio.jobs.JobContext.snapshot>`). The ``with_*``
+    methods return changed copies; the snapshot itself never changes. Times are wall-clock
+    seconds since the epoch (:func:`time.time`).
     """
 
     job_id: str
+    """The job's id, ``<prefix>-<12 hex digits>``."""
     workflow_id: str
+    """The id of the workflow the job belongs to: its root's id."""
     parent_job_id: str | None
+    """The id of what the job was built under: the workflow root's id for a root job (so it
+    equals ``workflow_id``), else the id of the job that submitted it."""
     user_id: str
+    """The user the job's workflow works for."""
     job_class: str
+    """The job's class name, without its module (``Fetch``)."""
     job_class_qualname: str
+    """The job's class with its module (``myapp.tools.Fetch``)."""
     kind: JobType = JobType.JOB
+    """The kind of job, from its class's ``job_type``."""
     name: str
+    """The job's name for people: its own ``display_name`` when it answers one, else the
+    ``@display_name`` decorator's, else :attr:`job_class`."""
     action: str = ""
+    """What the job is doing, in a word or two, from the ``@display_name`` decorator; ``""``
+    when none was given."""
     description: str | None = None
+    """What the job does: the context's ``description`` when set, else the
+    ``@tool_description`` decorator's (a function tool's docstring); ``None`` without either."""
     state: JobState = JobState.QUEUED
+    """The job's state when the snapshot was taken."""
     attempt_number: int = 0
+    """Which attempt the job is on: 0 before its first, 1 during the first, and one more for
+    each re-run."""
     priority: int = 0
+    """The job's priority; higher runs first in the priority lane."""
     timeout: float | None = None
+    """The deadline of each attempt, in seconds; ``None`` for a job with no deadline (an
+    orchestrator)."""
     metadata: Mapping[str, Any] = attrs.field(default=_EMPTY, converter=_freeze, hash=False)
+    """A read-only copy of the job's metadata: what the submitter passed, plus the keys the
+    runtime adds (``iteration``, ``wait_times``, ``admission_wait_ms``, ``obs.caller_class``)."""
     created_at: float | None = None
+    """When the job was submitted."""
     started_at: float | None = None
+    """When the job first turned ``RUNNING``; ``None`` until then."""
     ended_at: float | None = None
+    """When the job reached a terminal state; ``None`` until then."""
 
     @property
     def job_type(self) -> str:
-        """The job's class simple name (the reference's ``jobType()``)."""
+        """The job's class name, without its module: the same as :attr:`job_class`."""
         return self.job_class
 
     @property
     def is_root(self) -> bool:
+        """True for a root job: one built directly under its workflow root."""
         return self.parent_job_id == self.workflow_id
 
     def with_state(self, state: JobState) -> JobSnapshot:
+        """A copy in ``state``."""
         return attrs.evolve(self, state=state)
 
     def with_attempt_number(self, attempt_number: int) -> JobSnapshot:
+        """A copy on attempt ``attempt_number``."""
         return attrs.evolve(self, attempt_number=attempt_number)
 
     def with_description(self, description: str | None) -> JobSnapshot:
+        """A copy with ``description`` (``None`` for none)."""
         return attrs.evolve(self, description=description)
 
     def with_metadata(self, metadata: Mapping[str, Any]) -> JobSnapshot:
+        """A copy whose metadata is a read-only copy of ``metadata`` (replaced, not merged)."""
         return attrs.evolve(self, metadata=metadata)
 
 

@@ -1,10 +1,12 @@
 """The one interface through which a job takes over a conversation by id.
 
 A heartbeat that carries a conversation id fires only a job class that implements
-:class:`ConversationCarrier` (HB-02), and a thinker implements it to resume a conversation
-(TOOL-34). The interface is nominal on purpose: a class that merely has a method of the same
-name does not implement it.
+:class:`ConversationCarrier`, and a thinker implements it to resume a conversation. The
+interface is nominal on purpose: a class that merely has a method of the same name does not
+implement it.
 """
+
+# HB-02 (a heartbeat's conversation goes only to a carrier), TOOL-34 (a thinker resumes one).
 
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ class ConversationCarrier(abc.ABC):
     resumes it, and fails if no store holds it). A heartbeat naming a ``conversation_id`` fires
     only a job class that implements it; a class with a method of the same name that does not
     implement the interface fails the fire, so a coincidental setter can never swallow the
-    continuity obligation. The adoption itself belongs inside the job's execution, so the Heart
-    never waits on it.
+    continuity obligation. The adoption itself belongs inside the job's execution, so the
+    heartbeat scheduler never waits on it.
     """
 
     @abc.abstractmethod

@@ -32,16 +32,20 @@ __all__ = [
     "current_job",
 ]
 
-OBS_CALLER_CLASS = "obs.caller_class"
-"""Metadata key: the fully qualified class of the job that submitted this one (SUB-12)."""
+OBS_CALLER_CLASS = "obs.caller_class"  # SUB-12
+"""Metadata key the dispatcher writes when a job submits another: the submitting job's class,
+with its module (``myapp.flows.Research``). Admission guards read it to judge who calls."""
 
 log = logging.getLogger("nucleo_trio.context")
 
+# CTX-12: both waits are summed over the job's attempts.
 META_WAIT_TIMES = "wait_times"
-"""Metadata key: milliseconds waited per account, summed (CTX-12)."""
+"""Metadata key: a dict of the milliseconds the job waited on each account, by account name,
+summed over its attempts (:meth:`JobContext.record_resource_wait`)."""
 
 META_ADMISSION_WAIT_MS = "admission_wait_ms"
-"""Metadata key: the wall wait in admission, in milliseconds, summed (CTX-12)."""
+"""Metadata key: the milliseconds the job waited in admission before each grant, summed over
+its attempts (:meth:`JobContext.record_admission_wait`)."""
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
     "nucleo_trio_current_job", default=None
@@ -49,7 +53,7 @@ _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
 
 
 def current_job() -> JobContext | None:
-    """The context of the job whose task is running, or ``None`` outside any job (CTX-13).
+    """The context of the job whose task is running, or ``None`` outside any job.
 
     Tasks a job starts in its own nursery inherit it, as trio copies context into child tasks.
     """
@@ -124,7 +128,7 @@ _NO_OUTCOMES: Mapping[Any, Any] = MappingProxyType({})
 
 
 class CancellationToken:
-    """A one-shot cancellation signal with callbacks (CTX-14).
+    """A one-shot cancellation signal with callbacks.
 
     The first :meth:`cancel` wins and keeps its reason; callbacks run once, and a callback
     registered after the cancel runs at once. A token of its own touches no job context.
@@ -136,10 +140,12 @@ class CancellationToken:
 
     @property
     def is_cancelled(self) -> bool:
+        """True once :meth:`cancel` has been called."""
         return self._callbacks.fired
 
     @property
     def reason(self) -> str | None:
+        """The reason the first :meth:`cancel` gave; ``None`` until then."""
         return self._reason
 
     def cancel(self, reason: str = "Job cancelled") -> bool:
@@ -163,8 +169,8 @@ class JobContext:
     """Everything a running job can ask of the runtime about itself.
 
     The dispatcher creates one per submission. Inside :meth:`AbstractJob.execute` it is the job's
-    argument and also :func:`current_job`. State transitions are first-terminal-wins: a cancel
-    racing a completion has one winner and raises on neither side (ST-01..03).
+    argument and also :func:`current_job`. The first terminal state wins: a cancel racing a
+    completion has one winner and raises on neither side.
     """
 
     def __init__(
@@ -179,10 +185,16 @@ class JobContext:
         if not isinstance(user_id, str) or not user_id.strip():
             raise ValueError(f"a job context needs a non-blank user id, got {user_id!r}")
         self.job = job
+        """The job this context belongs to."""
         self.user_id = user_id
+        """The user the job works for."""
         # None only for a context built outside any dispatcher (tests, tools run by hand).
         self.dispatcher: JobDispatcher = dispatcher  # type: ignore[assignment]
+        """The dispatcher that runs the job; ``None`` for a context built outside any."""
         self.metadata: dict[str, Any] = dict(metadata or {})
+        """The job's metadata, a dict of its own: what the submitter passed, plus the keys the
+        runtime adds (:data:`META_WAIT_TIMES`, :data:`META_ADMISSION_WAIT_MS`, ...). Snapshots
+        copy it."""
         self._publish = publish
         self._state = JobState.QUEUED
         # The token and the two callback lists are made on first use: most jobs never touch
@@ -195,41 +207,66 @@ class JobContext:
         self._timed_out = False
         self._completed = False
         self.deadline: float | None = None
+        """When the current attempt's deadline falls, on the trio clock
+        (:func:`trio.current_time`, seconds); ``None`` before the first attempt is admitted and
+        for a job without a timeout."""
         self.attempt = 0
+        """The number of the current attempt: 0 before the first, 1 from when the first starts,
+        one more for each re-run."""
         self.created_at = time.time()
+        """When the context was made (at submit), in wall-clock seconds since the epoch."""
         self.started_at: float | None = None
+        """When the job first turned ``RUNNING``, in wall-clock seconds; ``None`` until then."""
         self.completed_at: float | None = None
+        """When the job reached a terminal state, in wall-clock seconds; ``None`` until then."""
         self.progress_percent: int | None = None
+        """The last percentage (0 to 100) given to :meth:`publish`; ``None`` until one is."""
         self.progress_message: str | None = None
+        """The last progress :meth:`publish` reported, as a string; ``None`` until then."""
         self.description: str | None = None
+        """What this one job does, for people; when set, snapshots carry it in place of the
+        class's ``@tool_description``. ``None`` by default."""
         self._result: Any = None
         self._has_result = False
         self.is_executing_job_with_resources = False
+        """True while an attempt of the job holds admitted resources. Awaiting another job's
+        :meth:`JobHandle.result <nucleo_trio.jobs.JobHandle.result>` then raises
+        :class:`~nucleo_trio.errors.JobDeadlockError`."""
         self.resources: JobResources | None = None
         """The attempt's grant and database handles while it holds them, else ``None``."""
         self.llm_responses: list[Any] = []
-        self.conversations: list[Any] = []
-        """The conversations this job owns; its teardown releases them (TOOL-35)."""
+        """The model responses recorded during the job (:meth:`record_llm_response`), in
+        order; the terminal event carries them, and the list is emptied after the teardown."""
+        self.conversations: list[Any] = []  # TOOL-35
+        """The conversations this job owns, in the order it took them; its teardown releases
+        them."""
         self._dependency_results: Mapping[JobSnapshot, Any] = _NO_OUTCOMES
         self._dependency_errors: Mapping[JobSnapshot, BaseException] = _NO_OUTCOMES
         self.handle: JobHandle[Any] | None = None
+        """The handle :meth:`JobDispatcher.submit <nucleo_trio.dispatch.JobDispatcher.submit>`
+        returned for the job; ``None`` for a context built by hand."""
         self._scope_guard: ScopeGuard | None = None
 
     # -- identity -----------------------------------------------------------------------------
     @property
     def job_id(self) -> str:
+        """The job's id."""
         return self.job.job_id
 
     @property
     def workflow_id(self) -> str:
+        """The id of the job's workflow."""
         return self.job.workflow_id
 
     @property
     def parent_job_id(self) -> str | None:
+        """The id of the job's parent: the workflow root or the job that submitted it."""
         return self.job.parent_job_id
 
     def snapshot(self) -> JobSnapshot:
-        """The job as it stands now, named by the naming rule (ID-08)."""
+        """The job as it stands now, frozen: what events carry (its name: the job's own
+        ``display_name``, else the ``@display_name`` decorator's, else the class name)."""
+        # ID-08: the naming rule.
         job = self.job
         facts = class_facts(type(job))
         return JobSnapshot(
@@ -256,11 +293,12 @@ class JobContext:
     # -- state --------------------------------------------------------------------------------
     @property
     def state(self) -> JobState:
+        """Where the job is in its life now."""
         return self._state
 
     def set_state(self, state: JobState) -> None:
-        """Move to ``state``; leaving a terminal state is refused with RuntimeError (ST-04)."""
-        if self._state.is_terminal:
+        """Move to ``state``; leaving a terminal state is refused with :class:`RuntimeError`."""
+        if self._state.is_terminal:  # ST-04
             raise RuntimeError(
                 f"illegal state transition for {self.job.name}: {self._state.value} -> {state.value}"
             )
@@ -285,7 +323,9 @@ class JobContext:
                 self.completed_at = time.time()
 
     def complete(self, result: Any) -> bool:
-        """Record the result and turn COMPLETED unless a terminal state won first (ST-03)."""
+        """Record the result and turn ``COMPLETED`` unless a terminal state won first;
+        answers whether it moved."""
+        # ST-03: the first terminal state wins.
         self._result = result
         self._has_result = True
         moved = self.try_transition(JobState.COMPLETED)
@@ -297,23 +337,27 @@ class JobContext:
         return moved
 
     def set_result(self, result: Any) -> None:
-        """Hold the result before the job turns COMPLETED (post_execute reads it, EXEC-02)."""
+        """Hold the result before the job turns ``COMPLETED``, so ``post_execute`` can read it
+        as :attr:`result`."""
+        # EXEC-02
         self._result = result
         self._has_result = True
 
     @property
     def result(self) -> Any:
+        """The result held by :meth:`set_result` or :meth:`complete`; ``None`` until then."""
         return self._result
 
     @property
     def has_result(self) -> bool:
+        """Whether a result has been held (a job may return ``None``)."""
         return self._has_result
 
     # -- cancellation -------------------------------------------------------------------------
     @property
     def token(self) -> CancellationToken:
-        """The job's :class:`CancellationToken` (CTX-14): cancelled with the job, and with the
-        first reason given; made on first use, already cancelled if the job is."""
+        """The job's :class:`CancellationToken`: cancelled with the job, and with the first
+        reason given; made on first use, already cancelled if the job is."""
         token = self._token
         if token is None:
             token = self._token = CancellationToken()
@@ -330,16 +374,20 @@ class JobContext:
 
     @property
     def is_cancelled(self) -> bool:
+        """True once the job was cancelled, or timed out (a timeout cancels it too)."""
         return self._cancelled
 
     @property
     def cancel_reason(self) -> str | None:
+        """The first reason the job was cancelled with (``"Job timed out"`` after a timeout);
+        ``None`` while it is not cancelled."""
         return self._token.reason if self._token is not None else self._cancel_reason
 
     def cancel(self, reason: str = "Job cancelled") -> bool:
-        """Signal cancellation. An active job turns CANCELLED; a terminal one keeps its state but
-        reads as cancelled (ST-02). Callbacks run once. Answers whether this call cancelled it."""
-        if self._cancelled:
+        """Signal cancellation. An active job turns ``CANCELLED``; a terminal one keeps its
+        state but reads as cancelled. Callbacks run once. Answers whether this call cancelled
+        it."""
+        if self._cancelled:  # ST-02
             return False
         self._cancel_token(reason)
         self.try_transition(JobState.CANCELLED)
@@ -354,7 +402,9 @@ class JobContext:
             self._cancel_callbacks.fire()
 
     def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
-        """Run ``callback`` once when the job is cancelled, at once if it already is (CTX-02)."""
+        """Run ``callback`` once when the job is cancelled, at once if it already is. Returns
+        a function that unregisters it. A callback that raises is logged; the others still
+        run."""
         if self._cancelled:
             _run_callback(callback, "cancel")
             return _noop
@@ -369,11 +419,13 @@ class JobContext:
 
     # -- deadline -----------------------------------------------------------------------------
     def arm_deadline(self, timeout: float | None) -> None:
+        """Set :attr:`deadline` to ``timeout`` seconds from now on the trio clock (``None``
+        for none); the dispatcher calls it as each attempt is admitted."""
         self.deadline = None if timeout is None else trio.current_time() + timeout
 
     @property
     def remaining_time(self) -> float | None:
-        """Seconds left before the deadline (negative once past), ``None`` without one (CTX-08)."""
+        """Seconds left before the deadline (negative once past), ``None`` without one."""
         if self.deadline is None:
             return None
         return self.deadline - trio.current_time()
@@ -412,7 +464,9 @@ class JobContext:
 
     def on_timeout(self, callback: Callable[[], object]) -> Callable[[], None]:
         """Run ``callback`` once when the job times out; at once if it already has. A job that
-        completed never times out, so a late registration is dropped (CTX-05/06)."""
+        completed never times out, so a late registration is dropped. Returns a function that
+        unregisters it."""
+        # CTX-05, CTX-06
         if self._completed and not self._timed_out:
             return _noop
         # Observing the clock here fires the timeout if the deadline has passed, so the new
@@ -426,19 +480,22 @@ class JobContext:
 
     @property
     def pending_timeout_callbacks(self) -> int:
+        """How many :meth:`on_timeout` callbacks are registered and have not run yet."""
         return 0 if self._timeout_callbacks is None else len(self._timeout_callbacks)
 
     # -- progress and notifications -----------------------------------------------------------
     def publish(self, data: Any, percent: int | None = None) -> None:
-        """Report progress: a QUEUED or SCHEDULED job turns RUNNING (ST-05); a terminal one
-        changes nothing.
+        """Report progress: a :class:`~nucleo_trio.bus.events.JobProgressEvent` carrying
+        ``data`` and ``percent`` (0 to 100; anything else raises :class:`ValueError`). A
+        ``QUEUED`` or ``SCHEDULED`` job turns ``RUNNING``; a terminal one publishes no progress.
 
         A heartbeat request is not progress: a ``ScheduleHeartbeat`` from an orchestrator is
-        minted with its user and sealed scope guard and goes to the Heart (any other job is
-        refused, "Only orchestrators may schedule"), and a ``CancelHeartbeat`` goes to the bus.
-        The dispatcher's Heart tells them apart; a context built outside any dispatcher has no
-        Heart, and what it publishes is progress.
+        scheduled for its user under its sealed scope guard (any other job is refused, "Only
+        orchestrators may schedule"), and a ``CancelHeartbeat`` goes to the bus. A context
+        built outside any dispatcher has no heartbeat schedule, and what it publishes is
+        progress.
         """
+        # ST-05
         heart = None if self.dispatcher is None else self.dispatcher.heart
         request = None if heart is None else heart.published_request(self, data)
         if request is not None:
@@ -451,11 +508,12 @@ class JobContext:
         self._record_progress(data, percent)
 
     def publish_user_progress(self, title: str, message: str, percent: int | None = None) -> None:
-        """Publish ``"<title>: <message>"`` as progress (CTX-09)."""
+        """Publish ``"<title>: <message>"`` as progress, as :meth:`publish` does."""
         self.publish(f"{title}: {message}", percent)
 
     def publish_user_notification(self, severity: Severity, title: str, message: str) -> None:
-        """Publish a :class:`UserNotificationEvent` of ``severity`` (CTX-10)."""
+        """Publish a :class:`~nucleo_trio.bus.events.UserNotificationEvent` of ``severity``
+        with ``title`` and ``message``, for the user; the job's state does not change."""
         self._emit(
             UserNotificationEvent(
                 snapshot=self.snapshot(), severity=severity, title=title, text=message
@@ -479,7 +537,9 @@ class JobContext:
 
     # -- waits ----------------------------------------------------------------------------------
     def record_resource_wait(self, account: str, ms: int) -> None:
-        """Add ``ms`` to the wait recorded for ``account`` under ``wait_times`` (CTX-12)."""
+        """Add ``ms`` milliseconds to the wait recorded for ``account`` under
+        :data:`META_WAIT_TIMES`; a blank account name or a negative wait raises
+        :class:`ValueError`. The dispatcher calls it after each grant."""
         if not isinstance(account, str) or not account.strip():
             raise ValueError(f"record_resource_wait needs an account name, got {account!r}")
         if ms < 0:
@@ -489,7 +549,9 @@ class JobContext:
         self.metadata[META_WAIT_TIMES] = waits
 
     def record_admission_wait(self, ms: int) -> None:
-        """Add ``ms`` to the wall wait in admission under ``admission_wait_ms`` (CTX-12)."""
+        """Add ``ms`` milliseconds to the wait in admission recorded under
+        :data:`META_ADMISSION_WAIT_MS`; a negative wait raises :class:`ValueError`. The
+        dispatcher calls it after each grant."""
         if ms < 0:
             raise ValueError(f"record_admission_wait: a wait cannot be negative, got {ms!r} ms")
         self.metadata[META_ADMISSION_WAIT_MS] = self.metadata.get(META_ADMISSION_WAIT_MS, 0) + int(
@@ -500,6 +562,8 @@ class JobContext:
     def set_dependency_outcomes(
         self, results: Mapping[JobSnapshot, Any], errors: Mapping[JobSnapshot, BaseException]
     ) -> None:
+        """Hold the dependencies' outcomes, keyed by their final snapshots; the dispatcher's
+        call once every dependency has settled."""
         self._dependency_results = dict(results)
         self._dependency_errors = dict(errors)
 
@@ -511,13 +575,16 @@ class JobContext:
 
     @property
     def dependency_errors(self) -> Mapping[JobSnapshot, BaseException]:
+        """Each failed dependency's error keyed by its final snapshot; only a job that
+        tolerates dependency failures runs with any. Read-only."""
         return MappingProxyType(self._dependency_errors)
 
     def all_dependency_results(self) -> list[Any]:
+        """Every dependency's result, in declaration order (``None`` for a failed one)."""
         return list(self._dependency_results.values())
 
     def single_dependency_result(self) -> Any:
-        """The one dependency's result; zero or several is a RuntimeError (CTX-11)."""
+        """The one dependency's result; zero or several raise :class:`RuntimeError`."""
         count = len(self._dependency_results)
         if count != 1:
             raise RuntimeError(
@@ -527,6 +594,8 @@ class JobContext:
 
     # -- LLM calls --------------------------------------------------------------------------------
     def record_llm_response(self, response: Any) -> None:
+        """Add ``response`` to :attr:`llm_responses`; the observable model clients of
+        :mod:`nucleo_trio.llm.clients` call it once per call, failed calls included."""
         self.llm_responses.append(response)
 
     def hold_conversation(self, conversation: Any) -> None:

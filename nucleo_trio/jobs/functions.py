@@ -83,10 +83,14 @@ class FunctionTool(Tool[R]):
         super().__init__(parent)
         bound.apply_defaults()
         self.args: tuple[Any, ...] = bound.args
+        """The positional arguments the function is called with, defaults filled in."""
         self.kwargs: dict[str, Any] = bound.kwargs
+        """The keyword arguments the function is called with (keyword-only parameters)."""
         arguments = dict(bound.arguments)
         if not arguments:
             self.input: Any = None
+            """What the input-side content guards judge: the one argument's value, a dict of
+            every argument by name when there are several, ``None`` when there are none."""
         elif len(arguments) == 1:
             self.input = next(iter(arguments.values()))
         else:
@@ -168,7 +172,10 @@ class ToolFunction(Generic[P, R]):
         job_class: type[FunctionTool[R]],
     ) -> None:
         self.function = function
+        """The decorated coroutine function itself."""
         self.job_class = job_class
+        """The :class:`FunctionTool` subclass made for the function, named after it; its
+        class attributes carry the decorator's settings."""
         self.__wrapped__ = function
         self.__name__: str = function.__name__
         self.__qualname__: str = function.__qualname__
@@ -190,14 +197,26 @@ class ToolDecorator:
     """What ``function_tool(...)`` with settings returns: apply it to a coroutine function."""
 
     timeout: float | None = DEFAULT_TIMEOUT
+    """The tool's deadline per attempt, in seconds (``None`` for none); thirty minutes by
+    default."""
     priority: int = 0
+    """The tool's priority; higher runs first in the priority lane. 0 by default."""
     upstream_retries: int = DEFAULT_UPSTREAM_RETRIES
+    """How many times an upstream signal re-runs the tool; 3 by default."""
     tolerates_dependency_failures: bool = False
+    """Whether the tool still runs when a dependency failed; ``False`` by default."""
     requirements: Requirements | None = None
+    """A :class:`~nucleo_trio.jobs.JobRequirements` (each job gets a copy) or a function of no
+    arguments that builds one per attempt; ``None`` declares nothing."""
     guards: Sequence[GuardFactory] = ()
+    """Callables that build one content, auth or admission guard each from the job; built
+    afresh for every submission."""
     name: str | None = None
+    """The display name snapshots carry; ``None`` leaves the function's name."""
     action: str = ""
+    """The action snapshots carry, as :func:`~nucleo_trio.jobs.display_name` gives it."""
     description: str | None = None
+    """What the tool does; ``None`` takes the first paragraph of the function's docstring."""
 
     def __call__(
         self, function: Callable[Concatenate[JobContext, P], Awaitable[R]]

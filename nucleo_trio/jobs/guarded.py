@@ -35,15 +35,15 @@ class GuardedExecution:
     __slots__ = ()
 
     def content_guardrails(self) -> Sequence[ContentGuardrail]:
-        """Guards on the job's input or result; none by default (GRD-09)."""
+        """Guards on the job's input or its result; none by default."""
         return ()
 
     def auth_guardrails(self) -> Sequence[AuthGuardrail]:
-        """Guards on the workflow's principal; none by default (GRD-09)."""
+        """Guards on the user the workflow works for; none by default."""
         return ()
 
     def admission_guardrails(self) -> Sequence[AdmissionGuardrail]:
-        """Guards on who may call the job and from where; none by default (GRD-09)."""
+        """Guards on who may call the job and from where; none by default."""
         return ()
 
     def validation_guardrails(self) -> Sequence[ValidationGuardrail]:
@@ -52,5 +52,6 @@ class GuardedExecution:
 
     def guarded_input_target(self) -> Any:
         """What the input-side content guards judge and whose claim the door judges: the job's
-        ``input`` attribute, ``None`` when it has none (GRD-09)."""
+        ``input`` attribute, ``None`` when it has none."""
+        # GRD-09: the declarations are asked on every route, a direct submit included.
         return getattr(self, "input", None)

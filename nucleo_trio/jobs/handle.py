@@ -41,12 +41,15 @@ class JobHandle(Generic[R]):
 
     ``await handle.result()`` waits for the job and returns its result or raises its failure
     (the failure itself, chained with ``__cause__``). The handle settles last on every path:
-    after the terminal event, the workflow event and the job's teardown (EXEC-09).
+    after the terminal event, the workflow event and the job's teardown.
     """
 
     def __init__(self, job: AbstractJob[R], context: JobContext) -> None:
+        # EXEC-09: _settle is the last step of every path (JobDispatcher._finish).
         self.job = job
+        """The job this handle is for."""
         self.context = context
+        """The job's context: its state, metadata, progress and timing."""
         self._settled = trio.Event()
         try:
             self._token: trio.lowlevel.TrioToken | None = trio.lowlevel.current_trio_token()
@@ -59,18 +62,22 @@ class JobHandle(Generic[R]):
 
     @property
     def job_id(self) -> str:
+        """The job's id."""
         return self.job.job_id
 
     @property
     def workflow_id(self) -> str:
+        """The id of the job's workflow."""
         return self.job.workflow_id
 
     @property
     def state(self) -> JobState:
+        """The job's state now. It turns terminal a moment before the handle is :attr:`done`."""
         return self.context.state
 
     @property
     def done(self) -> bool:
+        """True once the handle has settled: :meth:`outcome` then answers without waiting."""
         return self._settled.is_set()
 
     @property
@@ -141,7 +148,7 @@ class JobHandle(Generic[R]):
 
     def cancel(self, reason: str = "Job cancelled") -> bool:
         """The cooperative cancel of ``dispatcher.cancel(job_id, reason)``: answers whether the
-        job was found queued or running (EXEC-19).
+        job was found queued or running (``False`` once the handle has settled).
 
         Call it in the job's trio run; from another thread,
         ``trio.from_thread.run_sync(handle.cancel, trio_token=handle.trio_token)``.

@@ -17,16 +17,24 @@ class Identifiable(Protocol):
     """Anything a job can be built under: a workflow root or another job."""
 
     @property
-    def job_id(self) -> str: ...
+    def job_id(self) -> str:
+        """The id the jobs built under it name as their parent."""
+        ...
 
     @property
-    def workflow_id(self) -> str: ...
+    def workflow_id(self) -> str:
+        """The workflow the jobs built under it join."""
+        ...
 
     @property
-    def parent_job_id(self) -> str | None: ...
+    def parent_job_id(self) -> str | None:
+        """Its own parent's id; ``None`` for a workflow root."""
+        ...
 
     @property
-    def user_id(self) -> str: ...
+    def user_id(self) -> str:
+        """The user the jobs built under it work for."""
+        ...
 
 
 # Ids name jobs, they guard nothing: a generator seeded from the OS once per process draws
@@ -48,20 +56,25 @@ def _non_blank(instance: object, attribute: attrs.Attribute[str], value: object)
 
 @attrs.frozen
 class WorkflowRoot:
-    """The identity a root job is built under: its own workflow, with no parent (ID-01).
+    """The identity a root job is built under: its own workflow, with no parent.
 
     Build it with :func:`workflow`; built directly, it refuses a missing or blank id or user.
     """
 
     job_id: str = attrs.field(validator=_non_blank)
+    """The root's id, which is also the workflow's id: the ``parent_job_id`` of every root
+    job built under it."""
     user_id: str = attrs.field(validator=_non_blank)
+    """The user every job of the workflow works for."""
 
     @property
     def workflow_id(self) -> str:
+        """The same as :attr:`job_id`: a root is its own workflow."""
         return self.job_id
 
     @property
     def parent_job_id(self) -> None:
+        """Always ``None``: a root has no parent."""
         return None
 
 
@@ -69,8 +82,9 @@ def workflow(user_id: str, prefix: str) -> WorkflowRoot:
     """Start a workflow for ``user_id``: the parent of every root job in it.
 
     The id is ``<prefix>-<random tail>`` and is its own workflow id. A missing or empty user or
-    prefix is refused with :class:`ValueError` (ID-02).
+    prefix is refused with :class:`ValueError`.
     """
+    # ID-02
     if not isinstance(user_id, str) or not user_id.strip():
         raise ValueError(f"workflow() needs a non-empty user id, got {user_id!r}")
     if not isinstance(prefix, str) or not prefix.strip():

@@ -40,14 +40,16 @@ R = TypeVar("R")
 T = TypeVar("T")
 J = TypeVar("J", bound=type)
 
-DEFAULT_TIMEOUT: float = 30 * 60.0
-"""A job's deadline unless it declares another: thirty minutes (ID-07)."""
+DEFAULT_TIMEOUT: float = 30 * 60.0  # ID-07
+"""The deadline of each attempt of a job that declares no other, in seconds: thirty minutes."""
 
 DEFAULT_UPSTREAM_RETRIES: int = 3
-"""Transparent re-runs a job gets on upstream signals unless it or its caller sets another."""
+"""How many times a job is re-run on an upstream signal (a rate limit, a transient error)
+unless it or its caller sets another ``upstream_retries``: three."""
 
-META_ITERATION: str = "iteration"
-"""Metadata key of a child's ordinal in its parent's execution order (ORD-01)."""
+META_ITERATION: str = "iteration"  # ORD-01
+"""Metadata key under which a :class:`Doer` stamps each child with the step it was submitted
+in: 1 for the first step, children submitted together share one."""
 
 PRIORITY_RANGE: tuple[int, int] = (-(2**63), 2**63 - 1)
 """The priorities a job may have: a signed 64-bit int, what the recorders, exporters and SQLite
@@ -193,7 +195,10 @@ _CHECKED_SETTINGS: dict[str, tuple[str, Callable[[object, Any], object]]] = {
 
 
 def display_name(name: str, action: str = "") -> Callable[[J], J]:
-    """Class decorator naming a job for people: its snapshot's ``name`` and ``action`` (ID-08)."""
+    """Class decorator naming a job for people: its snapshots carry ``name`` and ``action``.
+
+    A job's own ``display_name`` property, when it answers one, still wins over ``name``.
+    """
 
     def mark(cls: J) -> J:
         setattr(cls, "__nucleo_display_name__", name)  # noqa: B010 - a dunder mypy cannot see
@@ -220,7 +225,7 @@ class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
 
     A job is built under a parent :class:`Identifiable`: a :func:`workflow` root or another job.
     It mints the id ``<prefix>-<tail>`` (the class name when no prefix is given) and inherits
-    its parent's workflow and user (ID-03..05). Override :meth:`execute`; override
+    its parent's workflow and user. Override :meth:`execute`; override
     :meth:`requirements` to declare what admission must grant before it runs.
 
     Knobs a subclass or its caller may set: ``priority`` (an int; higher runs first in the
@@ -235,6 +240,8 @@ class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
     """
 
     job_type: ClassVar[JobType] = JobType.JOB
+    """The kind of job, as snapshots, the health report and the metrics group it; each base
+    class sets its own (``TOOL``, ``DOER``, ...), ``JOB`` here."""
     _has_deadline: ClassVar[bool] = True
     """False for orchestrators, whose timeout is always ``None``."""
 
@@ -280,22 +287,27 @@ class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
     # -- identity -----------------------------------------------------------------------------
     @property
     def job_id(self) -> str:
+        """The job's id, minted when it is built: ``<prefix>-<12 hex digits>``."""
         return self._job_id
 
     @property
     def id(self) -> str:
+        """The same as :attr:`job_id`."""
         return self._job_id
 
     @property
     def parent_job_id(self) -> str | None:
+        """The id of the parent the job was built under: a workflow root or another job."""
         return self._parent_job_id
 
     @property
     def workflow_id(self) -> str:
+        """The id of the workflow the job belongs to, inherited from its parent."""
         return self._workflow_id
 
     @property
     def user_id(self) -> str:
+        """The user the job works for, inherited from its parent."""
         return self._user_id
 
     @property
@@ -323,7 +335,10 @@ class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
     # -- knobs --------------------------------------------------------------------------------
     @property
     def timeout(self) -> float | None:
-        """The deadline of each attempt in seconds, ``None`` for none (ID-07)."""
+        """The deadline of each attempt, in seconds, counted from when admission grants it;
+        ``None`` for none. Thirty minutes unless the class or the caller sets another; a
+        value that is not positive and finite raises :class:`TypeError` or :class:`ValueError`
+        on assignment."""
         return self._nucleo_timeout
 
     @timeout.setter
@@ -339,7 +354,9 @@ class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
 
     @property
     def priority(self) -> int:
-        """Higher runs first in the priority lane; 0 by default (ID-06, ROUTE-03)."""
+        """An int; higher runs first in the priority lane (jobs with a timeout of five seconds
+        or less), 0 by default. A bool, a float or a value outside a signed 64-bit int raises
+        on assignment."""
         return self._nucleo_priority
 
     @priority.setter
@@ -351,7 +368,8 @@ class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
 
     @property
     def upstream_retries(self) -> int:
-        """How many times an upstream signal re-runs the job transparently."""
+        """How many times an upstream signal (a rate limit, a transient error) re-runs the job
+        before it fails: an int >= 0, :data:`DEFAULT_UPSTREAM_RETRIES` by default."""
         return self._nucleo_retries
 
     @upstream_retries.setter
@@ -363,7 +381,8 @@ class AbstractJob(GuardedExecution, abc.ABC, Generic[R]):
 
     @property
     def tolerates_dependency_failures(self) -> bool:
-        """Whether the job runs when a dependency failed, with ``None`` for its result."""
+        """Whether the job still runs when a dependency failed, reading ``None`` as that
+        dependency's result; ``False`` by default, when a failed dependency fails the job."""
         return self._nucleo_tolerates
 
     @tolerates_dependency_failures.setter
@@ -396,8 +415,7 @@ class ScopeAuthority:
     Its effective :class:`~nucleo_trio.guardrails.ScopeGuard` is composed at its own dispatch
     (its caller's guard, merged with its own scope and with any guard assigned here before
     dispatch) and sealed. From then on :attr:`scope_guard` answers the captured guard and
-    :meth:`set_scope_guard` refuses, so nothing the flow produces can shed or replace it
-    (GRD-28, GRD-29).
+    :meth:`set_scope_guard` refuses, so nothing the flow produces can shed or replace it.
     """
 
     _assigned_scope_guard: ScopeGuard | None = None
@@ -423,8 +441,9 @@ class ScopeAuthority:
         self._assigned_scope_guard = guard
 
     def seal_scope_guard(self, guard: ScopeGuard) -> None:
-        """Install the guard the door composed; the dispatcher's call, once."""
-        if self._sealed_scope_guard is not None:
+        """Install the guard the door composed; the dispatcher's call, once (a second raises
+        :class:`RuntimeError`)."""
+        if self._sealed_scope_guard is not None:  # GRD-28, GRD-29
             raise RuntimeError(f"{self!r}: the scope guard is already sealed")
         self._sealed_scope_guard = guard
 
@@ -433,6 +452,7 @@ class Tool(AbstractJob[R]):
     """A leaf job that does one thing, usually with resources; thirty minutes by default."""
 
     job_type: ClassVar[JobType] = JobType.TOOL
+    """``JobType.TOOL``."""
 
 
 class Orchestrator(AbstractJob[R], ScopeAuthority):
@@ -440,17 +460,20 @@ class Orchestrator(AbstractJob[R], ScopeAuthority):
 
     It holds nothing admission manages, so it has no requirements and no deadline: it waits on
     its children freely (``await handle.result()`` is allowed) and never meets the memory gate.
-    Its type is ``DOER`` (a thinker's is ``THINKER``, TOOL-03).
+    Its type is ``DOER`` (a thinker's is ``THINKER``). A subclass that overrides
+    :meth:`requirements` is refused with :class:`TypeError` when the class is made.
     """
 
+    # TOOL-03: no requirements, no deadline.
     job_type: ClassVar[JobType] = JobType.DOER
+    """``JobType.DOER``."""
     _has_deadline: ClassVar[bool] = False
     _nucleo_timeout: float | None = None
 
     @property
     def timeout(self) -> None:
-        """Always ``None``: an orchestrator has no deadline; the jobs it submits carry their own
-        (TOOL-03)."""
+        """Always ``None``: an orchestrator has no deadline; the jobs it submits carry their
+        own. Assigning anything but ``None`` raises :class:`TypeError`."""
         return None
 
     @timeout.setter
@@ -462,7 +485,7 @@ class Orchestrator(AbstractJob[R], ScopeAuthority):
             )
 
     def set_timeout(self, seconds: float | None) -> None:
-        """Refused: an orchestrator has no timeout to set (TOOL-03)."""
+        """Refused with :class:`TypeError`: an orchestrator has no timeout to set."""
         raise TypeError(
             f"{self.name} is an orchestrator and has no timeout; give the jobs it submits their own"
         )
@@ -490,11 +513,12 @@ class Doer(Orchestrator[R]):
 
     ``submit_in_step`` opens a new step for one child; ``next_step`` opens a step and
     ``submit_in_current_step`` puts every job of one fan-out into it, so children that run in
-    parallel share one ordinal and sequential ones count up (ORD-01). The ordinal lands in the
-    child's metadata under :data:`META_ITERATION`.
+    parallel share one ordinal and sequential ones count up. The ordinal lands in the child's
+    metadata under :data:`META_ITERATION`.
     """
 
     job_type: ClassVar[JobType] = JobType.DOER
+    """``JobType.DOER``, as for any orchestrator."""
 
     def __init__(self, parent: Identifiable, prefix: str | None = None) -> None:
         super().__init__(parent, prefix)
@@ -502,6 +526,7 @@ class Doer(Orchestrator[R]):
 
     @property
     def current_step(self) -> int:
+        """The ordinal of the step open now: 0 before the first, 1 once the first opened."""
         return self._step
 
     def next_step(self) -> int:

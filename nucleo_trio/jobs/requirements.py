@@ -60,20 +60,24 @@ class LimiterRequirement:
     """
 
     limiter: RateLimiter
+    """The account the job draws on."""
     amount: Any = attrs.field(default=None, validator=_check_limiter_amount)
+    """What the job takes from it: permits on a counting gate (``None`` for one), tokens on a
+    token bucket, requests on a rate limit (``None`` for one)."""
 
 
 @attrs.define
 class JobRequirements:
     """A job's declared needs, captured by the dispatcher once at submit and once per attempt.
 
-    Build it fluently from :meth:`Job.requirements`::
+    Build it fluently in :meth:`AbstractJob.requirements
+    <nucleo_trio.jobs.AbstractJob.requirements>`::
 
         def requirements(self) -> JobRequirements:
             return JobRequirements().require_rate_limiter(self.search_quota, 1).require_http()
 
-    ``requires_queueing=False`` runs the job at once instead of through a lane (ROUTE-01).
-    A job that declares any resource must have a timeout (SUB-08).
+    A job that declares any resource must have a timeout: one whose ``timeout`` is ``None``
+    is refused at submit (its handle is born failed).
 
     Databases are declared by provider (or by the name a dispatcher registered it under):
     the demand gets one permit on each provider's gate, and the job finds its connection
@@ -81,13 +85,27 @@ class JobRequirements:
     ``execute`` inside ``begin_all``/``commit_all``, rolling back on a failure.
     """
 
+    # ROUTE-01 (requires_queueing), SUB-08 (resources need a timeout, checked at the door).
     requires_queueing: bool = True
+    """Whether the job waits in a lane (the default) or runs at once on a task of its own
+    (:meth:`without_queueing`)."""
     requires_http: bool = False
+    """Whether the job itself uses an HTTP connection (:meth:`require_http`); see also
+    :attr:`needs_http`."""
     requires_transaction: bool = False
+    """Whether ``execute`` runs inside a transaction on each declared database
+    (:meth:`require_transaction`)."""
     read_only: bool = False
+    """Whether the providers are asked for read-only connections
+    (:meth:`read_only_connections`)."""
     rate_limiters: list[LimiterRequirement] = attrs.field(factory=list)
+    """The custom accounts the job draws on, one :class:`LimiterRequirement` each, in the
+    order declared (:meth:`require_rate_limiter`)."""
     databases: list[DBResourceProvider | str] = attrs.field(factory=list)
+    """The databases the job uses: providers, or the names they are registered under in the
+    dispatcher (:meth:`require_database`)."""
     model_bindings: list[ModelBinding] = attrs.field(factory=list)
+    """The models the job calls in this attempt (:meth:`require_model`)."""
     memory_bytes: int | None = None
     """The memory the job promises to use (:meth:`require_memory`), or ``None``."""
 
@@ -105,9 +123,12 @@ class JobRequirements:
     def require_model(self, binding: ModelBinding) -> JobRequirements:
         """Add a model the job calls in this attempt (:class:`~nucleo_trio.models.ModelBinding`):
         resolved and priced before anything is held, then a token reservation on the entry's
-        bucket (or a permit on its gate) heads the demand, and the ``http`` gate joins it (JR-02,
-        JR-03). Mint the binding inside :meth:`Job.requirements`, so every attempt gets a fresh one.
+        bucket (or a permit on its gate) heads the demand, and the ``http`` gate joins it.
+        Mint the binding inside :meth:`AbstractJob.requirements
+        <nucleo_trio.jobs.AbstractJob.requirements>`, so every attempt gets a fresh one.
+        Anything but a binding raises :class:`ValueError`.
         """
+        # JR-02, JR-03
         if not isinstance(binding, ModelClaim):
             raise ValueError(f"require_model takes a ModelBinding, got {binding!r}")
         self.model_bindings.append(binding)
@@ -116,7 +137,7 @@ class JobRequirements:
     def require_rate_limiter(self, limiter: RateLimiter, amount: Any = None) -> JobRequirements:
         """Add a custom account to the job's demand; it joins admission like a built-in.
 
-        ``amount`` is what the demand carries for it (JR-04): on a counting gate, a number of
+        ``amount`` is what the demand carries for it: on a counting gate, a number of
         permits (``require_rate_limiter(gpu_memory, 24)`` takes 24 of the gate's permits,
         ``None`` takes one); on a token bucket, tokens; on a
         :class:`~nucleo_trio.admission.RateLimit`, requests, so
@@ -149,7 +170,10 @@ class JobRequirements:
         return self
 
     def require_transaction(self, required: bool = True) -> JobRequirements:
-        """Run ``execute`` inside one transaction per declared database (EXEC-03..05)."""
+        """Run ``execute`` inside one transaction per declared database: committed when it
+        returns, rolled back when it raises, times out or is cancelled. Without a declared
+        database there is no transaction. ``required=False`` takes the request back."""
+        # EXEC-03..05
         self.requires_transaction = required
         return self
 
@@ -170,12 +194,14 @@ class JobRequirements:
 
     @property
     def limiters(self) -> Sequence[LimiterRequirement]:
+        """:attr:`rate_limiters` as a tuple, read-only."""
         return tuple(self.rate_limiters)
 
     @property
     def needs_http(self) -> bool:
         """True when the job, any model binding or any of its limiters needs the HTTP
-        connection gate (JR-03)."""
+        connection gate: the demand then takes one permit on the dispatcher's ``http`` gate."""
+        # JR-03
         if self.requires_http or self.model_bindings:
             return True
         return bool(self.rate_limiters) and any(
@@ -184,7 +210,9 @@ class JobRequirements:
 
     @property
     def has_resources(self) -> bool:
-        """True when admission must grant something before the job runs (JR-05)."""
+        """True when admission must grant something before the job runs: a limiter, a
+        database, the HTTP gate or a memory promise. Such a job must have a timeout."""
+        # JR-05
         return (
             bool(self.rate_limiters)
             or bool(self.databases)
