@@ -81,7 +81,13 @@ class LimiterFactory(Protocol):
 
     # `*args` is never passed; with `**settings` it makes the signature gradual after `name`,
     # so a class such as `CountingGate(name, capacity)` type-checks as a factory.
-    def __call__(self, name: str, /, *args: Any, **settings: Any) -> RateLimiter: ...
+    def __call__(self, name: str, /, *args: Any, **settings: Any) -> RateLimiter:
+        """Build the account called ``name`` from the kind's keyword ``settings``.
+
+        Raise when a setting cannot be honoured; the registry turns that into a
+        :class:`~nucleo_trio.plugins.PluginError` naming the kind and its plugin.
+        """
+        ...
 
 
 class DBProviderFactory(Protocol):
@@ -92,7 +98,14 @@ class DBProviderFactory(Protocol):
     ``max_connections`` for SQLite or ``conninfo`` for PostgreSQL.
     """
 
-    def __call__(self, name: str, /, *args: Any, **settings: Any) -> DBResourceProvider: ...
+    def __call__(self, name: str, /, *args: Any, **settings: Any) -> DBResourceProvider:
+        """Build the provider of the datasource called ``name`` from the kind's keyword
+        ``settings``.
+
+        Raise when a setting cannot be honoured; the registry turns that into a
+        :class:`~nucleo_trio.plugins.PluginError` naming the kind and its plugin.
+        """
+        ...
 
 
 class GuardrailFactory(Protocol):
@@ -104,7 +117,14 @@ class GuardrailFactory(Protocol):
     first is a factory as it stands.
     """
 
-    def __call__(self, parent: Identifiable, /, *args: Any, **settings: Any) -> Guardrail: ...
+    def __call__(self, parent: Identifiable, /, *args: Any, **settings: Any) -> Guardrail:
+        """Build one guard of ``parent``, the job it gates, from the kind's keyword
+        ``settings``.
+
+        Raise when a setting cannot be honoured; the registry turns that into a
+        :class:`~nucleo_trio.plugins.PluginError` naming the guardrail and its plugin.
+        """
+        ...
 
 
 # Each stub's body is only its docstring: pluggy reads a specification's name, arguments and
@@ -163,6 +183,7 @@ def nucleo_trio_guardrails() -> Mapping[str, GuardrailFactory]:  # type: ignore[
 # --- models -------------------------------------------------------------------------------------
 
 
+# MOD-05: fragments are read only when no catalog file is named.
 @hookspec
 def nucleo_trio_model_catalog() -> Mapping[str, Any] | None:
     """Contribute model catalog entries (a registration hook: every answer counts).
@@ -170,7 +191,7 @@ def nucleo_trio_model_catalog() -> Mapping[str, Any] | None:
     Called when a dispatcher's :class:`~nucleo_trio.models.ModelRuntime` first needs its
     catalog and neither its configuration (``models``) nor the ``NUCLEO_TRIO_MODELS``
     environment variable names a catalog file; a named file is the whole catalog and no
-    fragment is read (MOD-05).
+    fragment is read.
 
     Return a catalog fragment: plain data of the catalog file's shape, a mapping with a
     ``models`` list of entries and optionally ``provider_defaults``, or ``None`` to contribute
