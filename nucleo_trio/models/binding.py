@@ -10,14 +10,13 @@ take on that entry, which become the binding's reservation on the entry's token 
 The forms, by what the job knows when it declares:
 
 * **flat**: input tokens counted by the job, plus the declared output, plus the depth's
-  thinking budget (MOD-19);
+  thinking budget;
 * **prompt**: a prompt text counted under the resolved entry's tokenizer, plus the declared
-  output (MOD-20);
+  output;
 * **wired**: a conversation, priced as its total tokens plus its output and thinking budgets;
-  resolving stamps the entry on the conversation, so the next call can stay with it (MOD-21);
-* **pinned**: any of the above on one named entry, skipping the picker but not the gate
-  (MOD-22, MOD-24);
-* **embeddings**: a count of tokens to embed, no grade (MOD-23); and **decision**, a request
+  resolving stamps the entry on the conversation, so the next call can stay with it;
+* **pinned**: any of the above on one named entry, skipping the picker but not the gate;
+* **embeddings**: a count of tokens to embed, no grade; and **decision**, a request
   counted under the entry's tokenizer with no output.
 
 No form has a default output: an output declaration is part of every language-model form.
@@ -55,9 +54,13 @@ class OutputDeclaration:
     """How long an answer may be: an :class:`OutputSize` rung, or a number of tokens."""
 
     size: OutputSize | int = attrs.field(converter=_output_value)
+    """An :class:`OutputSize` rung, or a positive number of tokens; anything else is a
+    ValueError."""
 
     @classmethod
     def of(cls, value: OutputDeclaration | OutputSize | int) -> OutputDeclaration:
+        """``value`` as a declaration: a declaration as it is, a rung or a token count wrapped
+        (a ValueError when it is neither)."""
         return value if isinstance(value, OutputDeclaration) else cls(value)
 
     def budget(self, spec: ModelSpec) -> int:
@@ -73,6 +76,8 @@ class WiredConversation(Protocol):
     """What a wired binding reads from its conversation (see :mod:`nucleo_trio.llm`)."""
 
     prior_spec_id: str | None
+    """The entry the conversation's last call used, ``None`` before its first; resolving a
+    wired binding sets it to the resolved entry's id."""
 
     def input_tokens(self, spec: ModelSpec) -> int:
         """The tokens the conversation sends, counted under ``spec``'s tokenizer."""
@@ -136,8 +141,14 @@ class ModelBinding(ModelClaim):
 
     ``resolve(spec)`` happens once (a second call is a RuntimeError), ``model`` is readable
     only after it (an :class:`~nucleo_trio.errors.UncorrectableError` before), and
-    ``reservation`` only after :meth:`price` (a RuntimeError before) (MOD-18).
+    ``reservation`` only after :meth:`price` (a RuntimeError before). The dispatcher resolves
+    and prices every binding of an attempt before the attempt runs; a job only builds them.
+
+    A bad argument to a form (no output declaration, a negative count, a pinned entry of the
+    wrong kind) is a ValueError when the binding is built.
     """
+
+    # MOD-18: resolve once; model before resolution and reservation before price refuse.
 
     def __init__(
         self,
@@ -154,14 +165,23 @@ class ModelBinding(ModelClaim):
         inputs: frozenset[Input] = frozenset(),
     ) -> None:
         self.kind = kind
+        """What the binding calls: a language model, embeddings or a decision entry."""
         self.form = form
+        """The form it was built with: ``"flat"``, ``"prompt"``, ``"wired"`` (pinned or not),
+        ``"pinned"``, ``"embeddings"`` (pinned or not) or ``"decision"``."""
         self.grade = grade
+        """The grade asked for; ``None`` for a pinned, embeddings or decision binding."""
         self.depth = depth
+        """The depth the call works at; IMMEDIATE for an embeddings or decision binding."""
         self.output = output
+        """The declared output; ``None`` for a wired binding (its conversation declares it)
+        and for an embeddings or decision binding."""
         self.inputs = inputs
+        """What the call declares it sends besides text; empty unless declared."""
         self._input_tokens = input_tokens
         self._prompt = prompt
         self.conversation = conversation
+        """The conversation of a wired binding; ``None`` for every other form."""
         self._pinned = pinned
         self._spec: ModelSpec | None = None
         self._input_reservation: int | None = None
@@ -181,7 +201,8 @@ class ModelBinding(ModelClaim):
         *,
         inputs: frozenset[Input] | set[Input] = frozenset(),
     ) -> ModelBinding:
-        """A grade, a depth, a counted input and a declared output (MOD-19)."""
+        """A grade, a depth, a counted input and a declared output. Priced as the input
+        tokens plus the output budget plus the depth's thinking budget."""  # MOD-19
         return cls(
             kind=ModelKind.LLM,
             form="flat",
@@ -202,8 +223,9 @@ class ModelBinding(ModelClaim):
         *,
         inputs: frozenset[Input] | set[Input] = frozenset(),
     ) -> ModelBinding:
-        """A grade, a depth, a prompt counted under the resolved entry, a declared output
-        (MOD-20)."""
+        """A grade, a depth, a prompt and a declared output. Priced as the prompt's tokens,
+        counted under the resolved entry's tokenizer, plus the output budget; no thinking
+        budget is added."""  # MOD-20
         if not isinstance(prompt, str):
             raise ValueError(f"ModelBinding.prompt: the prompt must be a str, got {prompt!r}")
         return cls(
@@ -225,7 +247,10 @@ class ModelBinding(ModelClaim):
         *,
         inputs: frozenset[Input] | set[Input] = frozenset(),
     ) -> ModelBinding:
-        """A binding on a conversation: priced from the conversation itself (MOD-21)."""
+        """A binding on a conversation, priced from it: its tokens under the resolved entry,
+        plus its output budget, plus the depth's thinking budget. Pricing is an
+        :class:`~nucleo_trio.errors.UncorrectableError` when the conversation declares no
+        output size or no longer fits the entry's context window."""  # MOD-21
         if conversation is None:
             raise ValueError("ModelBinding.wired: a conversation is required")
         return cls(
@@ -247,7 +272,9 @@ class ModelBinding(ModelClaim):
         *,
         inputs: frozenset[Input] | set[Input] = frozenset(),
     ) -> ModelBinding:
-        """The flat form on one named entry; the picker is skipped, the gate is not (MOD-22)."""
+        """The flat form on one named language-model entry. The picker is skipped, the checks
+        are not: the entry must still be open, permitted by the envelope and accept the
+        inputs, but no grade floor applies and a re-run gets the same entry."""  # MOD-22, MOD-24
         return cls(
             kind=ModelKind.LLM,
             form="pinned",
@@ -275,7 +302,9 @@ class ModelBinding(ModelClaim):
 
     @classmethod
     def embeddings(cls, tokens: int) -> ModelBinding:
-        """An embeddings call of ``tokens`` tokens; no grade, priced at the count (MOD-23)."""
+        """An embeddings call of ``tokens`` tokens; no grade, priced at the count. The
+        runtime serves every embeddings binding from one entry, fixed at the first
+        resolution."""  # MOD-23
         return cls(
             kind=ModelKind.EMBEDDINGS,
             form="embeddings",
@@ -284,7 +313,8 @@ class ModelBinding(ModelClaim):
 
     @classmethod
     def embeddings_pinned(cls, spec: ModelSpec, tokens: int) -> ModelBinding:
-        """An embeddings call on one named entry (MOD-22)."""
+        """An embeddings call of ``tokens`` tokens on one named embeddings entry. Once the
+        runtime's embeddings entry is fixed, naming another is refused."""  # MOD-22
         return cls(
             kind=ModelKind.EMBEDDINGS,
             form="embeddings",
@@ -309,23 +339,28 @@ class ModelBinding(ModelClaim):
     # -- state --------------------------------------------------------------------------------------
     @property
     def is_pinned(self) -> bool:
+        """Whether the binding names its entry (a pinned form, or a decision with ``pinned``)."""
         return self._pinned is not None
 
     @property
     def pinned_spec(self) -> ModelSpec | None:
+        """The entry the binding names, or ``None`` when the picker chooses."""
         return self._pinned
 
     @property
     def is_resolved(self) -> bool:
+        """Whether :meth:`resolve` has fixed the entry."""
         return self._spec is not None
 
     @property
     def is_priced(self) -> bool:
+        """Whether :meth:`price` has run."""
         return self._input_reservation is not None
 
     @property
     def model(self) -> ModelSpec:
-        """The resolved entry; before resolution an UncorrectableError (MOD-18)."""
+        """The resolved entry; before resolution an
+        :class:`~nucleo_trio.errors.UncorrectableError`."""
         if self._spec is None:
             raise UncorrectableError(
                 f"the {self.form} model binding is not resolved yet; the dispatcher resolves "
@@ -334,7 +369,8 @@ class ModelBinding(ModelClaim):
         return self._spec
 
     def resolve(self, spec: ModelSpec) -> None:
-        """Fix the entry, once; a wired binding stamps it on its conversation (MOD-21)."""
+        """Fix the entry, once (a second call is a RuntimeError); a wired binding stamps it
+        on its conversation's ``prior_spec_id``."""
         if self._spec is not None:
             raise RuntimeError(
                 f"the {self.form} model binding is already resolved to {self._spec.id}; a "
@@ -391,17 +427,22 @@ class ModelBinding(ModelClaim):
 
     @property
     def input_reservation(self) -> int:
+        """The input tokens of the reservation. Before :meth:`price`, a RuntimeError."""
         self.reservation  # noqa: B018 - the same refusal before pricing
         assert self._input_reservation is not None
         return self._input_reservation
 
     @property
     def output_reservation(self) -> int:
+        """The output tokens of the reservation, thinking included (0 for an embeddings or
+        decision binding). Before :meth:`price`, a RuntimeError."""
         self.reservation  # noqa: B018 - the same refusal before pricing
         assert self._output_reservation is not None
         return self._output_reservation
 
     def describe(self) -> str:
+        """One line for logs: the form, the grade (or the pinned entry, or the kind) and, once
+        resolved, the entry: ``"flat binding (SMALL) -> gpt-small"``."""
         what = self.grade.value if self.grade is not None else self.kind.value
         if self._pinned is not None:
             what = f"pinned {self._pinned.id}"

@@ -3,14 +3,14 @@
 Every dispatcher owns a :class:`ModelRuntime` (``dispatcher.models``), so two dispatchers in one
 process share no picker, no envelope and no frozen embeddings seat. It does three things:
 
-* it **resolves** a binding through the picker and the compliance gate (MOD-14..16, MOD-24):
+* it **resolves** a binding through the picker and the compliance gate:
   whichever picker answered, the gate checks the entry's kind, the envelope, the inputs, the
   status, and (for a picked seat) the grade floor; an entry the envelope refuses for an unpinned
   seat is replaced by the nearest permitted rung, while a pinned entry the envelope refuses
   stays refused;
 * through :class:`ModelDemandAssembler` it turns an attempt's bindings into the first entries of
   the attempt's demand: resolved, priced, judged by every spend gate, then one token reservation
-  on each entry's bucket, or one permit on its gate (JR-02, JR-06, EXEC-14);
+  on each entry's bucket, or one permit on its gate;
 * it keeps the client each resolved entry's provider built (:meth:`ModelRuntime.provider_client`),
   one per entry, which the LLM layer wraps so every call lands on the job's context.
 
@@ -76,8 +76,12 @@ class ModelRuntime(AbstractStoppable):
     ) -> None:
         self._catalog = catalog
         self.providers = providers or Providers()
+        """The provider artifacts that can call entries, and the credentials they read."""
         self.availability = AvailabilityBook()
+        """Which models are turned off because their endpoint said they are not there; the
+        default picker passes over them."""
         self.envelope = EnvelopeSeal()
+        """The seal that holds this dispatcher's compliance envelope."""
         self._spend_gates: list[SpendGate] = []
         self._picker: ModelPicker | None = None
         self._default_picker: DefaultModelPicker | None = None
@@ -104,7 +108,8 @@ class ModelRuntime(AbstractStoppable):
     # -- the catalog ------------------------------------------------------------------------------
     @property
     def catalog(self) -> ModelCatalog:
-        """The catalog, loaded on first use (MOD-05)."""
+        """The catalog, loaded on first use (:func:`~nucleo_trio.models.load_catalog`); with
+        no catalog to be found, a :class:`~nucleo_trio.errors.ConfigError`."""
         if self._catalog is None:
             dispatcher = self._dispatcher
             path = getattr(dispatcher.config, "models", None) if dispatcher else None
@@ -120,7 +125,9 @@ class ModelRuntime(AbstractStoppable):
 
     # -- the picker (MOD-29) ------------------------------------------------------------------------
     def use(self, picker: ModelPicker) -> None:
-        """Install ``picker``, once, before the first resolution (MOD-29)."""
+        """Install ``picker``, once, before the first resolution: a second call, or one after
+        a resolution, is a RuntimeError, and an object that is not a :class:`ModelPicker` a
+        TypeError."""  # MOD-29
         if not isinstance(picker, ModelPicker):
             raise TypeError(
                 f"use() takes a ModelPicker (pick, ceiling, embeddings, decision), got "
@@ -170,12 +177,13 @@ class ModelRuntime(AbstractStoppable):
 
     @property
     def spend_gates(self) -> tuple[SpendGate, ...]:
+        """Every registered spend gate, in the order they were registered."""
         return tuple(self._spend_gates)
 
     # -- history ------------------------------------------------------------------------------------
     def note_attempt(self, context: JobContext, spec: ModelSpec, failure: BaseException) -> None:
         """Record that this execution's call on ``spec`` failed with ``failure``: the next
-        attempt resolves with it in its history (MOD-26), and the availability book hears of it."""
+        attempt resolves with it in its history, and the availability book hears of it."""
         self._attempts.setdefault(context, []).append(Attempt(spec.id, failure))
         self.availability.record(spec.id, failure)
 
@@ -183,8 +191,8 @@ class ModelRuntime(AbstractStoppable):
         """Record a call on ``spec`` that succeeded (it turns an unavailable model back on).
 
         When ``response`` carries a CAPACITY reading with both per-minute caps, the entry's
-        token bucket takes them (:meth:`~nucleo_trio.admission.RateLimiterRegistry.update_limits`,
-        FAC-05), so admission paces to what the provider publishes. Only an entry admitted
+        token bucket takes them (:meth:`~nucleo_trio.admission.RateLimiterRegistry.update_limits`),
+        so admission paces to what the provider publishes. Only an entry admitted
         through a bucket is fed: an entry bounded by ``max_concurrent`` is a gate, and one with
         no ``tpm`` was never admitted on tokens.
 
@@ -193,6 +201,7 @@ class ModelRuntime(AbstractStoppable):
         covers (some publish a per-day request limit in the same header), and reading a daily
         figure as a minute's would let admission overrun the real quota.
         """
+        # FAC-05: the registry takes the published pair; the catalog caps it.
         self.availability.record(spec.id, None)
         info = response.rate_limit_info if response is not None else None
         if (
@@ -410,19 +419,22 @@ def binding_accounts(requirements: JobRequirements | None) -> list[RateLimiter]:
 
 
 class ModelDemandAssembler:
-    """The models layer's demand assembler: bindings first, then :func:`demand_of`.
+    """Builds an attempt's demand with its model bindings first; the dispatcher uses one.
 
     For each binding, in declaration order: resolved (picker and gate), priced; then every spend
     gate judges them all; then one entry each, a null amount on the entry's
     :class:`~nucleo_trio.admission.ModelGate` when it declares ``max_concurrent``, else the
     reservation on its token bucket (an entry with no ``tpm`` adds nothing of its own). Bindings
-    on one bucket merge into one entry through the demand (JR-02, JR-06). A binding always needs
-    the ``http`` gate (JR-03), which :func:`demand_of` adds next.
+    on one bucket merge into one entry through the demand. A binding always needs the ``http``
+    gate, which is added next with the rest of the requirements.
     """
 
+    # JR-02: the order of the demand; JR-06: one bucket, one entry; JR-03: the http gate.
     def __init__(self, runtime: ModelRuntime, accounts: RateLimiterRegistry) -> None:
         self.runtime = runtime
+        """The runtime that resolves the bindings and holds the spend gates."""
         self.accounts = accounts
+        """The registry that answers each entry's token bucket or gate."""
 
     def assemble(
         self,
@@ -431,6 +443,12 @@ class ModelDemandAssembler:
         http_gate: RateLimiter,
         providers: Sequence[DBResourceProvider] = (),
     ) -> Demand:
+        """The attempt's demand: its model bindings' entries first, as above, then the
+        ``http`` gate, the custom limiters and the database providers' gates. Resolution and
+        the spend gates raise what they raise (a
+        :class:`~nucleo_trio.errors.ModelResolutionError`, an
+        :class:`~nucleo_trio.errors.UncorrectableError`, a
+        :class:`~nucleo_trio.errors.SpendCapExceededError`), before anything is held."""
         if requirements is None or not requirements.model_bindings:
             return demand_of(requirements, http_gate, providers)
         demand = Demand()
