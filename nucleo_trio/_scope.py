@@ -68,7 +68,8 @@ class Scope:
         """Let ``candidate`` through, or raise :class:`GuardrailError` naming this binding and
         the claim when they differ on a shared axis. ``None``, a non-scope and a scope of an
         unrelated class pass untouched; so does a :class:`CompositeScope`, which only a
-        :class:`ScopeGuard` opens (GRD-25)."""
+        :class:`ScopeGuard` opens."""
+        # GRD-20..22 (shared axes), GRD-25 (a composite candidate is opened by the guard only)
         if not isinstance(candidate, Scope) or isinstance(candidate, CompositeScope):
             return
         for axis in _shared_axes(type(self), type(candidate)):
@@ -123,6 +124,7 @@ class TenantScope(Scope):
     """The tenant a flow works for; what :class:`TenantScoped` declares."""
 
     tenant_id: str = attrs.field()
+    """The tenant's id; a blank or non-string id is a ``ValueError``."""
 
     @tenant_id.validator
     def _check(self, attribute: attrs.Attribute[str], value: object) -> None:
@@ -137,10 +139,12 @@ class ReadOnlyScope(Scope):
 
     Every instance is equal to every other, so two collapse into one member of a guard. It
     refuses no candidate: what honours it is whoever offers tools to the flow, which reads it
-    off the guard (GRD-26).
+    off the guard.
     """
 
+    # GRD-26
     def pass_(self, candidate: object) -> None:
+        """Let every candidate through: the read-only binding refuses nothing by itself."""
         return None
 
     def __str__(self) -> str:
@@ -153,8 +157,11 @@ class CompositeScope(Scope):
 
     Nested composites are flattened when it is built, so its components are never composites.
     Equality is by the ordered component list. As a member of a guard it judges a candidate with
-    each component in turn; as a candidate, only a :class:`ScopeGuard` opens it (GRD-24, GRD-25).
+    each component in turn; as a candidate, only a :class:`ScopeGuard` opens it. A component
+    that is not a :class:`Scope` is a ``TypeError``.
     """
+
+    # GRD-24 (flattened, ordered equality), GRD-25 (opened only by a guard)
 
     __slots__ = ("_components",)
 
@@ -173,9 +180,12 @@ class CompositeScope(Scope):
 
     @property
     def components(self) -> tuple[Scope, ...]:
+        """The scopes held, in the order given, nested composites flattened."""
         return self._components
 
     def pass_(self, candidate: object) -> None:
+        """Judge ``candidate`` with each component in turn; the first component's
+        :class:`GuardrailError` is raised."""
         for component in self._components:
             component.pass_(candidate)
 
@@ -200,9 +210,12 @@ class ScopeGuard:
 
     Build it from scopes or from iterables of scopes, in any mix: ``ScopeGuard(a, b)`` and
     ``ScopeGuard([a, b])`` are the same guard. Members equal by value are kept once, in the
-    order first given. :meth:`merge` returns a new guard and leaves both sides as they were
-    (GRD-23).
+    order first given. :meth:`merge` returns a new guard and leaves both sides as they were;
+    setting an attribute is an ``AttributeError``, and anything but a scope among the members
+    is a ``TypeError``. Two guards are equal when they hold the same members in any order.
     """
+
+    # GRD-23
 
     __slots__ = ("_scopes",)
 
@@ -283,9 +296,12 @@ class Scoped(abc.ABC):
     """Declares a scope: a job's own (the flow it works in) or an input's claim.
 
     The dispatcher's door judges both against the submitting orchestrator's sealed guard, and
-    an orchestrator's own scope joins the guard it seals. A :meth:`scope` that raises or answers
-    ``None`` refuses the submission as a system error (SUB-07).
+    an orchestrator's own scope joins the guard it seals. A :meth:`scope` that raises, or
+    answers anything but a :class:`Scope`, refuses the submission with
+    :class:`~nucleo_trio.errors.NucleoSystemError`.
     """
+
+    # SUB-07
 
     __slots__ = ()
 
@@ -296,11 +312,13 @@ class Scoped(abc.ABC):
 
 class TenantScoped(Scoped):
     """The tenant marker: a class with a ``tenant_id`` attribute that implements this declares
-    ``TenantScope(tenant_id)`` and nothing else is needed (GRD-27)."""
+    ``TenantScope(tenant_id)`` and nothing else is needed."""
 
+    # GRD-27
     __slots__ = ()
 
     tenant_id: str
+    """The tenant this job works for or this input claims; the implementing class provides it."""
 
     def scope(self) -> Scope:
         return TenantScope(self.tenant_id)

@@ -175,8 +175,10 @@ class StandardGuardrailEnforcer:
         return False
 
     async def before_resources(self, job: AbstractJob[Any], context: JobContext) -> None:
-        """Admission, auth and input-content guards, after dependencies and before any
-        resource; a refusal or a guard's failure is raised as-is (GRD-12, GRD-13)."""
+        """Run the admission, auth and input-content guards, in that order, after the job's
+        dependencies and before any resource is taken; a refusal or a guard's failure is raised
+        as-is, and a guard itself passes through untouched."""
+        # GRD-12 (where the guards stand), GRD-13 (a guard's crash is raised as-is)
         if isinstance(job, Guardrail):
             return
         attached = attached_guardrails(job, context)
@@ -197,8 +199,9 @@ class StandardGuardrailEnforcer:
         await run_guards(context, guards, target, OBS_GUARDS_INPUT)
 
     async def after_release(self, job: AbstractJob[Any], context: JobContext, result: Any) -> None:
-        """Output-content guards against ``result``, after the resources are released and
-        before delivery; a refusal turns the success into a failure (GRD-12, EXEC-12)."""
+        """Run the output-content guards against ``result``, after the resources are released
+        and before delivery; a refusal is raised, turning the success into a failure."""
+        # GRD-12, EXEC-12
         if isinstance(job, Guardrail):
             return
         guards = self._output_guards.pop(context, None)
@@ -245,8 +248,10 @@ async def run_guards(
     gated: JobContext, guards: Sequence[Guardrail], target: Any, count_key: str
 ) -> None:
     """Run each guard that applies to ``target`` as a job of its own, in order, and record how
-    many applied under ``count_key`` (zero included, GRD-15). The first failure stops the run
-    and is raised as the guard raised it."""
+    many applied under ``count_key`` in ``gated``'s metadata (``0`` when none did). A guard
+    applies when its ``target_type`` is ``None`` or ``target`` is an instance of it. The first
+    failure stops the run and is raised as the guard raised it."""
+    # GRD-15 (the count, zero included)
     applied = 0
     try:
         for guard in guards:

@@ -3,7 +3,7 @@
 A guardrail is a job of its own (type ``GUARDRAIL``, read-only, ten seconds unless it says
 otherwise) that judges one target and either returns or refuses with
 :class:`~nucleo_trio.errors.GuardrailError`. There are exactly four kinds, each a base class to
-extend (GRD-01, GRD-02):
+extend:
 
 * :class:`ContentGuardrail` judges a job's input or its result, by direction;
 * :class:`AuthGuardrail` judges the workflow's principal;
@@ -58,8 +58,8 @@ __all__ = [
     "to_json",
 ]
 
-GUARDRAIL_TIMEOUT: float = 10.0
-"""A guard's deadline unless its constructor sets another (GRD-04)."""
+GUARDRAIL_TIMEOUT: float = 10.0  # GRD-04
+"""A guard's deadline in seconds (10.0) unless its constructor is given another ``timeout``."""
 
 OBS_INPUT = "obs.input"
 """A guard's metadata: its target as JSON (an admission guard: who calls what from where)."""
@@ -69,10 +69,10 @@ OBS_GATES_JOB_ID = "obs.gates_job_id"
 """A guard's metadata: the id of the job it gates (``None`` outside enforcement)."""
 OBS_GATES_PHASE = "obs.gates_phase"
 """A guard's metadata: its rung (:class:`GateRung` value)."""
-OBS_GUARDS_INPUT = "obs.guards_input"
-"""A gated job's metadata: how many input-side guards were applied to it (GRD-15)."""
-OBS_GUARDS_OUTPUT = "obs.guards_output"
-"""A gated job's metadata: how many output guards were applied to its result (GRD-15)."""
+OBS_GUARDS_INPUT = "obs.guards_input"  # GRD-15
+"""A gated job's metadata: how many input-side guards were applied to it (``0`` when none)."""
+OBS_GUARDS_OUTPUT = "obs.guards_output"  # GRD-15
+"""A gated job's metadata: how many output guards judged its result (``0`` when none)."""
 OBS_GUARDS_VALIDATION = "obs.guards_validation"
 """A thinker's metadata: how many validation guards judged its last candidate answer."""
 
@@ -82,21 +82,29 @@ FAIL = "FAIL"
 """The value of a guard's :data:`OBS_OUTPUT` metadata when it refused or crashed."""
 
 
-class GateRung(enum.Enum):
-    """Where on the dispatch path a guard stands (GRD-02)."""
+class GateRung(enum.Enum):  # GRD-02
+    """Where on the dispatch path a guard stands; the value is recorded under
+    ``obs.gates_phase``."""
 
     CONTENT_INPUT = "CONTENT_INPUT"
+    """A content guard judging the job's input, before any resource is taken."""
     CONTENT_OUTPUT = "CONTENT_OUTPUT"
+    """A content guard judging the job's result, after its resources are released."""
     AUTH = "AUTH"
+    """An auth guard judging the workflow's principal, before any resource is taken."""
     ADMISSION = "ADMISSION"
+    """An admission guard judging who calls the job and from which class."""
     VALIDATION = "VALIDATION"
+    """A validation guard judging a thinker's candidate final answer."""
 
 
 class Direction(enum.Enum):
     """Which side of a job a content guard judges."""
 
     INPUT = "INPUT"
+    """The job's input, judged before any resource is taken."""
     OUTPUT = "OUTPUT"
+    """The job's result, judged after its resources are released and before delivery."""
 
 
 def to_json(value: Any) -> str:
@@ -111,15 +119,16 @@ def to_json(value: Any) -> str:
 
 @attrs.frozen
 class AdmissionContext:
-    """What an admission guard judges: who calls, from which class, which tool (GRD-08).
+    """What an admission guard judges: who calls, from which class, which tool."""
 
-    ``caller_class`` is the fully qualified class of the job that submitted the tool, or
-    ``None`` for a direct call from outside any job.
-    """
-
+    # GRD-08
     principal: str | None
+    """The gated workflow's user id; ``None`` when the workflow names no user."""
     caller_class: str | None
+    """The fully qualified class of the job that submitted the tool; ``None`` for a direct call
+    from outside any job."""
     tool_class: type
+    """The class of the gated job (the tool being called)."""
 
     def __str__(self) -> str:
         caller = self.caller_class or "a direct call"
@@ -134,23 +143,27 @@ _FINAL = ("execute", "set_scope_guard", "seal_scope_guard", "scope_guard")
 class Guardrail(AbstractJob[None]):
     """A guard: a read-only job that judges one target and refuses with GuardrailError.
 
-    Extend one of the four kinds, never this class (GRD-01), and implement
+    Extend one of the four kinds, never this class (a subclass of ``Guardrail`` itself, or of
+    two kinds at once, is a ``TypeError`` when the class is defined), and implement
     :meth:`validate`. :meth:`execute` is final: it validates the target the guard was given
-    (:meth:`set_target`, or the dispatcher's enforcement) and returns ``None`` (GRD-03).
+    (:meth:`set_target`, or the dispatcher's enforcement) and returns ``None``.
 
     Under enforcement the guard knows the job it gates: :attr:`gated_snapshot` is that job's
-    snapshot and :attr:`principal` its user; outside enforcement both are ``None`` (GRD-07).
+    snapshot and :attr:`principal` its user; outside enforcement both are ``None``.
     A guard never authors a scope guard: :meth:`set_scope_guard` always raises, and the door
-    seals the gated flow's guard onto it (GRD-06).
+    seals the gated flow's guard onto it.
 
-    ``target_type`` is the class (or tuple of classes) of target the guard judges; the
-    dispatcher applies a guard only to a target that is not ``None`` and is an instance of it
-    (GRD-11). ``None`` means the guard judges its context rather than a target (auth and
-    admission guards).
+    ``timeout`` is the guard's deadline in seconds (:data:`GUARDRAIL_TIMEOUT` by default;
+    ``None`` for none).
     """
 
+    # GRD-01 (sealed to four kinds), GRD-03 (execute is final), GRD-06 (scope guard), GRD-07
     job_type: ClassVar[JobType] = JobType.GUARDRAIL
-    target_type: ClassVar[type | tuple[type, ...] | None] = object
+    """Always :attr:`JobType.GUARDRAIL <nucleo_trio.jobs.JobType.GUARDRAIL>`."""
+    target_type: ClassVar[type | tuple[type, ...] | None] = object  # GRD-11
+    """The class (or tuple of classes) of target this guard judges; ``object`` by default. The
+    dispatcher applies the guard only to a target that is not ``None`` and is an instance of
+    it. ``None`` means the guard judges its context, never a target (auth and admission)."""
     _kind: ClassVar[type[Guardrail] | None] = None
 
     def __init__(
@@ -196,16 +209,20 @@ class Guardrail(AbstractJob[None]):
         """Where this guard stands on the dispatch path."""
 
     def gate_rung_label(self) -> str:
-        """The rung's label, as recorded under ``obs.gates_phase`` (GRD-02)."""
+        """The rung's value (``"AUTH"``, ``"CONTENT_INPUT"``...), as recorded under
+        ``obs.gates_phase``."""
         return self.rung.value
 
     def requirements(self) -> JobRequirements:
-        """Read-only, and nothing admission must grant (GRD-04)."""
+        """Read-only, and nothing admission must grant: no rate limiter, database, model or
+        memory."""
         return JobRequirements(read_only=True)
 
     # -- the target and the gated job ---------------------------------------------------------
     @property
     def target(self) -> Any:
+        """What the guard judges: given by :meth:`set_target` or by the enforcer; ``None``
+        until then, and for auth and admission guards under enforcement."""
         return self._target
 
     def set_target(self, target: Any) -> None:
@@ -225,7 +242,7 @@ class Guardrail(AbstractJob[None]):
 
     @property
     def principal(self) -> str | None:
-        """The gated workflow's user; ``None`` outside enforcement (GRD-07)."""
+        """The gated workflow's user id; ``None`` outside enforcement."""
         return None if self._gated_snapshot is None else self._gated_snapshot.user_id
 
     @property
@@ -258,14 +275,17 @@ class Guardrail(AbstractJob[None]):
         return to_json(self._target)
 
     async def pre_execute(self, context: JobContext) -> None:
-        """Record the target, the gated job and the rung before the guard runs (GRD-05)."""
+        """Record the target (``obs.input``), the gated job's id (``obs.gates_job_id``) and
+        the rung (``obs.gates_phase``) before the guard runs."""
         context.metadata[OBS_INPUT] = self.describe_target()
         gated = self._gated_snapshot
         context.metadata[OBS_GATES_JOB_ID] = None if gated is None else gated.job_id
         context.metadata[OBS_GATES_PHASE] = self.gate_rung_label()
 
     async def execute(self, context: JobContext) -> None:
-        """Validate the target and record the verdict; final (GRD-03, GRD-05)."""
+        """Validate the target and record :data:`PASS` or :data:`FAIL` under ``obs.output``;
+        returns ``None`` and re-raises whatever :meth:`validate` raised. Final: a subclass
+        that replaces it is a ``TypeError``."""
         try:
             await self.validate(self._target)
         except Exception:
@@ -303,6 +323,9 @@ class ContentGuardrail(Guardrail, kind=True):
     ) -> None:
         super().__init__(parent, timeout=timeout, prefix=prefix)
         self.direction = _direction(direction, type(self).__name__)
+        """Which side the guard judges: ``Direction.INPUT`` (the default) or
+        ``Direction.OUTPUT``; a string such as ``"output"`` is accepted, anything else is a
+        ``ValueError``."""
 
     @property
     def rung(self) -> GateRung:
@@ -315,6 +338,7 @@ class AuthGuardrail(Guardrail, kind=True):
     """Judges the workflow's principal on the input side: implement :meth:`authorize`."""
 
     target_type: ClassVar[type | tuple[type, ...] | None] = None
+    """``None``: an auth guard judges the principal, never a target."""
 
     @property
     def rung(self) -> GateRung:
@@ -335,11 +359,12 @@ class AuthGuardrail(Guardrail, kind=True):
 class AdmissionGuardrail(Guardrail, kind=True):
     """Judges who calls the tool and from where: implement :meth:`check_admission`.
 
-    It judges its context, never a target (``target_type`` is ``None``): :meth:`validate`
-    hands :attr:`admission_context` to :meth:`check_admission` (GRD-08).
+    It judges its context, never a target: :meth:`validate` hands :attr:`admission_context`
+    to :meth:`check_admission`.
     """
 
-    target_type: ClassVar[type | tuple[type, ...] | None] = None
+    target_type: ClassVar[type | tuple[type, ...] | None] = None  # GRD-08
+    """``None``: an admission guard judges its context, never a target."""
 
     @property
     def rung(self) -> GateRung:

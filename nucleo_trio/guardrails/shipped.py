@@ -44,8 +44,10 @@ log = logging.getLogger("nucleo_trio.guardrails")
 
 
 class PayloadSizeCapGuardrail(ContentGuardrail):
-    """Refuses an input whose JSON is longer than ``max_chars`` characters; no input passes
-    (GRD-19)."""
+    """Refuses an input whose JSON is longer than ``max_chars`` characters; no input (``None``)
+    passes. ``max_chars`` must be a positive int, or the constructor raises ``ValueError``."""
+
+    # GRD-19
 
     def __init__(
         self, parent: Identifiable, max_chars: int, *, timeout: float | None = GUARDRAIL_TIMEOUT
@@ -56,6 +58,7 @@ class PayloadSizeCapGuardrail(ContentGuardrail):
             )
         super().__init__(parent, Direction.INPUT, timeout=timeout)
         self.max_chars = max_chars
+        """The longest input allowed, in characters of its JSON (as :func:`to_json` writes it)."""
 
     async def validate(self, target: Any) -> None:
         if target is None:
@@ -88,18 +91,22 @@ _PHONE = re.compile(r"(?<![\d-])(?:\+?1[ .-]?)?(?:\(\d{3}\)\s?|\d{3}[ .-])\d{3}[
 
 class PIIDetectionGuardrail(ContentGuardrail):
     """Refuses a result that carries personal data: a US social security number, a payment
-    card number (Luhn-checked), an email address or a phone number (GRD-19).
+    card number (Luhn-checked), an email address or a phone number. It judges the result by
+    default; give ``Direction.INPUT`` to judge the input instead. A string target is searched as
+    it is, anything else as its JSON.
 
     One refusal lists every kind found; only that summary, never the content, reaches the
     refusal and the log (at ERROR).
     """
 
+    # GRD-19
     KINDS: ClassVar[tuple[str, ...]] = (
         "social security number",
         "credit card number",
         "email address",
         "phone number",
     )
+    """The kinds of personal data it looks for, in the order a refusal names them."""
 
     def __init__(
         self,
@@ -144,8 +151,10 @@ class PIIDetectionGuardrail(ContentGuardrail):
 
 
 class PrincipalAllowListGuardrail(AuthGuardrail):
-    """Admits only the listed principals (workflow users); a missing principal is refused
-    (GRD-18)."""
+    """Admits only the listed principals (workflow user ids); a missing principal is refused.
+    ``allowed`` given as a single string is a ``TypeError``."""
+
+    # GRD-18
 
     def __init__(
         self,
@@ -159,6 +168,7 @@ class PrincipalAllowListGuardrail(AuthGuardrail):
                 f"PrincipalAllowListGuardrail: allowed is a collection of user ids, got the string {allowed!r}"
             )
         self.allowed = frozenset(allowed)
+        """The user ids admitted; empty admits nobody."""
         super().__init__(parent, timeout=timeout)
 
     async def authorize(self, principal: str | None) -> None:
@@ -181,7 +191,11 @@ def _class_name(entry: str | type) -> str:
 
 class CallerClassAllowListGuardrail(AdmissionGuardrail):
     """Admits a call only from a listed caller class (the job that submitted the tool, by
-    class or fully qualified name); a direct call from outside any job is refused (GRD-17)."""
+    class or fully qualified name); a direct call from outside any job is refused. Run
+    outside enforcement it has no admission context and raises
+    :class:`~nucleo_trio.errors.UncorrectableError`."""
+
+    # GRD-17
 
     def __init__(
         self,
@@ -195,6 +209,7 @@ class CallerClassAllowListGuardrail(AdmissionGuardrail):
                 f"CallerClassAllowListGuardrail: allowed is a collection of classes, got the string {allowed!r}"
             )
         self.allowed = frozenset(_class_name(entry) for entry in allowed)
+        """The fully qualified names of the caller classes admitted; empty admits none."""
         super().__init__(parent, timeout=timeout)
 
     async def check_admission(self, context: AdmissionContext | None) -> None:
@@ -249,15 +264,18 @@ def _forbidden(address: str) -> str | None:
 
 class UrlGuardrail(ContentGuardrail):
     """Refuses a URL that is blank, is not a URI, has no host, does not resolve, or resolves to
-    a loopback, private (RFC 1918) or link-local address, so a tool cannot be pointed at the
-    machine it runs on or at its network (GRD-35).
+    a loopback, private (RFC 1918 or IPv6 unique-local), link-local or unspecified address, so
+    a tool cannot be pointed at the machine it runs on or at its network. It judges strings
+    only (another target is not given to it); the input by default.
 
     Every address the host resolves to is judged, so a name that resolves to one public and one
     private address is refused. ``resolver`` replaces the system's resolver (tests pass one
     that answers from a table).
     """
 
+    # GRD-35
     target_type: ClassVar[type | tuple[type, ...] | None] = str
+    """``str``: the guard judges only a string target, the URL."""
 
     def __init__(
         self,
@@ -269,6 +287,8 @@ class UrlGuardrail(ContentGuardrail):
     ) -> None:
         super().__init__(parent, direction, timeout=timeout)
         self.resolver: Resolver = resolver or resolve_host
+        """What resolves a host name to its addresses; the system resolver unless one was
+        given."""
 
     async def validate(self, target: Any) -> None:
         url = target if isinstance(target, str) else ""
@@ -307,9 +327,12 @@ _ARTIFACT_MARKER = re.compile(r"«artifact:[^»]*»")
 
 class ExfiltrationMarkerGuardrail(ContentGuardrail):
     """Refuses text that carries an artifact reference marker (``«artifact:...»``), so a
-    stored artifact cannot be smuggled out inside a prompt or a result (GRD-35)."""
+    stored artifact cannot be smuggled out inside a prompt or a result. It judges string targets
+    only, the input by default."""
 
+    # GRD-35
     target_type: ClassVar[type | tuple[type, ...] | None] = str
+    """``str``: the guard judges only a string target."""
 
     async def validate(self, target: Any) -> None:
         if isinstance(target, str) and _ARTIFACT_MARKER.search(target):
