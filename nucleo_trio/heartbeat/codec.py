@@ -69,7 +69,9 @@ class HeartbeatRowRefused(NucleoSystemError):
 
     def __init__(self, heartbeat_id: str, reason: str) -> None:
         self.heartbeat_id = heartbeat_id
+        """The heartbeat id the refused row gives."""
         self.reason = reason
+        """Why the row was refused, in words (with what the row claims to be)."""
         super().__init__(
             _COMPONENT,
             f"heartbeat {heartbeat_id!r}: its stored row is refused and not fired: {reason}",
@@ -82,6 +84,7 @@ class UnknownHeartbeatJob(NucleoSystemError):
 
     def __init__(self, name: str) -> None:
         self.name = name
+        """The job name the row gives, which no class is registered under in this process."""
         super().__init__(
             "heartbeat",
             f"the job {name!r} is not registered in this process, so nothing is built; "
@@ -109,6 +112,7 @@ class UnregisteredHeartbeatJob(_StandIn):
     One subclass per name, written back under that name."""
 
     heartbeat_name: ClassVar[str] = ""
+    """The job name the row gives, which no class is registered under here."""
 
     def _refuse(self) -> NoReturn:
         raise UnknownHeartbeatJob(type(self).heartbeat_name)
@@ -120,7 +124,9 @@ class RefusedHeartbeatRow(_StandIn):
     heartbeat is never written to a store."""
 
     heartbeat_id: ClassVar[str] = ""
+    """The heartbeat id the refused row gives."""
     reason: ClassVar[str] = ""
+    """Why the row was refused, in words."""
 
     def _refuse(self) -> NoReturn:
         cls = type(self)
@@ -147,6 +153,7 @@ class HeartbeatCodec:
                 f"a HeartbeatCodec needs a SigningKey to sign rows with, got {type(key).__name__}"
             )
         self.jobs = jobs
+        """The job classes rows may name, by registered name; :meth:`admit` adds to it."""
         self._key = key
         self._unregistered: dict[str, type[UnregisteredHeartbeatJob]] = {}
 

@@ -90,8 +90,13 @@ class Heart:
     def __init__(self, dispatcher: JobDispatcher, store: HeartbeatStore) -> None:
         self._dispatcher = dispatcher
         self.store = store
+        """Where the schedule lives; the Heart closes it in :meth:`aclose`."""
         self.jobs: HeartbeatJobs = dispatcher.heartbeat_jobs
+        """The job classes a stored row may name: the dispatcher's ``heartbeat_jobs``, with those
+        the plugins name and each class the program schedules added as it goes."""
         self.codec: HeartbeatCodec | None = None
+        """What a durable store writes and reads its rows through (names and signatures);
+        ``None`` for a store that keeps the schedule in memory."""
         if isinstance(store, DurableHeartbeatStore):
             key = signing_key_from(dispatcher.config.heartbeat)
             if key is None:
@@ -133,6 +138,8 @@ class Heart:
     # -- life -----------------------------------------------------------------------------------
     @property
     def is_stopping(self) -> bool:
+        """``True`` once :meth:`stop` was called: every request handed in is dropped from then
+        on."""
         return self._stopping
 
     @staticmethod

@@ -122,6 +122,7 @@ class Recurrence(abc.ABC):
     """
 
     FixedInterval: ClassVar[type[FixedInterval]]
+    """:class:`FixedInterval`, reachable as ``Recurrence.FixedInterval``."""
 
     @abc.abstractmethod
     def next_after(self, run_at: float) -> float:
@@ -148,6 +149,8 @@ class FixedInterval(Recurrence):
     heartbeat's first instant. A zero, negative or infinite period is refused."""
 
     period: float = attrs.field(converter=_period)
+    """Seconds between two slots; a :class:`datetime.timedelta` is converted to seconds. A
+    non-number is a ``TypeError``, a zero, negative or infinite period a ``ValueError``."""
 
     def next_after(self, run_at: float) -> float:
         return run_at + self.period
@@ -211,11 +214,22 @@ class ScheduleHeartbeat:
     """
 
     job_class: type[AbstractJob[Any]] = attrs.field(validator=_job_class)
+    """The job class each fire builds, as ``job_class(parent)``; anything but an
+    :class:`~nucleo_trio.jobs.AbstractJob` subclass is a ``TypeError``."""
     id: str = attrs.field(validator=_heartbeat_id)
+    """The heartbeat's id: scheduling it again replaces it, cancelling names it."""
     run_at: float = attrs.field(converter=_instant)
+    """The first fire's instant, in epoch seconds; an aware datetime is converted, a naive one,
+    ``None`` or a non-finite number is a ``ValueError``."""
     conversation_id: str | None = attrs.field(default=None, validator=_conversation_id)
+    """The conversation each fire continues, handed to a
+    :class:`~nucleo_trio.jobs.ConversationCarrier` job; ``None`` (the default) for none. A blank
+    string is a ``ValueError``."""
     input: Any = None
+    """The value each fire gives the job through its ``set_input``; ``None`` (the default) for
+    none."""
     recurrence: Recurrence | None = attrs.field(default=None, validator=_recurrence)
+    """How the heartbeat recurs after its first fire; ``None`` (the default) fires it once."""
 
 
 # -- the stored record -----------------------------------------------------------------------------
@@ -244,13 +258,22 @@ class Heartbeat(MintedHeartbeat):
     )
 
     job_class: type[AbstractJob[Any]]
+    """The job class each fire builds, as ``job_class(parent)``."""
     id: str
+    """The heartbeat's id, unique in its store."""
     run_at: float
+    """The next fire's instant, in epoch seconds (see :func:`heartbeat_now`)."""
     conversation_id: str | None
+    """The conversation each fire continues, or ``None``."""
     input: Any
+    """The value each fire gives the job through its ``set_input``, or ``None``."""
     recurrence: Recurrence | None
+    """How the heartbeat recurs, or ``None`` when it fires once."""
     user_id: str
+    """The user each fire runs for: the orchestrator's that published it, or the one the
+    operator named."""
     scope_guard: ScopeGuard
+    """The sealed guard each fire is judged under at the dispatcher's door."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         raise TypeError(
@@ -409,14 +432,24 @@ class HeartbeatRow(NamedTuple):
     """
 
     id: str
+    """The heartbeat's id."""
     run_at: float
+    """The next fire's instant, in epoch seconds."""
     job_class: str
+    """The job class: its registered name (signed row) or its ``module:qualname`` (plain row)."""
     user_id: str
+    """The user each fire runs for."""
     scope_guard: str
+    """The sealed scope guard, as a JSON list with one object per scope."""
     conversation_id: str | None
+    """The conversation each fire continues, or ``None``."""
     input: str | None
+    """The input as a JSON object (its class path and fields), or ``None``."""
     recurrence: str | None
+    """The recurrence as a JSON object (its class path and fields), or ``None``."""
     signature: str | None = None
+    """The HMAC of the other eight values under the store's key; ``None`` (the default) in the
+    plain form."""
 
 
 def heartbeat_to_row(heartbeat: Heartbeat) -> HeartbeatRow:

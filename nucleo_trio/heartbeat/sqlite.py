@@ -1,6 +1,6 @@
 """A durable schedule: heartbeats in a SQLite file, so adaptive schedules survive a restart.
 
-The reference ships the in-memory store only, and boot code re-publishes fixed-cadence
+The in-memory store forgets the schedule at exit, and boot code re-publishes fixed-cadence
 schedules at every start. A schedule a flow adapts while it runs (an orchestrator that moves its
 own next check-in) is lost that way; :class:`SQLiteHeartbeatStore` keeps it in a file. A
 dispatcher opened on the same file finds every heartbeat where it was left, and the slots that
@@ -98,13 +98,21 @@ class SQLiteHeartbeatStore:
     configuration with ``{"heartbeat": {"kind": "sqlite", "settings": {"path": "beats.db"}}}``.
     See the module documentation for what it can write and how it writes off the trio thread.
     Its rows go through ``codec``; a dispatcher hands the store its own at start, so give one
-    only to a store used on its own.
+    only to a store used on its own. A blank path is a :class:`ValueError`; a file that cannot
+    be opened, or holds a ``heartbeats`` table of another shape, is a
+    :class:`~nucleo_trio.errors.NucleoSystemError`.
+
+    Writing or reading a row (every operation but :meth:`peek_next_run_at`, :meth:`on_change`
+    and :meth:`aclose`) needs a codec: before one is given it raises
+    :class:`~nucleo_trio.errors.UsageRuntimeError`. A driver error is a
+    :class:`~nucleo_trio.errors.NucleoSystemError` naming the operation and the file.
     """
 
     def __init__(self, path: str | Path, *, codec: HeartbeatCodec | None = None) -> None:
         if not isinstance(path, str | Path) or not str(path).strip():
             raise ValueError(f"SQLiteHeartbeatStore needs a database path, got {path!r}")
         self.path = str(path)
+        """The database file, as given (``":memory:"`` for a database in memory)."""
         self._codec = None if codec is None else adopt_codec(self._name, None, codec)
         self._listeners = ChangeListeners()
         # Opened and checked here, once, so the dispatcher's start refuses a bad file; from now
@@ -141,13 +149,21 @@ class SQLiteHeartbeatStore:
     # -- the codec ------------------------------------------------------------------------------
     @property
     def codec(self) -> HeartbeatCodec | None:
+        """The codec rows are written and read through; ``None`` until one is given."""
         return self._codec
 
     def use_codec(self, codec: HeartbeatCodec) -> None:
+        """Write and read rows through ``codec`` from now on. Giving the same codec again is
+        harmless; another one is a :class:`~nucleo_trio.errors.UsageValueError`, anything but a
+        codec a :class:`TypeError`."""
         self._codec = adopt_codec(self._name, self._codec, codec)
 
     # -- the contract ---------------------------------------------------------------------------
     async def enqueue(self, heartbeat: Heartbeat) -> Heartbeat | None:
+        """Write ``heartbeat``'s signed row, replacing any under its id, and answer the one it
+        displaced (``None`` when there was none); returns once the write is committed. A
+        heartbeat the runtime did not mint is a :class:`TypeError`, a value that would not read
+        back a :class:`~nucleo_trio.errors.NucleoSystemError`."""
         row = self._row(heartbeat)
 
         def store(db: sqlite3.Connection) -> tuple[_Row | None, _Row | None, _Row | None]:
@@ -162,6 +178,7 @@ class SQLiteHeartbeatStore:
         return None if old is None else self._restored(old, "displaced")
 
     async def cancel(self, heartbeat_id: str) -> Heartbeat | None:
+        """Delete the heartbeat ``heartbeat_id`` and answer it; ``None`` when there is none."""
         self._require_codec()
 
         def remove(db: sqlite3.Connection) -> tuple[_Row | None, _Row | None, _Row | None]:
@@ -175,6 +192,9 @@ class SQLiteHeartbeatStore:
         return None if old is None else self._restored(old, "cancelled")
 
     async def poll_due(self, now: float) -> Heartbeat | None:
+        """Delete and answer the earliest heartbeat whose run instant (epoch seconds) is at or
+        before ``now``; ``None`` when none is due. A refused row comes back as its stand-in,
+        which fails its fire; a row with no id is logged and skipped."""
         self._require_codec()  # before a row is taken out that could not be read
 
         def take(db: sqlite3.Connection) -> _Row | None:
@@ -195,6 +215,9 @@ class SQLiteHeartbeatStore:
                 return heartbeat
 
     async def peek_next_run_at(self) -> float | None:
+        """The earliest run instant in the file, in epoch seconds, or ``None`` when it holds no
+        heartbeat."""
+
         def earliest(db: sqlite3.Connection) -> Any:
             return db.execute("SELECT min(run_at) FROM heartbeats").fetchone()[0]
 
@@ -202,6 +225,8 @@ class SQLiteHeartbeatStore:
         return None if run_at is None else float(run_at)
 
     async def re_enqueue_if_absent(self, heartbeat: Heartbeat) -> bool:
+        """Write ``heartbeat``'s row only if no row holds its id; answer whether it was
+        written."""
         row = self._row(heartbeat)
 
         def put_back(db: sqlite3.Connection) -> tuple[_Row | None, int, _Row | None]:
@@ -214,9 +239,13 @@ class SQLiteHeartbeatStore:
         return stored == 1
 
     def on_change(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` after every change this process makes to the schedule's head;
+        answers a function that unregisters it. Writes by another process are not heard."""
         return self._listeners.add(listener)
 
     async def inspect(self) -> tuple[Heartbeat, ...]:
+        """Every heartbeat in the file, in the order they fall due; refused rows appear as their
+        stand-ins."""
         self._require_codec()
 
         def everything(db: sqlite3.Connection) -> list[_Row]:
@@ -227,6 +256,7 @@ class SQLiteHeartbeatStore:
         return tuple(heartbeat for heartbeat in restored if heartbeat is not None)
 
     async def aclose(self) -> None:
+        """Wait for every operation queued before it to commit, then close the file."""
         await self._writer.aclose()
 
     def statistics(self) -> WriterStatistics:

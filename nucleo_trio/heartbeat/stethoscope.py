@@ -52,6 +52,8 @@ class Stethoscope(JobObserver[ev.HeartbeatEvent]):
 
     @property
     def is_attached(self) -> bool:
+        """``True`` while the stethoscope's subscription is active: after :meth:`attach` and
+        before :meth:`detach`."""
         return self._subscription is not None and self._subscription.is_active
 
     async def on_event(self, event: ev.HeartbeatEvent) -> None:

@@ -213,6 +213,8 @@ class InMemoryHeartbeatStore:
             self._listeners.notify()
 
     async def enqueue(self, heartbeat: Heartbeat) -> Heartbeat | None:
+        """Store ``heartbeat``, replacing any under its id; answer the one it displaced, or
+        ``None``. A heartbeat the runtime did not mint is a :class:`TypeError`."""
         require_genuine(heartbeat)
         head = self._head()
         displaced = self._take(heartbeat.id)
@@ -221,12 +223,15 @@ class InMemoryHeartbeatStore:
         return displaced
 
     async def cancel(self, heartbeat_id: str) -> Heartbeat | None:
+        """Remove the heartbeat ``heartbeat_id`` and answer it; ``None`` when there is none."""
         head = self._head()
         removed = self._take(heartbeat_id)
         self._told(head)
         return removed
 
     async def poll_due(self, now: float) -> Heartbeat | None:
+        """Remove and answer the earliest heartbeat whose run instant (epoch seconds) is at or
+        before ``now``; ``None`` when none is due."""
         head = self._head()
         if head is None or head[0] > now:
             return None
@@ -235,10 +240,14 @@ class InMemoryHeartbeatStore:
         return taken
 
     async def peek_next_run_at(self) -> float | None:
+        """The earliest run instant held, in epoch seconds, or ``None`` for an empty
+        schedule."""
         head = self._head()
         return None if head is None else head[0]
 
     async def re_enqueue_if_absent(self, heartbeat: Heartbeat) -> bool:
+        """Store ``heartbeat`` only if no heartbeat holds its id; answer whether it was stored.
+        A heartbeat the runtime did not mint is a :class:`TypeError`."""
         require_genuine(heartbeat)
         if heartbeat.id in self._entries:
             return False
@@ -248,12 +257,16 @@ class InMemoryHeartbeatStore:
         return True
 
     def on_change(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` after every change of the schedule's head; answers a function that
+        unregisters it. A listener that raises is logged and the others still run."""
         return self._listeners.add(listener)
 
     async def inspect(self) -> tuple[Heartbeat, ...]:
+        """Every heartbeat held, in the order they fall due (run instant, then id)."""
         return tuple(self._entries[heartbeat_id] for _, heartbeat_id in self._order)
 
     async def aclose(self) -> None:
+        """Nothing to let go of: the store holds nothing open, and keeps working after it."""
         return None
 
     def __len__(self) -> int:
