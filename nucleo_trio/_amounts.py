@@ -10,7 +10,7 @@ __all__ = ["units_of"]
 
 
 def units_of(amounts: Iterable[object]) -> int | float:
-    """How many units a list of amounts moves, as limiter events report it (EVT-13).
+    """How many units a list of amounts moves, as limiter events report it.
 
     Numbers add up; anything else (a unit permit's ``None``, a routing key) counts as 1; a
     ``bool`` counts as 1, not as a number. ``[300, 300]`` is 600, three ``None`` are 3, and an

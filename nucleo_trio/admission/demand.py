@@ -1,4 +1,4 @@
-"""A job's whole demand, and the grant that settles it exactly once (DG-01..10).
+"""A job's whole demand, and the grant that settles it exactly once.
 
 A :class:`Demand` is the ordered list of accounts a job must hold at once, with its amounts on
 each. ``add(limiter, amount)`` resolves the account the amount debits with
@@ -100,8 +100,13 @@ class DemandEntry:
     """
 
     limiter: RateLimiter
+    """The account admission asks (``fits``, ``try_take``, ``give``, ``earliest_fit``)."""
     key: LimiterIdentity
+    """The identity the amounts debit, as ``limiter.account_for`` answered it: what events,
+    status and wait times name. Often the limiter itself."""
     amounts: tuple[Any, ...] = attrs.field()
+    """Every amount the demand put on this account, in the order added; a plain ``tuple``
+    (anything else is a :class:`TypeError`)."""
 
     @amounts.validator
     def _check_amounts(self, attribute: attrs.Attribute[Any], amounts: tuple[Any, ...]) -> None:
@@ -133,11 +138,14 @@ def _checked_entry(
 
 
 class Demand:
-    """The accounts a job must hold at once, assembled in order, merged by account (DG-01..04).
+    """The accounts a job must hold at once, assembled in order, merged by account.
 
     ``add`` returns the demand, so a demand reads as one expression::
 
         Demand().add(bucket, 400).add(http_gate).add(db_gate)
+
+    ``len(demand)`` is the number of entries; a demand with none (an orchestrator's) is granted
+    at once and holds nothing.
     """
 
     __slots__ = ("_entries",)
@@ -183,9 +191,11 @@ class Demand:
         return not self._entries
 
     def amounts_on(self, entry: DemandEntry) -> tuple[Any, ...]:
-        """This demand's amounts on the same account as ``entry`` (by identity), else ``()``.
+        """This demand's amounts on the same account as ``entry`` (the same limiter and the
+        same identity, compared by identity), else ``()``.
 
-        This is how admission builds the head's reservation for a follower (DG-06).
+        When this demand heads admission's line, this is what a follower asking the same
+        account finds set aside.
         """
         for mine in self._entries:
             if mine.limiter is entry.limiter and mine.key is entry.key:
@@ -221,19 +231,26 @@ def _frozen_waits(value: Mapping[str, int]) -> Mapping[str, int]:
 class Grant:
     """What admission granted one job; built by :class:`~nucleo_trio.admission.Admission`.
 
-    ``wall_wait`` is the seconds from the ``admit`` call to the grant (0 on the fast path) and
-    ``wall_wait_ms`` the same in whole milliseconds, truncated (DG-07). ``wait_times_ms`` maps
-    the name of every account that refused the job at some point (memory included) to the
-    milliseconds from its first refusal to the grant; values for one name add up, and the map
-    is empty for an immediate grant (DG-08, DG-09).
+    Hand it back exactly once, to ``Admission.release`` (the job ran) or ``Admission.rollback``
+    (it never did); a second settlement does nothing. The per-account waits overlap: two
+    accounts that kept the job waiting at the same time each count the whole overlap, so they
+    can add up to more than :attr:`wall_wait`.
     """
 
     entries: tuple[DemandEntry, ...]
+    """The accounts granted, in the demand's order, with the amounts taken on each; empty for
+    an empty demand."""
     snapshot: JobSnapshot | None = attrs.field(default=None, repr=False)
+    """The job as it stood at the admit call, which the grant's events carry; ``None`` when no
+    events are reported or the demand was empty."""
     wall_wait: float = 0.0
+    """Seconds from the admit call to the grant; 0 when it was granted at once."""
     wait_times_ms: Mapping[str, int] = attrs.field(
         factory=dict, converter=_frozen_waits, repr=False
     )
+    """For every account that held the job at some point (memory included), by its name, the
+    whole milliseconds from the first time it held the job to the grant; values for one name
+    add up. Read-only, and empty for a grant made at once."""
     _owner: object = attrs.field(default=None, repr=False)
     # The owner's bookkeeping for each entry, handed back at settlement (private to it).
     _tracked: tuple[Any, ...] = attrs.field(default=(), repr=False)
@@ -241,7 +258,7 @@ class Grant:
 
     @property
     def is_empty(self) -> bool:
-        """True when the demand had no entries (DG-10): nothing to give back."""
+        """True when the demand had no entries: nothing to give back, no events."""
         return not self.entries
 
     @property
@@ -251,6 +268,7 @@ class Grant:
 
     @property
     def wall_wait_ms(self) -> int:
+        """:attr:`wall_wait` in whole milliseconds, truncated (1.0009 s is 1000)."""
         # Whole nanoseconds first, so 1.001 s reads 1001 ms and not 1000.999...
         return whole_ms(self.wall_wait)
 

@@ -76,26 +76,32 @@ log = logging.getLogger("nucleo_trio.admission.elastic_window")
 
 
 class CircuitState(enum.Enum):
-    """The breaker's three states (EW-17)."""
+    """The breaker's three states."""
 
     HEALTHY = "HEALTHY"
+    """Requests pass, subject to the window."""
     BLOCKED = "BLOCKED"
+    """Everyone is refused until the cooldown ends; then the head of admission's line may take
+    the single probe."""
     PROBING = "PROBING"
+    """The probe is in flight and everyone else is refused until it reports: a success closes
+    the circuit, a failure re-opens it with a doubled cooldown."""
 
 
 @attrs.frozen
 class Circuit:
-    """One immutable breaker record, replaced whole on every transition (EW-17).
-
-    ``blocked_until`` is the :func:`trio.current_time` instant the cooldown ends, ``cooldown`` the
-    length (seconds) of the current cooldown, ``probe_since`` the instant the probe was claimed.
-    The fields that do not apply to the state are 0.
-    """
+    """One immutable breaker record, replaced whole on every transition, so a reader never
+    sees half of one. The fields that do not apply to the state are 0."""
 
     state: CircuitState
+    """Where the breaker stands."""
     blocked_until: float = 0.0
+    """The :func:`trio.current_time` instant the cooldown ends (BLOCKED, and kept while
+    PROBING)."""
     cooldown: float = 0.0
+    """Seconds of the current cooldown; a failed probe doubles it, up to ``max_cooldown``."""
     probe_since: float = 0.0
+    """The :func:`trio.current_time` instant the probe was claimed (PROBING only)."""
 
 
 HEALTHY_CIRCUIT = Circuit(CircuitState.HEALTHY)
@@ -103,17 +109,22 @@ HEALTHY_CIRCUIT = Circuit(CircuitState.HEALTHY)
 
 @attrs.frozen
 class ElasticWindowStatus:
-    """A window's state at one instant (EW-31); ``effective_window`` is in seconds."""
+    """A window's state at one instant."""
 
     max_requests: int
+    """Requests admitted per nominal window."""
     available: int
+    """Requests that fit now: ``max_requests`` less the stamps still in the window."""
     throttle: float
+    """The adaptive throttle; 0 when nothing pushed back."""
     effective_window: float
+    """Seconds a stamp stays in the window: ``base_window * (1 + throttle)``."""
     state: str
+    """The circuit's state by name: ``"HEALTHY"``, ``"BLOCKED"`` or ``"PROBING"``."""
 
     @property
     def summary(self) -> str:
-        """``permits a/m, throttle t, window <n>ms, circuit <S>`` (STS-03)."""
+        """``permits a/m, throttle t, window <n>ms, circuit <S>``."""
         return (
             f"permits {self.available}/{self.max_requests}, throttle {self.throttle:.1f}, "
             f"window {round(self.effective_window * 1000)}ms, circuit {self.state}"
@@ -121,7 +132,9 @@ class ElasticWindowStatus:
 
 
 def format_window(seconds: float) -> str:
-    """Write a window as ``N min``, ``N s`` or ``N ms``, whichever is whole (EW-20)."""
+    """Write ``seconds`` as ``N min``, ``N s`` or ``N ms``, the largest unit that is whole
+    (``60.0`` is ``"1 min"``, ``1.5`` is ``"1500 ms"``); a fraction of a millisecond is
+    written as it is (``"0.25 ms"``)."""
     ms = seconds * 1000
     whole_ms = round(ms)
     if math.isclose(ms, whole_ms, abs_tol=1e-6):
@@ -172,27 +185,30 @@ TEMPLATE_SETTINGS = frozenset(
         "margin",
     }
 )
-"""The class attributes a subclass may set; each is read off the class (EW-01, EW-03)."""
+"""The class attributes a subclass may set; each is read off the class, never an instance."""
 
 
 class ElasticWindow(AbstractRateLimiter):
-    """A sliding request window with an adaptive throttle and a circuit breaker (EW).
+    """A sliding request window with an adaptive throttle and a circuit breaker.
 
     A subclass is the template: it sets ``base_window`` (seconds) and ``max_requests`` and may
-    override any tuning default below. The constructor checks them (EW-02)::
+    override any tuning default below::
 
         class SearchApiRateLimiter(ElasticWindow):
             base_window = 60.0
             max_requests = 100
 
-    The settings are class attributes, read off the class (EW-03). The Java original warns
-    that its constructor calls the template getters before a subclass's fields exist, so a
-    getter must return a constant or a settings value, never an instance field. The Python form
-    of that rule: a setting is fixed when the class is defined, from a constant or a settings
-    object (``max_requests = SEARCH.max_requests``), and never depends on instance state. A
-    setting written as a property or method is refused at construction, and assigning one on
-    an instance (before or after ``super().__init__()``) raises :class:`AttributeError`, since
-    the constructor's checks would never see it.
+    The constructor checks the settings and raises :class:`ValueError` naming the one out of
+    range (a count or a length that is not above 0, a NaN, a negative knob, a ``max_cooldown``
+    below ``initial_cooldown``), or :class:`TypeError` when ``base_window`` or
+    ``max_requests`` is missing. ``name`` defaults to the class name without a trailing
+    ``RateLimiter`` (``SearchApi`` above); ``clock`` is for tests.
+
+    The settings are class attributes, read off the class: a setting is fixed when the class
+    is defined, from a constant or a settings object (``max_requests = SEARCH.max_requests``),
+    and never depends on instance state. A setting written as a property or method is refused
+    at construction, and assigning one on an instance (before or after ``super().__init__()``)
+    raises :class:`AttributeError`, since the constructor's checks would never see it.
     """
 
     base_window: ClassVar[float]
@@ -201,16 +217,25 @@ class ElasticWindow(AbstractRateLimiter):
     """Requests admitted per nominal window; a subclass must set it."""
 
     throttle_increment: ClassVar[float] = 1.0
+    """How much one counted push-back adds to the throttle (default 1.0: the window grows by
+    one ``base_window``)."""
     throttle_decrement: ClassVar[float] = 0.2
+    """How much a relaxation takes off the throttle (default 0.2)."""
     max_throttle: ClassVar[float] = 9.0
+    """The highest throttle (default 9.0: a window ten times the base)."""
     successes_per_decrease: ClassVar[int] = 3
+    """Successes per relaxation while push-back is recent (default 3)."""
     recovery_minutes: ClassVar[float] = 5
     """After this many minutes without pressure every success relaxes the throttle."""
     recovery_multiplier: ClassVar[float] = 2.5
     """A quiet success takes ``throttle_decrement * recovery_multiplier`` off."""
     failures_at_max_to_block: ClassVar[int] = 3
+    """Push-backs counted at the maximum throttle, in a row, that open the circuit (default 3;
+    a success resets the streak)."""
     initial_cooldown: ClassVar[float] = 30.0
+    """Seconds the circuit stays BLOCKED when it first opens (default 30)."""
     max_cooldown: ClassVar[float] = 3600.0
+    """The longest cooldown, in seconds, however often probes fail (default one hour)."""
     probe_timeout: ClassVar[float | None] = None
     """Seconds a probe may go without a verdict; ``None`` means ``max_cooldown``."""
     margin: ClassVar[float] = 0.0
@@ -282,6 +307,8 @@ class ElasticWindow(AbstractRateLimiter):
         self._margin = float(cls.margin)
         self._stamps = StartStamps(self._name, clock)
         self.throttle = 0.0
+        """The adaptive throttle, from 0 to :attr:`max_throttle`: push-back raises it,
+        successes relax it, and the window is ``base_window * (1 + throttle)`` long."""
         self._successes = 0
         self._failures_at_max = 0
         self._last_pressure: float | None = None
@@ -309,27 +336,33 @@ class ElasticWindow(AbstractRateLimiter):
     # -- identity -------------------------------------------------------------------------------
     @property
     def limiter_name(self) -> str:
+        """The name given to the constructor, else the class name without a trailing
+        ``RateLimiter``."""
         return self._name
 
     @property
     @final
     def limiter_category(self) -> str:
+        """Always ``"elastic_window"``; final."""
         return "elastic_window"
 
     @property
     def capacity(self) -> int:
+        """:attr:`max_requests`: the requests one window admits."""
         return self.max_requests
 
     @property
     def in_use(self) -> int:
-        """Stamps still in the effective window (EW-05)."""
+        """Requests still in the window: the stamps younger than :attr:`effective_window`
+        plus ``margin``."""
         self._cleanup()
         return len(self._stamps)
 
     @property
     @final
     def requires_http_connection(self) -> bool:
-        """Every window also needs the shared HTTP gate (EW-04)."""
+        """Always ``True``, and final: every window fronts an HTTP upstream, so its jobs also
+        take a permit on the dispatcher's ``http`` gate."""
         return True
 
     @final
@@ -344,11 +377,12 @@ class ElasticWindow(AbstractRateLimiter):
 
     @property
     def state(self) -> CircuitState:
+        """The breaker's state (:attr:`circuit`'s ``state``)."""
         return self._circuit.state
 
     @property
     def effective_window(self) -> float:
-        """Seconds a stamp stays in the window: the base stretched by the throttle (EW-08)."""
+        """Seconds a stamp stays in the window: ``base_window * (1 + throttle)``."""
         return self.base_window * (1 + self.throttle)
 
     @property
@@ -358,7 +392,7 @@ class ElasticWindow(AbstractRateLimiter):
 
     @property
     def cooldown_remaining(self) -> float:
-        """Seconds until the cooldown ends; 0 unless BLOCKED (EW-28)."""
+        """Seconds until the cooldown ends; 0 unless BLOCKED, and 0 once it has ended."""
         circuit = self._circuit
         if circuit.state is not CircuitState.BLOCKED:
             return 0.0
@@ -366,7 +400,8 @@ class ElasticWindow(AbstractRateLimiter):
 
     @property
     def status_indicator(self) -> str | None:
-        """``blocked``/``probing`` first, then ``throttle:<1+t>x``, else ``None`` (EW-30)."""
+        """``"blocked"`` or ``"probing"`` while the circuit is open, else
+        ``"throttle:<1 + throttle>x"`` (one decimal) while throttled, else ``None``."""
         state = self._circuit.state
         if state is CircuitState.BLOCKED:
             return "blocked"
@@ -377,6 +412,7 @@ class ElasticWindow(AbstractRateLimiter):
         return None
 
     def status(self) -> ElasticWindowStatus:
+        """The window now, as an :class:`ElasticWindowStatus` (expired stamps dropped first)."""
         self._cleanup()
         return ElasticWindowStatus(
             self.max_requests,
@@ -455,12 +491,25 @@ class ElasticWindow(AbstractRateLimiter):
             raise self._probe_refusal()
 
     def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """Whether ``stamps + len(mine) + len(reserved_ahead) <= max_requests``; each amount
+        is one request, whatever its value.
+
+        Refuses with :class:`~nucleo_trio.errors.UncorrectableError` an ask of more requests
+        than :attr:`max_requests`, and, by the circuit: everyone while BLOCKED and cooling
+        down (the message says how long remains), everyone while PROBING, and once the
+        cooldown is over every asker but the head (only the head may probe). A probe that
+        gave no verdict within ``probe_timeout`` is expired back to BLOCKED first.
+        """
         asked = self._refuse_alone(mine)
         self._check_circuit(reserved_ahead)
         self._cleanup()
         return len(self._stamps) + asked + len(reserved_ahead) <= self.max_requests
 
     def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """The check of :meth:`fits` and one stamp per request, at the instant the caller
+        starts. On a BLOCKED circuit whose cooldown is over, the head's take claims the single
+        probe (the circuit turns PROBING); a full window claims nothing and answers
+        ``False``."""
         asked = self._refuse_alone(mine)
         circuit = self._check_circuit(reserved_ahead)
         self._cleanup()
@@ -477,10 +526,11 @@ class ElasticWindow(AbstractRateLimiter):
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
-        """Roll back: drop the newest stamps, one per amount; a pending probe is undone.
+        """Roll back: drop the newest stamps, one per amount; a probe in flight is undone
+        (PROBING goes back to BLOCKED, its cooldown kept).
 
         The newest go because the oldest are what deadlines are computed from. No wake: the
-        account settles inside admission, which wakes itself afterwards (EW-12, EW-26).
+        account settles inside admission, which looks again afterwards.
         """
         check_permits(self._name, amounts, "give")
         self._stamps.drop_newest(len(amounts))
@@ -489,7 +539,9 @@ class ElasticWindow(AbstractRateLimiter):
             self._circuit = attrs.evolve(circuit, state=CircuitState.BLOCKED, probe_since=0.0)
 
     def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
-        """When the k-th oldest stamp leaves, k the shortfall; ignores the circuit (EW-10)."""
+        """When the k-th oldest stamp leaves the window, k the shortfall; now when nothing is
+        short, ``None`` when ``mine`` and the reservation together exceed
+        :attr:`max_requests`. The circuit is not consulted."""
         asked = len(mine) + len(reserved_ahead)
         if asked > self.max_requests:
             return None
@@ -537,8 +589,15 @@ class ElasticWindow(AbstractRateLimiter):
         self.record_pushback()
 
     def record_pushback(self) -> None:
-        """Count one push-back: raise the throttle and drive the breaker, whatever came before it. :meth:`on_rate_limit_error` calls it for each 429 that
-        is news; call it directly to count one that is. Never wakes anyone.
+        """Count one push-back: raise the throttle and drive the breaker, whatever came
+        before it. :meth:`on_rate_limit_error` calls it for each 429 that is news; call it
+        directly to count one that is. Never wakes anyone.
+
+        While HEALTHY at the maximum throttle it adds to the streak, and the
+        :attr:`failures_at_max_to_block`-th opens the circuit for :attr:`initial_cooldown`
+        seconds. While PROBING it re-opens the circuit with the cooldown doubled (at least
+        :attr:`initial_cooldown`, at most :attr:`max_cooldown`). While BLOCKED only the
+        throttle moves.
         """
         now = self._clock()
         self._counted_at = now
@@ -570,11 +629,19 @@ class ElasticWindow(AbstractRateLimiter):
         # BLOCKED: the throttle rose above; the circuit keeps its cooldown (EW-24).
 
     def on_advisory_pressure(self) -> None:
-        """Tighten as a failure would, but leave the circuit and the streak alone (EW-14)."""
+        """Raise the throttle by :attr:`throttle_increment`, as a counted push-back would, for
+        an upstream that asks to slow down without refusing; the circuit and the streak stay
+        as they are. Never wakes anyone."""
         self._raise_throttle()
 
     def on_success(self, input: Any = None) -> None:
-        """Relax, and close the circuit after a good probe; wakes at most once (EW-15, EW-16)."""
+        """Reset the streak, close the circuit after a good probe, and relax the throttle.
+
+        While push-back is recent every :attr:`successes_per_decrease`-th success takes
+        :attr:`throttle_decrement` off; once :attr:`recovery_minutes` have passed without
+        push-back every success takes ``throttle_decrement * recovery_multiplier`` off. A
+        relaxation or a closed circuit runs the wake, once.
+        """
         self._failures_at_max = 0
         woke = False
         circuit = self._circuit

@@ -108,7 +108,7 @@ def _check_capacity(owner: str, capacity: object, parameter: str = "capacity") -
 
 
 class CountingGate(AbstractRateLimiter):
-    """A concurrency cap of ``capacity`` permits (ACC-13..18), category ``semaphore``.
+    """A concurrency cap of ``capacity`` permits, category ``semaphore``, RELEASE.
 
     Every amount is a number of permits (``None`` for one), and the questions count them:
     ``fits`` and ``try_take`` refuse with :class:`~nucleo_trio.errors.UncorrectableError` when
@@ -120,6 +120,10 @@ class CountingGate(AbstractRateLimiter):
 
     :attr:`use` is ``in_use`` as a value tasks can wait on
     (``await gate.use.wait_value(lambda n: n == 0)``).
+
+    ``name`` must be a non-blank ``str`` (else :class:`TypeError` or :class:`ValueError`), and
+    ``capacity`` an ``int`` above 0 (:class:`TypeError` for another type, :class:`ValueError`
+    for 0 or less).
     """
 
     _capacity_parameter: ClassVar[str] = "capacity"
@@ -148,14 +152,18 @@ class CountingGate(AbstractRateLimiter):
 
     @property
     def limiter_category(self) -> str:
+        """Always ``"semaphore"``."""
         return "semaphore"
 
     @property
     def capacity(self) -> int:
+        """The number of permits the gate has, as built or last set with :meth:`set_capacity`."""
         return self._capacity
 
     @property
     def in_use(self) -> int:
+        """Permits taken and not yet given back; above :attr:`capacity` for a while after the
+        capacity was lowered under what is held."""
         return self._in_use
 
     @property
@@ -183,6 +191,8 @@ class CountingGate(AbstractRateLimiter):
         return self._last_activity
 
     def status(self) -> SemaphoreLimiterStatus:
+        """The capacity, the permits free and the last activity, as a
+        :class:`~nucleo_trio.admission.SemaphoreLimiterStatus`."""
         return SemaphoreLimiterStatus(self._capacity, self.available, self._last_activity)
 
     # -- declaration -------------------------------------------------------------------------------
@@ -234,6 +244,12 @@ class CountingGate(AbstractRateLimiter):
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
+        """Return the permits ``amounts`` count (``None`` one, a positive ``int`` that many).
+
+        A give of more permits than are in use raises :class:`ValueError` and returns none: it
+        is a settlement bug that would otherwise hand out permits that do not exist. It never
+        runs the wake; admission looks again after every settlement.
+        """
         returned = self._permits(amounts, "give")
         if returned > self._in_use:
             # Over-giving would hand out permits that do not exist; that is a settlement bug
@@ -247,6 +263,8 @@ class CountingGate(AbstractRateLimiter):
             self._use.value = self._in_use
 
     def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
+        """Always ``None``: the clock never frees a permit, only a give does. An amount that is
+        not a permit count is still refused."""
         self._permits(mine, "earliest_fit")
         return None
 

@@ -43,32 +43,41 @@ class UnboundedMemory(AbstractRateLimiter):
 
     @property
     def limiter_name(self) -> str:
+        """Always ``"memory"``, the name of the seat it takes."""
         return "memory"
 
     @property
     def limiter_category(self) -> str:
+        """Always ``"memory"``."""
         return "memory"
 
     @property
     def capacity(self) -> int:
+        """The machine's physical memory in bytes, read once when the account was built."""
         return self._total
 
     @property
     def in_use(self) -> int:
+        """The process's resident memory in bytes, read on every call."""
         return int(self._process.memory_info().rss)
 
     def status(self) -> UnboundedMemoryStatus:
+        """The resident and physical memory now, as an
+        :class:`~nucleo_trio.admission.UnboundedMemoryStatus`."""
         return UnboundedMemoryStatus(used_bytes=self.in_use, total_bytes=self._total)
 
     def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """Always ``True``: nobody is ever held on memory."""
         return True
 
     def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """Always ``True``, and nothing is counted."""
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
-        # A completion: a gate that paces would look again; an unbounded one has nothing to do.
+        """A completion; there is nothing to give back or look at again, so it does nothing."""
         return None
 
     def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
+        """Always ``None``: it is never short, so there is nothing to wait for."""
         return None

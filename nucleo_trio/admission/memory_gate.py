@@ -43,8 +43,8 @@ reading at its demand's assembly to the highest reading before its release (read
 at every look, at release and whenever the scheduler is about to wait, while jobs are in flight),
 shared among the jobs in flight when it started and those assembled since, folded into an
 exponentially weighted maximum per class (:meth:`MemoryPressureGate.estimate`).
-A job with neither meets the gate exactly as the seed describes; so does every question asked
-with no amounts (memory's line, the latch, the drain and the penalty never see a claim).
+A job with neither meets only the latch, memory's line, the drain and the penalty, and those
+never see a claim: they are the questions asked with no amounts.
 
 Orchestrators (empty demands) never meet the gate; a line held on another account is that
 account's to release whatever memory reads; both are admission's doing (see
@@ -94,13 +94,15 @@ __all__ = [
 log = logging.getLogger("nucleo_trio.admission.memory")
 
 CURVE_START_RATIO = 0.80
-"""Below this level every release is spaced by the minimum delay (MEM-01)."""
+"""Below this level every release is spaced by the minimum delay."""
 CRITICAL_RATIO = 0.95
 """A reading at or above this sets the latch."""
 RECOVERY_RATIO = 0.90
 """Only a reading below this clears the latch."""
 MIN_DELAY_MS = 50
+"""The delay curve's floor, in milliseconds: the spacing at and below 80 %."""
 MAX_DELAY_MS = 30_000
+"""The delay curve's top, in milliseconds, reached at 95 %."""
 PENALTY_BASE = 2.0
 """The growth penalty moves by this factor per percentage point of floor growth."""
 MAX_WAIT_MS = 3_600_000
@@ -117,7 +119,8 @@ def _points(ratio: float) -> float:
 
 
 def throttle_delay_ms(ratio: float) -> int:
-    """The release spacing for a memory level, before the growth penalty (MEM-03, MEM-04).
+    """The release spacing in milliseconds for a memory level ``ratio``, before the growth
+    penalty.
 
     ``normalized = clamp((ratio - 0.80) / 0.15, 0, 1)`` and the delay is
     ``max(50, floor(30 000 * normalized**3))`` ms: 50 at and below 80 %, 1111 at 85 %, 6480 at
@@ -324,6 +327,8 @@ class MemoryPressureGate(AbstractRateLimiter):
         # Promises (see the module docstring): bytes reserved by running claims, their number,
         # and the reading they are measured from.
         self.reservations = MemoryReservations(self)
+        """The identity a :class:`MemoryClaim` debits (``memory-reserved``): the bytes the
+        running jobs promised, which events and health show as an account of their own."""
         self._reserved = 0
         self._claims = 0
         self._running = 0  # resourceful jobs granted and not yet given back, claims or none
@@ -366,18 +371,22 @@ class MemoryPressureGate(AbstractRateLimiter):
     # -- identity ---------------------------------------------------------------------------------
     @property
     def limiter_name(self) -> str:
+        """Always ``"memory"``."""
         return "memory"
 
     @property
     def limiter_category(self) -> str:
+        """Always ``"memory"``."""
         return "memory"
 
     @property
     def capacity(self) -> int:
+        """The memory limit in bytes as of the last look (the first read looks once)."""
         return self._last_reading().limit_bytes
 
     @property
     def in_use(self) -> int:
+        """The bytes in use as of the last look (the first read looks once)."""
         return self._last_reading().used_bytes
 
     @property
@@ -418,11 +427,13 @@ class MemoryPressureGate(AbstractRateLimiter):
 
     @property
     def is_stopping(self) -> bool:
-        """True once :meth:`stop` ran: every question then answers yes (MEM-20)."""
+        """True once :meth:`stop` ran: every question then answers yes."""
         return self._stopping
 
     def observe_held(self, supplier: Callable[[], int]) -> None:
-        """Admission hands over the reader of memory's line (MEM-10)."""
+        """Admission hands over the reader of memory's line: how many jobs wait on memory,
+        which decides whether a release is paced at all. A ``supplier`` that is not callable
+        raises :class:`TypeError`."""
         if not callable(supplier):
             raise TypeError(
                 f"MemoryPressureGate.observe_held: supplier must be callable, "
@@ -445,8 +456,14 @@ class MemoryPressureGate(AbstractRateLimiter):
 
     def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
         """Not latched, and releasable: no release yet, nobody held on memory, a completion
-        since the last release, or the penalised delay for the reading now has passed (MEM-11).
-        With claims (``mine`` not empty) the question is the reservation's instead."""
+        since the last release, or the penalised delay for the reading now has passed. Reads
+        memory once (a look), which may set or clear the latch.
+
+        With claims (``mine`` not empty) the question is the reservation's instead: whether
+        the bytes in use, the promised bytes not yet seen and the claims stay under 95 % of
+        the limit. A claim above 95 % of the limit on its own is refused with
+        :class:`~nucleo_trio.errors.UncorrectableError`.
+        """
         if mine:
             return self._claim_fits(mine, reserved_ahead)
         if self._stopping:
@@ -456,7 +473,7 @@ class MemoryPressureGate(AbstractRateLimiter):
 
     def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
         """The same check, and a release: stamp it, use up the completion, commit the penalty
-        and shift the floor history (MEM-13). With claims, the reservation is taken instead."""
+        and shift the floor history. With claims, the reservation is taken instead."""
         if mine:
             if not self._claim_fits(mine, reserved_ahead):
                 return False
@@ -481,9 +498,10 @@ class MemoryPressureGate(AbstractRateLimiter):
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
-        """A completion: a moment to look, not a token to spend (MEM-14). It lets one job go at
-        the next look that finds the latch clear, however many completions came before it.
-        With claims, the reservation comes back (the completion follows as ``give([])``)."""
+        """A completion: a moment to look, not a token to spend. It lets one job go at the
+        next look that finds the latch clear, however many completions came before it, and
+        runs the wake. With claims, the reservation comes back (the completion follows as
+        ``give([])``)."""
         if amounts:
             self._reserved = max(0, self._reserved - _bytes_of(amounts))
             self._claims = max(0, self._claims - 1)
@@ -496,10 +514,11 @@ class MemoryPressureGate(AbstractRateLimiter):
 
     def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
         """When to look again: in 2 s while latched (without reading memory); ``None`` when
-        nothing paces (no release yet, or nobody held); otherwise the end of the delay for the
-        reading now, but never more than 2 s away, and a delay that already ended as its past
-        instant (MEM-07, MEM-18, MEM-19). A claim that does not fit is looked at again within
-        2 s (freeing memory signals nothing) or at the next release."""
+        nothing paces (no release yet, or nobody held); now after a completion; otherwise
+        the end of the delay for the reading now, but never more than 2 s away, and a delay
+        that already ended as its past instant. A claim that does not fit is looked at again
+        within 2 s (freeing memory signals nothing) or at the next release. ``None`` once
+        stopping."""
         if mine:
             return None if self._stopping else self._clock() + RECHECK_SECONDS
         if self._stopping:
@@ -517,8 +536,9 @@ class MemoryPressureGate(AbstractRateLimiter):
 
     # -- stop -------------------------------------------------------------------------------------
     def stop(self) -> None:
-        """Wave every job through from now on (MEM-20): shutting down, nothing is worth holding.
-        Logged once at INFO; runs the wake so admission looks again."""
+        """Wave every job through from now on: shutting down, nothing is worth holding.
+        Logged once at INFO; runs the wake so admission looks again. A second call does
+        nothing."""
         if self._stopping:
             return
         self._stopping = True
@@ -528,8 +548,8 @@ class MemoryPressureGate(AbstractRateLimiter):
     # -- status -----------------------------------------------------------------------------------
     @property
     def status_indicator(self) -> str | None:
-        """``blocked`` while latched, ``pace:<ms>ms`` while the delay holds the next release
-        back and no completion has come, else ``None`` (MEM-33, ACC-12)."""
+        """``"blocked"`` while latched, ``"pace:<ms>ms"`` while the delay holds the next
+        release back and no completion has come, else ``None``. Reads memory once (a look)."""
         reading = self._look()
         if self._latched:
             return "blocked"
@@ -537,8 +557,8 @@ class MemoryPressureGate(AbstractRateLimiter):
         return f"pace:{pacing}ms" if pacing > 0 else None
 
     def status(self) -> MemoryPressureStatus:
-        """The gate at one look: the reading, the floor, the zone, memory's line, the pacing
-        and the penalty (MEM-31, MEM-32)."""
+        """The gate at one look, as a :class:`~nucleo_trio.admission.MemoryPressureStatus`:
+        the reading, the floor, the zone, memory's line, the pacing and the penalty."""
         reading = self._look()
         return self._status_of(reading, self._status_now())
 
@@ -551,13 +571,16 @@ class MemoryPressureGate(AbstractRateLimiter):
             return math.inf
 
     def penalised_delay_ms(self, ratio: float) -> int:
-        """The penalised wait for ``ratio`` with the penalty as it stands (MEM-23): the curve
-        times the penalty a release now would commit, capped at one hour."""
+        """The penalised wait in milliseconds for ``ratio`` with the penalty as it stands: the
+        curve (:func:`throttle_delay_ms`) times the penalty a release now would commit, capped
+        at one hour."""
         return self._delay_ms(ratio)
 
     @property
     def growth_penalty(self) -> float:
-        """The penalty a release now would commit, from the floor as of the last look (MEM-22)."""
+        """The factor a release now would commit, from 1 to 72 000, from the floor as of the
+        last look: the penalty committed at the last release times 2 per percentage point the
+        floor gained over the last two releases (halved per point it fell)."""
         return self._penalty()
 
     # -- promises -------------------------------------------------------------------------------
@@ -572,8 +595,10 @@ class MemoryPressureGate(AbstractRateLimiter):
     def claim_for(self, context: JobContext | None, declared: int | None) -> MemoryClaim | None:
         """The claim of one attempt about to meet admission (called as its demand is assembled,
         only for a demand that holds anything): ``declared`` bytes, else the estimate of its
-        class, else ``None`` (the seed's gate alone). The attempt is also noted for learning:
-        its growth is measured from here to its release."""
+        class, else ``None`` (the job then meets only the latch and the paced line). The
+        attempt is also noted for learning: its growth is measured from here to its
+        release. An estimate under one MiB counts as none; a learnt one is rounded up to whole
+        MiB and never more than half of what fits under the latch."""
         job_class = "" if context is None else self._class_of(context)
         if context is not None:
             self._sample_while_running()

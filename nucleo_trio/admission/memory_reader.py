@@ -66,15 +66,19 @@ def _byte_count(instance: object, attribute: attrs.Attribute[int], value: int) -
 class MemoryReading:
     """One look at memory: ``used_bytes`` against ``limit_bytes``.
 
-    ``ratio`` is used over limit, or 0 when the limit is not positive (MEM-02): a reader that
-    cannot tell its limit never latches anyone.
+    Both are ``int`` byte counts of 0 or more (:class:`TypeError` for another type,
+    :class:`ValueError` for a negative).
     """
 
     used_bytes: int = attrs.field(validator=_byte_count)
+    """Bytes in use (the process's resident set, for the default reader)."""
     limit_bytes: int = attrs.field(validator=_byte_count)
+    """The limit they are measured against, in bytes; 0 when the reader cannot tell."""
 
     @property
     def ratio(self) -> float:
+        """``used_bytes / limit_bytes`` (0.95 is 95 %), or 0.0 when the limit is 0: a reader
+        that cannot tell its limit never latches anyone."""
         return self.used_bytes / self.limit_bytes if self.limit_bytes > 0 else 0.0
 
 
@@ -88,7 +92,10 @@ class MemoryReader(Protocol):
     it must be cheap and must never block: a reader backed by a slow source caches.
     """
 
-    def read(self) -> MemoryReading: ...
+    def read(self) -> MemoryReading:
+        """The memory in use and the limit it is measured against, now (or as cached), as a
+        :class:`MemoryReading`. It must answer at once, without blocking or awaiting."""
+        ...
 
 
 # --------------------------------------------------------------------------------------------
@@ -300,11 +307,15 @@ class ProcessMemoryReader:
         if max_age is None:
             max_age = 0.0 if self.resident_source == "statm" else DEFAULT_MAX_AGE
         self.max_age = float(max_age)
+        """Real seconds a reading is reused: 0 (always fresh) with ``/proc/self/statm``,
+        :data:`DEFAULT_MAX_AGE` through psutil, unless given."""
         self._monotonic = monotonic
         self._reading: MemoryReading | None = None
         self._read_at = 0.0
 
     def read(self) -> MemoryReading:
+        """The resident set against :attr:`limit_bytes`; fresh, or the last reading while it
+        is younger than :attr:`max_age` real seconds."""
         if not self.max_age:
             return MemoryReading(self._resident(), self.limit_bytes)
         now = self._monotonic()

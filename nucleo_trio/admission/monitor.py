@@ -7,7 +7,7 @@ needs no lock). Waiting while holding part of a demand (hold-and-wait) is imposs
 construction: an attempt asks every account ``fits`` first, and only when all fit does it
 ``try_take`` each; a take that fails undoes the takes before it inside the same attempt.
 
-The rules of the line (spec ADM-01..53):
+The rules of the line:
 
 * **Arrival order, head reservation.** The *head* (oldest parked waiter) is asked with no
   reservation; every later waiter is asked with the head's amounts on the same account set aside
@@ -24,9 +24,9 @@ The rules of the line (spec ADM-01..53):
   account a refused waiter was held on, RELEASED once per entry given back. Memory reports HELD,
   GRANTED_FROM_HOLD and REJECTED, never RELEASED and nothing on the fast path.
 
-The reference walks the whole line on every event. This monitor gets the same grants at a cost
-per grant that does not grow with the line, by re-asking only the waiters whose answer can have
-changed. The bookkeeping and its invariant:
+Walking the whole line on every event would make each grant cost as much as the line is long.
+This monitor gets the same grants at a cost per grant that does not grow with the line, by
+re-asking only the waiters whose answer can have changed. The bookkeeping and its invariant:
 
 * The line is an ordered dict ``seq -> waiter`` (O(1) head and removal).
 * Every account keeps *groups*: for each *demand signature* (the whole demand: every entry's
@@ -64,7 +64,7 @@ the start of the next pass, which the wake-up requests; a pass therefore never l
 ``fits`` and ``try_take`` must answer ``True`` or ``False``, ``earliest_fit`` ``None`` or an
 instant (an int or a float; ``+inf`` means "never from the clock alone" and is read as ``None``;
 NaN, ``-inf``, a bool or anything else is refused). A wrong answer is an account fault, handled
-exactly like a raise (ADM-41..43): that waiter alone is refused with an
+exactly like a raise: that waiter alone is refused with an
 :class:`~nucleo_trio.errors.UncorrectableError` naming the account and the value, what the
 attempt took is given back, and the evaluator goes on. (What a ``try_take`` that gave no
 answer did to its own account is unknown, so only the entries taken before it are given back.)
@@ -78,7 +78,7 @@ again while it lives.
 **Forgetting.** An account is tracked only while a parked waiter or an unsettled grant uses it:
 when the last one leaves, its bookkeeping goes, so ``accounts()`` and every map stay as large
 as what is in use, however many accounts come and go. The wake installed on a limiter (once per
-limiter, ADM-10) stays installed, but it reaches the monitor only through weak references and
+limiter) stays installed, but it reaches the monitor only through weak references and
 does nothing while the limiter is not in use; when the limiter is used again the same wake
 serves it, and only a limiter whose wake was replaced or cleared since gets a new one.
 """
@@ -134,9 +134,10 @@ LimiterEmitter: TypeAlias = Callable[
 ]
 """Receives one admission transition: ``(account, snapshot, waiters, type, wait, reject_reason,
 amount)``. ``waiters`` is the count held on that account after the transition, ``wait`` the
-seconds held (0 unless the waiter was held), ``amount`` the units moved. Best effort: whatever it
-raises drops that event (EVT-14), never silently: the first failure per account is logged as a
-warning naming the account and the error, later ones at debug."""
+seconds held (0 unless the waiter was held), ``amount`` the units moved
+(:func:`~nucleo_trio.admission.units_of`). Best effort: whatever it raises drops that event,
+never silently: the first failure per account is logged as a warning naming the account and
+the error, later ones at debug."""
 
 _NOTHING: tuple[Any, ...] = ()
 _NO_WIRING: tuple[None, list[Any]] = (None, [])
@@ -161,10 +162,16 @@ class AdmissionClosedError(UncorrectableError):
 class AdmissionWaiter(Protocol):
     """What admission needs from the job that waits (the :class:`JobContext` implements it)."""
 
-    def snapshot(self) -> JobSnapshot | None: ...
+    def snapshot(self) -> JobSnapshot | None:
+        """The job as it stands now, for the events of its wait; ``None`` when there is none.
+        Called at the admit call when events are reported, else only when something asks."""
+        ...
 
     @property
-    def is_cancelled(self) -> bool: ...
+    def is_cancelled(self) -> bool:
+        """``True`` once the job was cancelled: a parked waiter then leaves the line with
+        :class:`~nucleo_trio.errors.CancellationRequested`."""
+        ...
 
     def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
         """Run ``callback`` when the job is cancelled (at once if it already is); the answer
@@ -576,7 +583,7 @@ class Admission:
     # -- introspection ----------------------------------------------------------------------------
     @property
     def queue_size(self) -> int:
-        """How many waiters are parked (ADM-08)."""
+        """How many waiters are parked in the line right now."""
         return len(self._line)
 
     def accounts(self) -> tuple[LimiterIdentity, ...]:
@@ -942,11 +949,18 @@ class Admission:
 
     # -- settlement -------------------------------------------------------------------------------
     def release(self, grant: Grant) -> None:
-        """Give back the RELEASE accounts of a finished job (ADM-46); a second call does nothing."""
+        """Give back the RELEASE accounts of a job that ran, and count a completion for the
+        memory account; TIME accounts keep what was taken. A second call does nothing.
+
+        Every account is given back even if one raises; the first error is then raised.
+        Raises :class:`TypeError` for something other than a :class:`Grant`, and
+        :class:`ValueError` for a grant another :class:`Admission` issued.
+        """
         self._settle(grant, everything=False)
 
     def rollback(self, grant: Grant) -> None:
-        """Give back every account, metered ones included: the work never happened (ADM-46)."""
+        """Give back every account, TIME ones included: the work never happened. Otherwise as
+        :meth:`release`."""
         self._settle(grant, everything=True)
 
     def _settle(self, grant: Grant, *, everything: bool) -> None:
@@ -1001,7 +1015,9 @@ class Admission:
 
     # -- stop and defects -------------------------------------------------------------------------
     def stop(self) -> None:
-        """Refuse every parked waiter with ``shutdown`` and end the evaluator (ADM-05..07)."""
+        """Refuse every parked waiter with :class:`AdmissionClosedError` (their events say
+        ``shutdown``), clear the wakes it installed, and end the evaluator. Every later
+        ``admit`` raises :class:`AdmissionClosedError`; a second call does nothing."""
         if self._stopped:
             return
         self._stopped = True

@@ -59,10 +59,15 @@ class RateLimitStatus:
     ``per`` seconds (``margin`` beyond it); ``burst`` the most at once, or ``None``."""
 
     limit: int
+    """Requests admitted in any window of :attr:`per` seconds."""
     per: float
+    """The window's length in seconds."""
     available: int
+    """Requests free in the window right now (``limit`` less the stamps in it)."""
     burst: int | None = None
+    """The most requests that go at once, or ``None`` when the account sets no burst."""
     margin: float = 0.0
+    """Seconds each request's slot is held beyond :attr:`per`."""
 
     @property
     def summary(self) -> str:
@@ -145,14 +150,17 @@ class RateLimit(AbstractRateLimiter):
     # -- identity -------------------------------------------------------------------------------
     @property
     def limiter_name(self) -> str:
+        """The ``name`` given, else ``"<limit> per <per>"`` (``"5 per 1 s"``)."""
         return self._name
 
     @property
     def limiter_category(self) -> str:
+        """Always ``"rate_limit"``."""
         return "rate_limit"
 
     @property
     def capacity(self) -> int:
+        """:attr:`limit`: the requests one window admits."""
         return self._limit
 
     @property
@@ -182,9 +190,12 @@ class RateLimit(AbstractRateLimiter):
         return self._margin
 
     def replenishment(self) -> Replenishment:
+        """:attr:`~nucleo_trio.admission.Replenishment.TIME`: a request's slot comes back
+        with the clock, never at release; a roll-back still forgets it at once."""
         return Replenishment.TIME
 
     def status(self) -> RateLimitStatus:
+        """The window now, as a :class:`RateLimitStatus` (expired stamps dropped first)."""
         in_use = self.in_use
         burst = None if self._burst is None else self._most_at_once()
         return RateLimitStatus(
@@ -286,9 +297,16 @@ class RateLimit(AbstractRateLimiter):
         return asked
 
     def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """Whether the requests of ``mine`` and ``reserved_ahead`` together fit the window
+        (with them, at most ``limit`` stamps in the last ``per + margin`` seconds) and, with
+        a burst, the burst's pace. An ask of more requests at once than the limit or the
+        burst is refused with :class:`~nucleo_trio.errors.UncorrectableError`; an amount that
+        is not a request count raises :class:`TypeError` or :class:`ValueError`."""
         return self._ask(mine, reserved_ahead) is not None
 
     def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """The check of :meth:`fits` and one stamp per request, at the instant the caller
+        starts; with a burst, the burst's pace moves on by one interval per request."""
         asked = self._ask(mine, reserved_ahead)
         if asked is None:
             return False

@@ -1,5 +1,5 @@
 """The accounts a dispatcher builds on demand: one per limiter class, one bucket and one gate
-per model entry (FAC-01..07).
+per model entry.
 
 A job names its accounts in its requirements, and most of them are shared: every request to one
 model must debit the *same* bucket, every job that needs ``RenderSlots`` the same slots. The
@@ -55,16 +55,26 @@ class ModelLimits(Protocol):
     """
 
     @property
-    def id(self) -> str: ...
+    def id(self) -> str:
+        """The entry's id, a non-blank ``str``: the key of its bucket and its gate, and their
+        name."""
+        ...
 
     @property
-    def rpm(self) -> int | None: ...
+    def rpm(self) -> int | None:
+        """Requests per minute, or ``None`` (then the bucket allows ``tpm // 1000``, at least
+        one)."""
+        ...
 
     @property
-    def tpm(self) -> int | None: ...
+    def tpm(self) -> int | None:
+        """Tokens per minute, or ``None`` for an entry with no quota window (no bucket)."""
+        ...
 
     @property
-    def max_concurrent(self) -> int | None: ...
+    def max_concurrent(self) -> int | None:
+        """Concurrent requests, or ``None`` for an entry with no concurrency cap (no gate)."""
+        ...
 
 
 def _spec_id(spec: ModelLimits) -> str:
@@ -120,13 +130,13 @@ class RateLimiterRegistry:
 
     # -- by class -----------------------------------------------------------------------------------
     def instance(self, cls: type[L]) -> L:
-        """The one instance of ``cls``, built with no arguments on first use (FAC-01).
+        """The one instance of ``cls``, built with no arguments on first use.
 
         A class that cannot be called without arguments is a deployment fault, not something a
         model can fix: it is refused with :class:`~nucleo_trio.errors.UncorrectableError` naming
         the class and saying "no no-arg constructor", caused by the :class:`TypeError` of the
         binding. Any other failure to build it says "could not be built: <message>", caused by
-        that failure (FAC-02). What the class builds must be a
+        that failure. What the class builds must be a
         :class:`~nucleo_trio.admission.RateLimiter`, which is checked on the class alone: the
         registry never reads an account's live state (``capacity``, ``in_use``, ``status()``),
         which may need a running trio clock, so an account can be built outside a run.
@@ -166,7 +176,7 @@ class RateLimiterRegistry:
 
     # -- by model entry ----------------------------------------------------------------------------
     def bucket(self, spec: ModelLimits) -> TokenBucket:
-        """The token bucket of the entry ``spec``, keyed by its id (FAC-03).
+        """The token bucket of the entry ``spec``, keyed by its id.
 
         Built on first use from the entry's ``tpm`` and ``rpm`` (``tpm // 1000`` requests when
         ``rpm`` is missing or not positive) and its ``burst`` (:data:`DEFAULT_BURST`, one request
@@ -194,9 +204,9 @@ class RateLimiterRegistry:
         return bucket
 
     def gate(self, spec: ModelLimits) -> ModelGate:
-        """The :class:`~nucleo_trio.admission.ModelGate` of the entry ``spec``, keyed by its id
-        (FAC-04). An entry with no ``max_concurrent`` is refused, as the gate refuses it
-        (GATE-04)."""
+        """The :class:`~nucleo_trio.admission.ModelGate` of the entry ``spec``, keyed by its
+        id, built on first use with ``max_concurrent`` permits. An entry with no
+        ``max_concurrent`` is refused with :class:`ValueError`, as the gate refuses it."""
         spec_id = _spec_id(spec)
         present = self._gates.get(spec_id)
         if present is not None:
@@ -206,7 +216,7 @@ class RateLimiterRegistry:
         return gate
 
     def update_limits(self, spec: ModelLimits, rpm: int, tpm: int) -> None:
-        """Apply newly learned per-minute caps to the entry's bucket (FAC-05).
+        """Apply newly learned per-minute caps to the entry's bucket.
 
         A pair where either number is not positive is ignored. An existing bucket is adjusted
         in place (:meth:`TokenBucket.set_config`): the same instance, its throttle kept, its
@@ -224,7 +234,8 @@ class RateLimiterRegistry:
             present.set_config(TokenBucketConfig(rpm=rpm, tpm=tpm, burst=present.config.burst))
 
     def status(self, spec: ModelLimits) -> TokenBucketStatus:
-        """The entry's bucket status, building the bucket if needed (FAC-07)."""
+        """The entry's :class:`~nucleo_trio.admission.TokenBucketStatus`, building the bucket
+        if needed."""
         return self.bucket(spec).status()
 
     # -- all of them -------------------------------------------------------------------------------
@@ -236,7 +247,7 @@ class RateLimiterRegistry:
         yield from self._gates.values()
 
     def clear(self) -> None:
-        """Forget every instance, bucket and gate (FAC-06); the next call builds afresh."""
+        """Forget every instance, bucket and gate; the next call builds afresh."""
         self._instances.clear()
         self._buckets.clear()
         self._gates.clear()

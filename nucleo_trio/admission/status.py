@@ -1,4 +1,4 @@
-"""Frozen snapshots of an account, each with the one line a health report prints (STS-01).
+"""Frozen snapshots of an account, each with the one line a health report prints.
 
 Every account returns its own record type from ``status()``; what they share is
 :class:`RateLimiterStatus`: a ``summary`` property, one line that names the numbers.
@@ -28,7 +28,9 @@ class RateLimiterStatus(Protocol):
     """What every status record answers: one line for a log or a status row."""
 
     @property
-    def summary(self) -> str: ...
+    def summary(self) -> str:
+        """One line that names the record's numbers, for a log or a health row (a ``str``)."""
+        ...
 
 
 def _non_negative(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -40,23 +42,28 @@ def _non_negative(instance: object, attribute: attrs.Attribute[int], value: int)
 
 @attrs.frozen
 class SemaphoreLimiterStatus:
-    """A counting gate at one moment (STS-04): how many permits exist, how many are free.
+    """A counting gate at one moment: how many permits exist, how many are free.
 
-    ``active`` is ``capacity - available``: the permits held right now. ``last_activity`` is the
-    instant of the gate's last take or give (its construction until then), or ``None`` for a
-    gate built and used outside a trio run.
+    Both counts must be ``int`` values of 0 or more (:class:`TypeError` or :class:`ValueError`
+    otherwise).
     """
 
     capacity: int = attrs.field(validator=_non_negative)
+    """The gate's permits."""
     available: int = attrs.field(validator=_non_negative)
+    """Permits free at that moment (never negative, even under a lowered capacity)."""
     last_activity: float | None = None
+    """The :func:`trio.current_time` instant of the gate's last take or give (its construction
+    until then), or ``None`` for a gate built and used outside a trio run."""
 
     @property
     def active(self) -> int:
+        """Permits held: ``capacity - available``."""
         return self.capacity - self.available
 
     @property
     def summary(self) -> str:
+        """``permits <active>/<capacity> active, last activity at <t>s`` (or ``never``)."""
         when = "never" if self.last_activity is None else f"at {self.last_activity:.3f}s"
         return f"permits {self.active}/{self.capacity} active, last activity {when}"
 
@@ -65,19 +72,22 @@ class SemaphoreLimiterStatus:
 class UnboundedMemoryStatus:
     """The memory account when no memory gate is configured: nothing is paced or latched.
 
-    ``used_bytes`` is the process's resident memory and ``total_bytes`` the machine's physical
-    memory, both read when the status was taken; they inform, they do not gate.
+    The figures are read when the status is taken; they inform, they do not gate.
     """
 
     used_bytes: int = attrs.field(validator=_non_negative)
+    """The process's resident memory, in bytes."""
     total_bytes: int = attrs.field(validator=_non_negative)
+    """The machine's physical memory, in bytes."""
 
     @property
     def usage_ratio(self) -> float:
+        """``used_bytes / total_bytes`` (0.0 when ``total_bytes`` is 0)."""
         return self.used_bytes / self.total_bytes if self.total_bytes > 0 else 0.0
 
     @property
     def summary(self) -> str:
+        """``memory unbounded: <p>% (<used>/<total> GiB), no gate``."""
         return (
             f"memory unbounded: {self.usage_ratio * 100:.1f}% "
             f"({self.used_bytes / _GIB:.1f}/{self.total_bytes / _GIB:.1f} GiB), no gate"
@@ -85,7 +95,7 @@ class UnboundedMemoryStatus:
 
 
 class MemoryZone(enum.StrEnum):
-    """Where the memory pressure gate stands (MEM-31): latched, draining its line, or clear."""
+    """Where the memory pressure gate stands: latched, draining its line, or clear."""
 
     CRITICAL = "CRITICAL"
     """The latch is set: no resourceful job is granted until a reading is below 90 %."""
@@ -109,29 +119,37 @@ def _zone(value: str) -> MemoryZone:
 
 @attrs.frozen
 class MemoryPressureStatus:
-    """The memory pressure gate at one look (MEM-32, STS-05).
+    """The memory pressure gate at one look: the reading, the floor, the zone, memory's line,
+    the pacing and the growth penalty.
 
-    ``used_bytes`` against ``max_bytes`` is the reading; ``usage_ratio`` is their ratio (the
-    level the curve and the latch read) and ``floor_ratio`` the live-set floor (the reading after
-    the last fall, which the growth penalty measures). ``zone`` is CRITICAL, DRAINING or GREEN;
-    ``held_on_memory`` the length of memory's line; ``pacing_ms`` how long until the delay lets
-    the next job go, 0 when nothing is paced or a completion already lets one go;
-    ``growth_penalty`` the factor a release now would commit.
+    Counts must be ``int`` values of 0 or more and ratios numbers of 0 or more; ``zone`` takes a
+    :class:`MemoryZone` or its name (a :class:`ValueError` names what else came).
     """
 
     used_bytes: int = attrs.field(validator=_non_negative)
+    """Bytes in use, as the gate's reader measured them."""
     max_bytes: int = attrs.field(validator=_non_negative)
+    """The limit the reading is measured against, in bytes."""
     usage_ratio: float = attrs.field(validator=_ratio)
+    """``used_bytes / max_bytes``: the level the delay curve and the latch read (0.95 is 95 %)."""
     floor_ratio: float = attrs.field(validator=_ratio)
+    """The live-set floor as a ratio: the reading after the last fall, which the growth
+    penalty measures."""
     zone: MemoryZone = attrs.field(converter=_zone)
+    """``CRITICAL`` while latched, ``DRAINING`` while memory's line is not empty, else
+    ``GREEN``."""
     held_on_memory: int = attrs.field(validator=_non_negative)
+    """How many jobs wait in memory's line."""
     pacing_ms: int = attrs.field(validator=_non_negative)
+    """Milliseconds until the delay lets the next job go; 0 when nothing is paced or a
+    completion already lets one go."""
     growth_penalty: float = attrs.field(validator=_ratio)
+    """The factor (1 to 72 000) a release now would multiply the delay by."""
 
     @property
     def summary(self) -> str:
         """The level, the bytes in GiB, the floor, the zone, memory's line, the next release
-        and the penalty, in that order (STS-05)."""
+        and the penalty, in that order."""
         return (
             f"{self.usage_ratio * 100:.1f}% "
             f"({self.used_bytes / _GIB:.1f}/{self.max_bytes / _GIB:.1f} GiB), "

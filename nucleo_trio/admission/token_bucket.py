@@ -45,10 +45,15 @@ __all__ = ["TokenBucket", "TokenBucketConfig", "TokenBucketStatus"]
 log = logging.getLogger("nucleo_trio.admission.token_bucket")
 
 THROTTLE_INCREMENT = 0.5
+"""Throttle added per unit of push-back (a 429 is one unit): half a minute more per refill."""
 THROTTLE_DECREMENT = 0.2
+"""Throttle taken off per relaxation."""
 MAX_THROTTLE = 9.0
+"""The highest throttle: a refill window of ten minutes."""
 SUCCESSES_PER_DECREMENT = 3
+"""Successes per relaxation while push-back is recent."""
 BASE_WINDOW = 60.0
+"""Seconds the per-minute caps refill over when nothing pushed back."""
 QUIET_RECOVERY = 5 * 60.0
 """After this long without push-back, every success relaxes the throttle (by 2.5 decrements)."""
 
@@ -87,8 +92,13 @@ class TokenBucketConfig:
     """
 
     rpm: int = attrs.field(validator=_positive)
+    """Requests per minute, a positive ``int`` (else :class:`ValueError`)."""
     tpm: int = attrs.field(validator=_positive)
+    """Tokens per minute, a positive ``int`` (else :class:`ValueError`): the bucket's
+    capacity."""
     burst: float | None = attrs.field(default=None, validator=_burst, kw_only=True)
+    """The most requests held at once, a finite number of at least 1, or ``None`` (the
+    default) for ``rpm``; keyword-only."""
 
     @property
     def request_cap(self) -> float:
@@ -98,17 +108,22 @@ class TokenBucketConfig:
 
 @attrs.frozen
 class TokenBucketStatus:
-    """A bucket's levels at one instant (TB-25)."""
+    """A bucket's levels at one instant, refilled from the clock before they were read."""
 
     rpm: int
+    """The requests-per-minute cap."""
     requests: int
+    """Requests left in the bucket, rounded down."""
     tpm: int
+    """The tokens-per-minute cap."""
     tokens: int
+    """Tokens left in the bucket, rounded down."""
     at: float
+    """The :func:`trio.current_time` instant the levels were read."""
 
     @property
     def summary(self) -> str:
-        """``requests a/R, tokens t/T`` (STS-02)."""
+        """``requests a/R, tokens t/T``."""
         return f"requests {self.requests}/{self.rpm}, tokens {self.tokens}/{self.tpm}"
 
     def has_capacity(self, tokens: int) -> bool:
@@ -119,7 +134,10 @@ class TokenBucketStatus:
 class TokenBucket(AbstractRateLimiter):
     """Two-dimensional token bucket (requests and tokens per minute) for one model.
 
-    Amounts are token counts; each amount is also one request. The bucket starts full.
+    Amounts are token counts; each amount is also one request. The bucket starts full (with
+    ``config.burst`` requests when that is lower than ``rpm``). ``model_name`` must be a
+    non-blank ``str`` (else :class:`ValueError`) and ``config`` a :class:`TokenBucketConfig`
+    (else :class:`TypeError`); ``clock`` is for tests.
     """
 
     def __init__(
@@ -136,7 +154,9 @@ class TokenBucket(AbstractRateLimiter):
         if not callable(clock):
             raise TypeError(f"TokenBucket: clock must be callable, got {type(clock).__name__}")
         self.model_name = model_name
+        """The model the bucket meters; also its :attr:`limiter_name`."""
         self.config = config
+        """The caps in force; :meth:`set_config` replaces them."""
         self._clock = clock
         self._tokens = float(config.tpm)
         self._requests = config.request_cap
@@ -144,37 +164,48 @@ class TokenBucket(AbstractRateLimiter):
         # quota); it starts full either way.
         self._stamp: float | None = None
         self.throttle = 0.0
+        """The adaptive throttle, from 0 to 9.0: the caps refill over ``60 * (1 + throttle)``
+        seconds instead of a minute."""
         self._successes = 0
         self._last_backpressure: float | None = None
 
     # -- identity -------------------------------------------------------------------------------
     @property
     def limiter_name(self) -> str:
+        """:attr:`model_name`."""
         return self.model_name
 
     @property
     def limiter_category(self) -> str:
+        """Always ``"token_bucket"``."""
         return "token_bucket"
 
     @property
     def capacity(self) -> int:
+        """The tokens-per-minute cap, ``config.tpm``."""
         return self.config.tpm
 
     @property
     def in_use(self) -> int:
+        """Tokens spent and not yet refilled (``tpm`` less the level, rounded down), after
+        refilling from the clock."""
         self._refresh()
         return max(0, int(self.config.tpm - self._tokens))
 
     @property
     def status_indicator(self) -> str | None:
+        """``"throttle:<1 + throttle>x"`` (one decimal) while throttled, else ``None``."""
         if self.throttle <= 0:
             return None
         return f"throttle:{1 + self.throttle:.1f}x"
 
     def replenishment(self) -> Replenishment:
+        """:attr:`~nucleo_trio.admission.Replenishment.TIME`: spent tokens come back with the
+        clock, never at release; a roll-back refunds them at once."""
         return Replenishment.TIME
 
     def status(self) -> TokenBucketStatus:
+        """The levels now, refilled from the clock, as a :class:`TokenBucketStatus`."""
         self._refresh()
         return TokenBucketStatus(
             self.config.rpm, int(self._requests), self.config.tpm, int(self._tokens), self._clock()
@@ -260,9 +291,18 @@ class TokenBucket(AbstractRateLimiter):
         return None
 
     def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """Whether the bucket, refilled from the clock, holds the tokens of ``mine`` and
+        ``reserved_ahead`` together, and one request for each amount.
+
+        Refuses with :class:`~nucleo_trio.errors.UncorrectableError` an ask of more tokens
+        than ``tpm``, more requests than ``rpm`` or more requests at once than the burst;
+        an amount that is not a token count raises :class:`TypeError` or :class:`ValueError`.
+        """
         return self._fits(mine, reserved_ahead) is not None
 
     def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        """The check of :meth:`fits`, then the debit of the tokens and one request per
+        amount."""
         tokens = self._fits(mine, reserved_ahead)
         if tokens is None:
             return False
@@ -271,8 +311,9 @@ class TokenBucket(AbstractRateLimiter):
         return True
 
     def give(self, amounts: Sequence[Any]) -> None:
-        """Refund at once, never above the caps (TB-11). Only token counts come back: a
-        negative, NaN or infinite amount is refused, never credited."""
+        """Refund the tokens and one request per amount at once, never above the caps, and
+        run the wake. Only token counts come back: a negative, NaN or infinite amount is
+        refused, never credited."""
         tokens = self._token_sum(amounts, "give")
         self._refresh()
         self._tokens = min(float(self.config.tpm), self._tokens + tokens)
@@ -280,6 +321,10 @@ class TokenBucket(AbstractRateLimiter):
         self._capacity_changed()
 
     def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
+        """The instant the refill closes the larger of the token and request shortfalls (the
+        deficit over the rate, the throttle included), rounded up to the millisecond; now
+        when nothing is short; ``None`` when ``mine`` and the reservation together exceed a
+        cap, which only a larger cap can help."""
         tokens: float = self._token_sum(mine, "earliest_fit")
         tokens += self._token_sum(reserved_ahead, "the reservation ahead")
         requests = len(mine) + len(reserved_ahead)
@@ -308,6 +353,7 @@ class TokenBucket(AbstractRateLimiter):
         self._last_backpressure = self._clock()
 
     def record_429(self) -> None:
+        """Count one 429: ``record_backpressure(1)``."""
         self.record_backpressure(1)
 
     def on_rate_limit_error(self, failure: Any, input: Any = None) -> None:
@@ -340,6 +386,7 @@ class TokenBucket(AbstractRateLimiter):
             self._capacity_changed()  # only a relaxation can let anyone in sooner
 
     def on_success(self, input: Any = None) -> None:
+        """Count a success (:meth:`record_success`); ``input`` is not read."""
         self.record_success()
 
     # -- configuration ----------------------------------------------------------------------------
