@@ -72,9 +72,11 @@ class RawResponse:
     """The reply as it is: the whole :class:`LLMResponse` (a thinker reads its tool calls)."""
 
     def output_schema(self) -> OutputSchema | None:
+        """Always ``None``: the request asks for no structured output."""
         return None
 
     def parse(self, response: LLMResponse) -> LLMResponse:
+        """``response`` itself, unread; it never raises."""
         return response
 
 
@@ -82,9 +84,13 @@ class TextAnswer:
     """The reply's text; an empty reply is corrected."""
 
     def output_schema(self) -> OutputSchema | None:
+        """Always ``None``: the reply is free text."""
         return None
 
     def parse(self, response: LLMResponse) -> str:
+        """The reply's text, as written. A reply that is empty or only whitespace raises a
+        :class:`~nucleo_trio.errors.ResponseValidationError`, which the call feeds back to the
+        model as a correction."""
         if not response.content.strip():
             raise ResponseValidationError({"answer": "the reply is empty; answer in text"})
         return response.content
@@ -126,12 +132,21 @@ def _is_empty(value: Any) -> bool:
 
 
 class StructuredAnswer(Generic[A]):
-    """The reply's JSON read into the attrs class ``cls`` (TOOL-26)."""
+    """The reply's JSON read into the attrs class ``cls``; anything but an attrs class is a
+    :class:`TypeError`.
+
+    The request carries the class's JSON schema; a reply that does not parse, is not an object
+    or leaves a required field empty raises a correctable error, which the call feeds back to
+    the model.
+    """
+
+    # TOOL-26: a structured answer checked field by field.
 
     def __init__(self, cls: type[A]) -> None:
         if not attrs.has(cls):
             raise TypeError(f"StructuredAnswer reads an attrs class, got {cls!r}")
         self.cls: type[A] = cast("type[A]", cls)
+        """The attrs class the reply is read into."""
         self._fields = attrs.fields(cls)
         self._hints = typing.get_type_hints(cls)
 
@@ -145,6 +160,9 @@ class StructuredAnswer(Generic[A]):
         )
 
     def schema(self) -> dict[str, Any]:
+        """The JSON schema of ``cls``: an object with one property per ``__init__`` field
+        (typed where the annotation maps to a JSON type), the :attr:`required` names, and no
+        other properties."""
         properties = {
             f.name: _json_type(self._hints.get(f.name, Any)) for f in self._fields if f.init
         }
@@ -156,12 +174,17 @@ class StructuredAnswer(Generic[A]):
         }
 
     def output_schema(self) -> OutputSchema | None:
+        """:meth:`schema` as the request's output schema, named after ``cls``."""
         return OutputSchema(name=self.cls.__name__, schema=self.schema())
 
     def shape(self) -> str:
+        """:meth:`schema` as JSON text: what a correction tells the model to follow."""
         return json.dumps(self.schema())
 
     def parse(self, response: LLMResponse) -> A:
+        """An instance of ``cls`` from the reply's JSON text. Text that does not parse, or
+        is not a JSON object, raises :class:`~nucleo_trio.errors.JsonParseError`; then as
+        :meth:`from_mapping`."""
         try:
             data = json.loads(response.content)
         except json.JSONDecodeError as exc:
@@ -171,7 +194,9 @@ class StructuredAnswer(Generic[A]):
         return self.from_mapping(data)
 
     def from_mapping(self, data: Mapping[str, Any]) -> A:
-        """Build the answer from parsed JSON, refusing empty required fields by name."""
+        """Build the answer from parsed JSON; keys that name no field are dropped. Empty
+        required fields, or values ``cls`` refuses, raise
+        :class:`~nucleo_trio.errors.ResponseValidationError` naming them."""
         names = {f.name for f in self._fields if f.init}
         failures = {
             name: "is required and was left empty"

@@ -3,16 +3,16 @@
 An :class:`LLMCall` is a :class:`~nucleo_trio.jobs.Tool` of type ``LLM_CALL`` whose requirements
 are one wired :class:`~nucleo_trio.models.ModelBinding` on its conversation, so the dispatcher
 resolves its model, prices the conversation, lets the spend gates judge it and admits its token
-reservation before the call is made (TOOL-23). Its execute sends the conversation to the resolved
+reservation before the call is made. Its execute sends the conversation to the resolved
 entry's client (every call lands on the job's context) and reads the reply:
 
 * a reply the handler cannot read (it does not parse, or leaves a required field empty) is fed
   back as a correction turn and the attempt re-runs with :class:`~nucleo_trio.errors.ResponseCorrectionRetry`,
   at most :data:`MAX_CORRECTIONS` times per job; the next bad reply raises the handler's own
-  error (TOOL-24..26, TOOL-29, ERR-18);
+  error;
 * a reply cut at its output budget raises :class:`~nucleo_trio.errors.OutputTruncationRetry`
   with the outgoing turn's budget raised to the model's ceiling, so the re-run reserves it; a
-  reply already cut at the ceiling fails (TOOL-28, TOOL-37);
+  reply already cut at the ceiling fails;
 * an upstream failure goes into the execution's history, so the re-run resolves with it
   (failover is the picker's decision), and is raised as it is for the dispatcher to pace; a
   404 from the model's endpoint (the model is not there) goes into it too, and is the one
@@ -57,11 +57,11 @@ __all__ = ["LLM_CALL_TIMEOUT", "MAX_CORRECTIONS", "LLMCall"]
 
 T = TypeVar("T")
 
-LLM_CALL_TIMEOUT = 6 * 60.0
-"""An LLM call's deadline: six minutes (TOOL-23)."""
+LLM_CALL_TIMEOUT = 6 * 60.0  # TOOL-23
+"""An LLM call's deadline, in seconds: six minutes."""
 
-MAX_CORRECTIONS = 2
-"""Corrections one LLM call job gets, across the dispatcher's re-runs (TOOL-24)."""
+MAX_CORRECTIONS = 2  # TOOL-24
+"""Corrections one LLM call job gets, across the dispatcher's re-runs: two."""
 
 
 def _prefix(parent: Identifiable) -> str:
@@ -81,7 +81,11 @@ class LLMCall(Tool[T], Generic[T]):
     """
 
     job_type: ClassVar[JobType] = JobType.LLM_CALL
+    """``JobType.LLM_CALL``: snapshots, the health report and the metrics group model calls
+    apart from other tools."""
     MAX_CORRECTIONS: ClassVar[int] = MAX_CORRECTIONS
+    """Corrections a call gets before the next unreadable reply fails it (default 2); a
+    subclass may set its own."""
 
     def __init__(
         self,
@@ -100,21 +104,35 @@ class LLMCall(Tool[T], Generic[T]):
             raise TypeError(f"LLMCall needs a Conversation, got {type(conversation).__name__}")
         super().__init__(parent, _prefix(parent))
         self.timeout = LLM_CALL_TIMEOUT
+        """Seconds each attempt may run, counted from when admission grants it: six minutes
+        (:data:`LLM_CALL_TIMEOUT`) unless set otherwise."""
         self.conversation = conversation
+        """The conversation the call sends, and to which the reply and any correction are
+        added."""
         if grade is not None:
             conversation.grade = grade
         self.depth = depth
+        """How much thinking the call deserves, which the entry turns into a thinking budget
+        (default ``Depth.STANDARD``)."""
         self.pinned = pinned
+        """The model entry the call is pinned to, or ``None`` (the default) for the picker's
+        choice."""
         self.answer: ResponseHandler[Any] = answer if answer is not None else RawResponse()
+        """The handler that reads the reply; by default a :class:`~nucleo_trio.llm.RawResponse`,
+        which answers the :class:`LLMResponse` itself."""
         self.tools = tuple(tools)
+        """The tools offered to the model, as :class:`~nucleo_trio.llm.clients.ToolSpec`
+        records; empty by default."""
         self.corrections = 0
-        """Corrections made so far; it survives the dispatcher's re-runs (TOOL-24)."""
+        """Corrections made so far; the count survives the dispatcher's re-runs."""
         self.binding: ModelBinding | None = None
         """The binding the latest requirements capture minted; resolved before execute."""
 
     # -- the grade lives on the conversation (TOOL-23) ----------------------------------------------
     @property
     def grade(self) -> Grade | None:
+        """The grade the call asks for; it lives on the conversation, so setting it here sets
+        the conversation's. ``None`` when neither the call nor the conversation gave one."""
         return self.conversation.grade
 
     @grade.setter
@@ -122,7 +140,7 @@ class LLMCall(Tool[T], Generic[T]):
         self.conversation.grade = grade
 
     def pinned_model(self) -> ModelSpec | None:
-        """The entry the call is pinned to, ``None`` when the picker chooses (TOOL-30)."""
+        """The entry the call is pinned to, ``None`` when the picker chooses."""
         return self.pinned
 
     # -- requirements --------------------------------------------------------------------------------

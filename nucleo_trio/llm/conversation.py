@@ -7,9 +7,9 @@ priced from (its tokens under the resolved entry, plus the next call's output bu
 
 Each turn remembers what its call asked for: ``requested_output_tokens`` (raised to the model's
 ceiling after a truncation, so the re-run reserves the larger budget) and the response handler
-that reads the reply. A correction is one more user turn that keeps both (TOOL-25).
+that reads the reply. A correction is one more user turn that keeps both.
 
-Only one job owns a conversation at a time (TOOL-35): :meth:`Conversation.acquire` waits up to
+Only one job owns a conversation at a time: :meth:`Conversation.acquire` waits up to
 30 seconds for the owner to let go, and the owner's teardown releases it
 (``JobContext.release_conversations``). A conversation is temporary unless
 :meth:`Conversation.mint_conversation_id` makes it durable; a durable one is kept in its
@@ -51,7 +51,7 @@ __all__ = [
 log = logging.getLogger("nucleo_trio.llm.conversation")
 
 OWNERSHIP_WAIT = 30.0
-"""Seconds a job waits for another job to release a conversation (TOOL-35)."""
+"""Seconds a job waits for another job to release a conversation: 30."""
 
 
 @attrs.frozen
@@ -59,17 +59,27 @@ class Turn:
     """One turn and what its call asked for: the output budget, and the reply's reader."""
 
     message: Message
+    """What the turn says, as the model reads it."""
     requested_output_tokens: int | None = None
+    """The output budget, in tokens, the call sending this turn asks for; ``None`` leaves it to
+    the conversation's declared output."""
     response_handler: Any = None
+    """The :class:`~nucleo_trio.llm.ResponseHandler` that reads the reply to this turn, or
+    ``None``."""
 
 
 class Conversation:
     """The turns of one conversation with a model, and who owns it now.
 
-    ``output`` is the size every call on it declares (mandatory before the first call: a
-    conversation that declares none fails when it is priced, TOOL-37). ``grade`` is the grade its
-    calls ask for, read and written by the calls themselves (TOOL-23).
+    ``system`` is the system prompt. ``output`` is the size every call on it declares, an
+    :class:`~nucleo_trio.models.OutputSize` rung or a token count (mandatory before the first
+    call: a conversation that declares none fails when it is priced). ``grade`` is the grade its
+    calls ask for, read and written by the calls themselves. ``inputs`` are what it carries
+    besides text (images, documents). ``conversation_id`` resumes a known id and makes the
+    conversation durable.
     """
+
+    # TOOL-23: the grade lives on the conversation; TOOL-37: an output size is mandatory.
 
     def __init__(
         self,
@@ -81,12 +91,24 @@ class Conversation:
         conversation_id: str | None = None,
     ) -> None:
         self.id = conversation_id or mint_id("conversation")
+        """The conversation's id: ``conversation_id`` when given, else a fresh one."""
         self.durable = conversation_id is not None
+        """Whether the conversation is kept in its dispatcher's store when released, so a later
+        job can resume it by id: true when built with an id, or after
+        :meth:`mint_conversation_id`."""
         self.system = system
+        """The system prompt every call sends first, or ``None`` for none."""
         self.output = None if output is None else OutputDeclaration.of(output)
+        """The output size every call declares, or ``None`` while none is declared (a call
+        then fails when it is priced)."""
         self.grade = grade
+        """The grade the calls on this conversation ask for, or ``None``; an
+        :class:`~nucleo_trio.llm.LLMCall` given a grade sets it here."""
         self.carried = frozenset(inputs)
+        """What the conversation carries besides text (images, documents); empty by default."""
         self.prior_spec_id: str | None = None
+        """The id of the model entry the last call used, ``None`` before the first; the picker
+        may stay with it."""
         self._objective: str | None = None
         self._sent = False
         self._turns: list[Turn] = []
@@ -96,18 +118,22 @@ class Conversation:
 
     # -- identity -----------------------------------------------------------------------------
     def mint_conversation_id(self) -> str:
-        """Make this conversation durable and answer its id (TOOL-35)."""
+        """Make this conversation durable and answer its id; once released, a later job can
+        resume it by that id."""
         self.durable = True
         return self.id
 
     # -- the objective ----------------------------------------------------------------------------
     @property
     def objective(self) -> str | None:
+        """What the conversation is for, sent as the first user message; ``None`` until
+        :meth:`put_objective` states it."""
         return self._objective
 
     def put_objective(self, text: str) -> None:
         """State what the conversation is for; it freezes at the first send. Later, the same
-        text is a no-op and another text is ignored and logged as an error (TOOL-35)."""
+        text is a no-op and another text is ignored and logged as an error. Blank text is a
+        :class:`ValueError`."""
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"an objective is non-blank text, got {text!r}")
         if self._sent and self._objective is not None:
@@ -124,6 +150,7 @@ class Conversation:
     # -- turns --------------------------------------------------------------------------------------
     @property
     def turns(self) -> tuple[Turn, ...]:
+        """The turns so far, oldest first (the system prompt and the objective are not turns)."""
         return tuple(self._turns)
 
     def __len__(self) -> int:
@@ -154,7 +181,8 @@ class Conversation:
 
     def add_correction(self, explanation: str) -> Turn:
         """Append a correction: a user turn with the explanation, keeping the last user turn's
-        response handler and requested output (TOOL-25)."""
+        response handler and requested output. A blank explanation is a :class:`ValueError`."""
+        # TOOL-25: a correction keeps the handler and the requested output.
         if not isinstance(explanation, str) or not explanation.strip():
             raise ValueError("a correction carries a non-empty explanation")
         last = self.last_user_turn()
@@ -165,14 +193,17 @@ class Conversation:
         )
 
     def last_user_turn(self) -> Turn | None:
+        """The latest user turn (a correction included), or ``None`` when there is none."""
         for turn in reversed(self._turns):
             if turn.message.role is Role.USER:
                 return turn
         return None
 
     def escalate_output(self, tokens: int) -> None:
-        """Raise the outgoing turn's requested output to ``tokens`` (a truncation's re-run
-        reserves the larger budget, TOOL-28)."""
+        """Set the requested output of the outgoing turn (the latest turn that is not the
+        model's) to ``tokens``, so a re-run after a truncation reserves the larger budget. With
+        no such turn, a ``Continue.`` user turn is added to carry it."""
+        # TOOL-28: the truncation re-run reserves the raised budget.
         for index in range(len(self._turns) - 1, -1, -1):
             turn = self._turns[index]
             if turn.message.role is not Role.ASSISTANT:
@@ -183,6 +214,8 @@ class Conversation:
     # -- what the binding reads ---------------------------------------------------------------------
     @property
     def carried_inputs(self) -> frozenset[Input]:
+        """The same as :attr:`carried`: what the conversation carries besides text, as a model
+        binding reads it."""
         return self.carried
 
     def messages(self) -> tuple[Message, ...]:
@@ -249,11 +282,14 @@ class Conversation:
     # -- ownership (TOOL-35) --------------------------------------------------------------------------
     @property
     def owner(self) -> JobContext | None:
+        """The context of the job that owns the conversation now, or ``None``."""
         return self._owner
 
     async def acquire(self, context: JobContext, *, timeout: float = OWNERSHIP_WAIT) -> None:  # noqa: ASYNC109 - the rule's own bound
-        """Own the conversation for ``context``'s job, waiting up to ``timeout`` seconds for the
-        current owner to release it; the job's teardown releases it."""
+        """Own the conversation for ``context``'s job, waiting up to ``timeout`` seconds
+        (default :data:`OWNERSHIP_WAIT`, 30) for the current owner to release it; the job's
+        teardown releases it. Still owned after that, it raises
+        :class:`~nucleo_trio.errors.UncorrectableError`. Owning it already returns at once."""
         if self._owner is context:
             return
         with trio.move_on_after(timeout):
@@ -293,6 +329,8 @@ class ConversationStore:
         self._conversations: dict[str, Conversation] = {}
 
     def put(self, conversation: Conversation) -> None:
+        """Keep ``conversation`` under its id, replacing any kept there; a released durable
+        conversation is put here by itself."""
         conversation._store = self
         self._conversations[conversation.id] = conversation
 

@@ -2,7 +2,7 @@
 
 A :class:`Thinker` owns one conversation for its run. Each iteration submits an
 :class:`~nucleo_trio.llm.LLMCall` on it (resolved, priced and admitted like any job, with the
-thinker's pin and its upstream re-run budget, TOOL-30, TOOL-31); when the model calls tools, every
+thinker's pin and its upstream re-run budget); when the model calls tools, every
 call of the turn is submitted as a job before any is awaited, and each one's result, or its
 failure explained to the model, goes back as that call's result. A tool is a
 job like any other, so one that fans out is re-run on its children's signals by the dispatcher,
@@ -10,15 +10,15 @@ and one whose children failed several ways at once has each failure explained. W
 model gives a final answer, the answer meets the thinker's validation guardrails while the
 thinker still holds its conversation: a refusal goes back to the model as a correction turn and
 uses one iteration, and the caller only ever sees an answer that passed, or ``None`` when the
-iteration budget runs out (GRD-33, TOOL-13, TOOL-39).
+iteration budget runs out.
 
 The model answers by calling the ``final_answer`` tool, whose arguments follow the answer's
 schema; a thinker whose answer is text also takes a plain reply with no tool calls as its answer.
-A reply that is neither is asked again (TOOL-20).
+A reply that is neither is asked again.
 
 Tools are job classes: each call builds a fresh instance with the thinker as parent, sets its
-``input`` to the call's arguments, and submits it (TOOL-01, TOOL-04). A thinker used as a tool
-never works deeper than the thinker that called it (TOOL-12).
+``input`` to the call's arguments, and submits it. A thinker used as a tool never works
+deeper than the thinker that called it.
 """
 
 from __future__ import annotations
@@ -69,11 +69,11 @@ __all__ = [
 
 T = TypeVar("T")
 
-DEFAULT_MAX_ITERATIONS = 50
-"""Turns a thinker takes before giving up with ``None`` (TOOL-13)."""
+DEFAULT_MAX_ITERATIONS = 50  # TOOL-13
+"""Turns a thinker takes before giving up with ``None``: 50."""
 
-MAX_GUARDRAIL_CORRECTIONS = 2
-"""Validation refusals a toolless thinker feeds back before it fails with the last (TOOL-22)."""
+MAX_GUARDRAIL_CORRECTIONS = 2  # TOOL-22
+"""Validation refusals a toolless thinker feeds back before it fails with the next one: two."""
 
 FINAL_ANSWER = "final_answer"
 """The tool a model calls to give a thinker its final answer."""
@@ -83,10 +83,17 @@ _NUDGE = f"Reply with a tool call, or give your final answer by calling {FINAL_A
 
 @attrs.frozen(init=False)
 class ThinkerDeclaration:
-    """What a thinker needs from a model: a grade, and the size of its answers (TOOL-10)."""
+    """What a thinker needs from a model: a grade, and the size of its answers.
+
+    Both are required: a grade that is not a :class:`~nucleo_trio.models.Grade`, or no
+    output, is a :class:`ValueError`.
+    """
 
     grade: Grade
+    """The grade every call of the thinker asks for, unless the thinker is pinned to an entry."""
     output: OutputDeclaration
+    """The size of each reply: an :class:`~nucleo_trio.models.OutputSize` rung or a token count,
+    as a declaration."""
 
     def __init__(self, grade: Grade, output: OutputSize | int | OutputDeclaration) -> None:
         if not isinstance(grade, Grade):
@@ -110,14 +117,24 @@ class ThinkerTool:
     """
 
     job_class: type[AbstractJob[Any]]
+    """The job class each call builds, with the thinker as parent and the call's arguments as
+    its ``input``."""
     name: str
+    """The name the model calls the tool by; unique among a thinker's tools, and never
+    ``final_answer``."""
     description: str = ""
+    """What the tool does, as the model reads it; empty by default."""
     parameters: Mapping[str, Any] = attrs.field(
         factory=lambda: {"type": "object", "properties": {}}
     )
+    """The JSON schema of the tool's arguments; by default an object with no declared
+    properties."""
 
     @classmethod
     def of(cls, job_class: type[AbstractJob[Any]] | ThinkerTool) -> ThinkerTool:
+        """The tool for ``job_class``, read from the class as described above; a
+        :class:`ThinkerTool` is answered as it is, and anything but a job class is a
+        :class:`TypeError`."""
         if isinstance(job_class, ThinkerTool):
             return job_class
         if not isinstance(job_class, type) or not issubclass(job_class, AbstractJob):
@@ -130,19 +147,26 @@ class ThinkerTool:
         )
 
     def spec(self) -> ToolSpec:
+        """The tool as the request offers it to the model: its name, description and schema."""
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
 
 
 class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
     """Works an objective with a model and tools; see the module documentation.
 
-    ``declaration`` is the grade and answer size; ``answer`` the type of the final answer
-    (``str`` by default, or an attrs class); ``depth`` how hard to think; ``pinned`` one entry
-    for every call instead of the picker. ``max_iterations`` bounds the turns.
+    ``declaration`` is the grade and answer size; ``objective`` what to work on (non-blank);
+    ``system`` the system prompt; ``tools`` the job classes offered to the model; ``answer``
+    the type of the final answer (``str`` by default, or an attrs class); ``depth`` how hard to
+    think; ``pinned`` one entry for every call instead of the picker. ``max_iterations`` bounds
+    the turns (default 50). A tool named ``final_answer``, or two tools of one name, is a
+    :class:`ValueError`.
     """
 
     job_type: ClassVar[JobType] = JobType.THINKER
+    """``JobType.THINKER``: snapshots, the health report and the metrics group thinkers apart
+    from other orchestrators."""
     DEFAULT_MAX_ITERATIONS: ClassVar[int] = DEFAULT_MAX_ITERATIONS
+    """The turns a thinker takes when ``max_iterations`` is not given: 50."""
 
     def __init__(
         self,
@@ -163,19 +187,30 @@ class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
         if not isinstance(objective, str) or not objective.strip():
             raise ValueError(f"a thinker needs an objective, got {objective!r}")
         self.declaration = declaration
+        """The grade every call asks for, and the size of each reply."""
         self.objective = objective
+        """What the thinker works on, sent as the conversation's objective."""
         self.system = system
+        """The system prompt of a new conversation, or ``None`` for none."""
         self.tools = tuple(ThinkerTool.of(t) for t in tools)
+        """The tools offered to the model, beside ``final_answer``; :meth:`add_tool` adds one."""
         names = [t.name for t in self.tools]
         if FINAL_ANSWER in names or len(set(names)) != len(names):
             raise ValueError(f"tool names must be unique and not {FINAL_ANSWER!r}: {names}")
         self.answer_type = answer
+        """The type of the final answer: ``str`` (the default) or an attrs class. ``None``
+        makes the run fail, since no reply can then be its answer."""
         self._answer = None if answer in (str, None) else StructuredAnswer(answer)
         self.depth = depth
+        """How much thinking each call deserves (default ``Depth.STANDARD``); a thinker used as
+        a tool is held to its caller's depth."""
         self.pinned = pinned
+        """The model entry every call is pinned to, or ``None`` (the default) for the picker's
+        choice."""
         self.set_max_iterations(max_iterations)
         self._conversation_id: str | None = None
         self.conversation: Conversation | None = None
+        """The conversation of the current or last run; ``None`` before the first run."""
         self.turns = 0
         """Model calls made by the last run."""
 
@@ -187,6 +222,8 @@ class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
         self.tools = (*self.tools, added)
 
     def set_max_iterations(self, iterations: int) -> None:
+        """Bound the turns of the next run to ``iterations``, an int >= 1 (else a
+        :class:`ValueError`); a run that reaches it answers ``None``."""
         if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
             raise ValueError(f"max_iterations must be an int >= 1, got {iterations!r}")
         self.max_iterations = iterations
@@ -200,7 +237,8 @@ class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
         self._conversation_id = conversation_id
 
     def transcript(self) -> str | None:
-        """The last run's whole conversation as text; ``None`` before the first run (TOOL-40)."""
+        """The last run's whole conversation as text, one turn a paragraph; ``None`` before the
+        first run."""
         return None if self.conversation is None else self.conversation.transcript()
 
     # -- the run -------------------------------------------------------------------------------------
@@ -218,7 +256,9 @@ class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
 
     def new_llm_call(self, context: JobContext, conversation: Conversation) -> LLMCall[LLMResponse]:
         """The call of one turn: on the pin (or the declared grade), at the thinker's depth,
-        with its tools and its upstream re-run budget (TOOL-30, TOOL-31)."""
+        offering its tools and ``final_answer``, with the thinker's upstream re-run budget.
+        Override it to change how each turn's call is built."""
+        # TOOL-30: the pin; TOOL-31: the thinker's upstream re-run budget.
         call: LLMCall[LLMResponse] = LLMCall(
             context,
             conversation,
@@ -369,7 +409,7 @@ def _explain_failure(failure: Exception, tool: str) -> str:
 
 
 class QuickLLMQuestion(Orchestrator[str]):
-    """Ask a model one question and get its text answer (TOOL-38).
+    """Ask a model one question and get its text answer.
 
     One :class:`~nucleo_trio.llm.LLMCall` on a conversation of its own, so a bad answer is
     corrected up to twice exactly as any call's is. The grade is required.
@@ -406,7 +446,7 @@ class QuickLLMQuestion(Orchestrator[str]):
 
 
 class ToollessThinker(Thinker[T]):
-    """A thinker that only answers: one model call per candidate answer, no tools (TOOL-22).
+    """A thinker that only answers: one model call per candidate answer, no tools.
 
     The reply itself is the candidate (text, or JSON for an attrs answer type). A validation
     refusal is fed back as a correction at most :data:`MAX_GUARDRAIL_CORRECTIONS` times; the

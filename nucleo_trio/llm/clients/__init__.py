@@ -69,7 +69,7 @@ The records (every field has the name given here; all are keyword arguments):
   ``reset``, ``kind`` (:class:`RateLimitType`: CAPACITY, ACCELERATION, UNKNOWN), ``captured_at``;
   ``tokens_per_minute`` / ``requests_per_minute`` are the caps or 0.
   ``RateLimitInfo.rate_limited(model)`` is a bare 429, ``RateLimitInfo.from_headers(model,
-  token_limit, tokens_remaining, reset)`` a CAPACITY reading (RLI-01..04).
+  token_limit, tokens_remaining, reset)`` a CAPACITY reading.
 * :class:`EmbeddingsResponse`: ``vectors: tuple[tuple[float, ...], ...]`` (one per text, in
   order), ``model``, ``purpose`` (:class:`EmbeddingPurpose`: DOCUMENT or QUERY), ``usage``,
   ``successful``, ``reason_for_failure``, ``last_error``, ``started_at``, ``ended_at``;
@@ -81,8 +81,8 @@ The implementations:
   client and record every call on a job's context (``context.record_llm_response``): a success
   as the delegate's own response object, a failure as ``LLMResponse.failure(...)`` with the
   reason, the cause and the model, then re-raise the same exception; a raised
-  :class:`~nucleo_trio.errors.OutputTruncationRetry` is recorded with stop reason MAX_TOKENS
-  (OC-01..05). Built with a context they record there; built without one they record on
+  :class:`~nucleo_trio.errors.OutputTruncationRetry` is recorded with stop reason MAX_TOKENS.
+  Built with a context they record there; built without one they record on
   :func:`~nucleo_trio.jobs.context.current_job` at each call, and outside any job nowhere.
 * :class:`ScriptedLLMClient` / :class:`ScriptedEmbeddingsClient` (``scripted``): deterministic
   fakes, played from a script of responses, exceptions and functions of the request;

@@ -1,4 +1,4 @@
-"""The clients a job receives: every call it makes lands on its context (OC-01..05).
+"""The clients a job receives: every call it makes lands on its context.
 
 A job's record of its model calls is what its terminal event carries and what a spend ledger
 prices, so it has to hold every call, including the ones that raised. The wrappers here sit
@@ -76,7 +76,7 @@ class _Observing(Generic[C]):
 
     @property
     def model_identifier(self) -> str | None:
-        """The delegate's model identifier (OC-01)."""
+        """The delegate's model identifier."""
         return self._delegate.model_identifier
 
     def _record(self, response: LLMResponse | EmbeddingsResponse) -> None:
@@ -89,7 +89,14 @@ class _Observing(Generic[C]):
 
 
 class ObservableLLMClient(_Observing[LLMClient]):
-    """An :class:`LLMClient` that records each of its calls on a job's context (OC-01..04)."""
+    """An :class:`LLMClient` that records each of its calls on a job's context.
+
+    Every call is recorded once: a success as the delegate's own response, a failure as
+    :meth:`LLMResponse.failure` (the exception is then raised on unchanged). A reply that
+    reports no usage is recorded at ``reserved`` when one was given.
+    """
+
+    # OC-01..04: every call recorded, failures and truncations included; streams too.
 
     _protocol = LLMClient
     _needs = "an LLMClient (complete, stream, model_identifier)"
@@ -121,13 +128,15 @@ class ObservableLLMClient(_Observing[LLMClient]):
         return self._reserved
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        """The delegate's reply, recorded as it is; a failure is recorded and raised (OC-01/02)."""
+        """The delegate's reply, recorded as it is; a failure is recorded and raised. A
+        request that is not an :class:`LLMRequest`, or a reply that is not an
+        :class:`LLMResponse`, is a :class:`TypeError`."""
         return await self._observe(request, lambda: self._delegate.complete(request), stream=False)
 
     async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
         """The delegate's streamed reply, recorded through the same path as :meth:`complete`.
 
-        A streamed response that arrives without a start time gets the call's own (OC-04).
+        A streamed response that arrives without a start time gets the call's own.
         """
         return await self._observe(
             request, lambda: self._delegate.stream(request, on_text), stream=True
@@ -167,7 +176,11 @@ class ObservableLLMClient(_Observing[LLMClient]):
 
 
 class ObservableEmbeddingsClient(_Observing[EmbeddingsClient]):
-    """An :class:`EmbeddingsClient` that records each of its calls on a job's context (OC-05)."""
+    """An :class:`EmbeddingsClient` that records each of its calls on a job's context: a
+    success as the delegate's own response, a failure as :meth:`EmbeddingsResponse.failure`,
+    the exception then raised on unchanged."""
+
+    # OC-05
 
     _protocol = EmbeddingsClient
     _needs = "an EmbeddingsClient (embed, model_identifier)"
@@ -182,7 +195,7 @@ class ObservableEmbeddingsClient(_Observing[EmbeddingsClient]):
         """The delegate's vectors, recorded as they are; a failure is recorded and raised.
 
         The failure record carries the requested purpose and the model, so a ledger can still
-        price the call (OC-05).
+        price the call.
         """
         started = trio.current_time()
         try:

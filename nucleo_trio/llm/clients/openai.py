@@ -635,6 +635,8 @@ class _PooledClient:
 
     @property
     def model_identifier(self) -> str | None:
+        """The wire model id used when a request names none (``model``, or the environment's
+        for :meth:`from_env`); ``None`` if every request must name one."""
         return self._model
 
     async def aclose(self) -> None:
@@ -695,6 +697,8 @@ class OpenAICompatibleClient(_PooledClient):
 
     @property
     def base_url(self) -> str:
+        """The endpoint's base URL, trailing slash removed and any password or credential in
+        the query masked: the form shown in reprs and errors."""
         return self._endpoint.base_url
 
     @property

@@ -1,4 +1,4 @@
-"""What a provider said about its rate limits on one call: a frozen reading (RLI-01..04).
+"""What a provider said about its rate limits on one call: a frozen reading.
 
 Providers publish their limits on every answer. OpenAI and the servers that copy it send
 ``x-ratelimit-limit-requests`` and ``x-ratelimit-limit-tokens`` (the per-minute caps of the key),
@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 RATE_LIMITED_RETRY_AFTER = 60.0
-"""The wait a bare "rate limited" reading suggests, in seconds (RLI-01)."""
+"""The wait a bare "rate limited" reading suggests, in seconds: a minute."""
 
 _NOT_A_NUMBER = "n/a"
 _INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -47,7 +47,7 @@ _RESET_TOKENS = "x-ratelimit-reset-tokens"
 
 
 class RateLimitType(enum.Enum):
-    """What kind of limit a reading describes (RLI-03)."""
+    """What kind of limit a reading describes."""
 
     CAPACITY = "capacity"
     """The provider's published caps and what is left of them: requests and tokens a minute."""
@@ -58,7 +58,7 @@ class RateLimitType(enum.Enum):
 
 
 def parse_int_or_null(value: str | None) -> int | None:
-    """A header value as an integer, or ``None`` when it holds none (RLI-04).
+    """A header value as an integer, or ``None`` when it holds none.
 
     The value is trimmed first, so ``" 42 "`` is 42. ``None``, ``""`` and ``"n/a"`` are ``None``,
     and so is anything else that is not a plain decimal integer: a header is the provider's
@@ -99,9 +99,10 @@ def _kind(value: RateLimitType | None) -> RateLimitType:
     return RateLimitType.UNKNOWN if value is None else value
 
 
+# RLI-01 (a bare 429), RLI-02 (from headers), RLI-03 (capacity readings), RLI-04 (parsing).
 @attrs.frozen(kw_only=True)
 class RateLimitInfo:
-    """One reading of a provider's rate limits for ``model`` (RLI-01..03).
+    """One reading of a provider's rate limits for ``model``.
 
     ``token_limit`` / ``request_limit`` are the published per-minute caps and
     ``tokens_remaining`` / ``requests_remaining`` what is left of the current minute; any of them
@@ -112,42 +113,54 @@ class RateLimitInfo:
     """
 
     model: str = attrs.field(validator=_model)
+    """The model id the reading is about. Must not be blank."""
     was_rate_limited: bool = attrs.field(
         default=False, validator=attrs.validators.instance_of(bool)
     )
+    """Whether the call was refused for rate (a 429); ``False`` by default."""
     retry_after: float | None = attrs.field(default=None, validator=_optional_seconds)
+    """The wait the reading suggests, in seconds (>= 0), or ``None`` when it suggests none."""
     tokens_remaining: int | None = attrs.field(default=None, validator=_optional_count)
+    """Tokens left of the current minute, or ``None`` when the provider did not say."""
     token_limit: int | None = attrs.field(default=None, validator=_optional_count)
+    """The published cap of tokens a minute, or ``None`` when the provider did not say."""
     requests_remaining: int | None = attrs.field(default=None, validator=_optional_count)
+    """Requests left of the current minute, or ``None`` when the provider did not say."""
     request_limit: int | None = attrs.field(default=None, validator=_optional_count)
+    """The published cap of requests a minute, or ``None`` when the provider did not say."""
     reset: str | None = attrs.field(
         default=None, validator=attrs.validators.optional(attrs.validators.instance_of(str))
     )
+    """When the window refills, in the provider's own words (``"6m0s"``), kept as written; ``None``
+    when unsaid."""
     kind: RateLimitType = attrs.field(
         default=RateLimitType.UNKNOWN,
         converter=_kind,
         validator=attrs.validators.instance_of(RateLimitType),
     )
+    """What the reading describes; ``None`` is taken as UNKNOWN, the default."""
     captured_at: float | None = attrs.field(factory=trio_now_or_none)
+    """When the reading was made, in ``trio.current_time()`` seconds; ``None`` when made outside a
+    trio run."""
 
     @property
     def describes_capacity(self) -> bool:
-        """Whether this is a CAPACITY reading: the provider's published caps (RLI-03)."""
+        """Whether this is a CAPACITY reading: the provider's published caps."""
         return self.kind is RateLimitType.CAPACITY
 
     @property
     def tokens_per_minute(self) -> int:
-        """The token cap a minute, 0 when the provider did not publish it (RLI-03)."""
+        """The token cap a minute, 0 when the provider did not publish it."""
         return self.token_limit if self.token_limit is not None else 0
 
     @property
     def requests_per_minute(self) -> int:
-        """The request cap a minute, 0 when the provider did not publish it (RLI-03)."""
+        """The request cap a minute, 0 when the provider did not publish it."""
         return self.request_limit if self.request_limit is not None else 0
 
     @classmethod
     def rate_limited(cls, model: str) -> RateLimitInfo:
-        """The limit was hit, and nothing more is known (RLI-01).
+        """The reading of a call refused for rate (a 429), when nothing more is known.
 
         Nothing remains of tokens or requests, the caps are unknown, the kind is UNKNOWN, and
         the suggested wait is :data:`RATE_LIMITED_RETRY_AFTER` (a minute).
@@ -168,7 +181,7 @@ class RateLimitInfo:
         tokens_remaining: int | None,
         reset: str | None,
     ) -> RateLimitInfo:
-        """A CAPACITY reading of the token caps, taken from a successful answer (RLI-02).
+        """A CAPACITY reading of the token caps, taken from a successful answer.
 
         Not rate limited, no suggested wait, and nothing said about requests.
         """

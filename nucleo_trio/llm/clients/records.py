@@ -123,9 +123,13 @@ class Role(enum.Enum):
     """Who speaks a turn of a conversation."""
 
     SYSTEM = "system"
+    """The instructions that frame the conversation, sent first."""
     USER = "user"
+    """The person or program asking: the objective, questions, corrections."""
     ASSISTANT = "assistant"
+    """The model: its replies, text and tool calls."""
     TOOL = "tool"
+    """The result of one tool call, sent back for the model to read."""
 
 
 @attrs.frozen(kw_only=True)
@@ -137,8 +141,12 @@ class ToolCall:
     """
 
     id: str = attrs.field(validator=_name)
+    """The call's id, as the model gave it; the TOOL turn that answers the call names it. Must not
+    be blank."""
     name: str = attrs.field(validator=_name)
+    """The name of the tool the model asked for. Must not be blank."""
     arguments: str = attrs.field(default="{}", validator=_text)
+    """The arguments as the JSON text the model wrote, unparsed; ``"{}"`` by default."""
 
     def parsed_arguments(self) -> Mapping[str, Any]:
         """The arguments as a JSON object; anything else is a correctable :class:`JsonParseError`."""
@@ -161,11 +169,15 @@ class Message:
     """
 
     role: Role = attrs.field(validator=attrs.validators.instance_of(Role))
+    """Who speaks the turn."""
     content: str = attrs.field(default="", validator=_text)
+    """The turn's text; empty by default (an assistant turn may only call tools)."""
     tool_calls: tuple[ToolCall, ...] = attrs.field(
         default=(), converter=_to_tuple, validator=_tuple_of(ToolCall)
     )
+    """The tools an ASSISTANT turn calls, in order; empty for any other turn."""
     tool_call_id: str | None = attrs.field(default=None, validator=_optional_name)
+    """The id of the call a TOOL turn answers; ``None`` for any other turn."""
 
     def __attrs_post_init__(self) -> None:
         if self.tool_calls and self.role is not Role.ASSISTANT:
@@ -204,10 +216,14 @@ class ToolSpec:
     """A tool the model may call: its name, what it does, and a JSON schema of its arguments."""
 
     name: str = attrs.field(validator=_name)
+    """The name the model calls the tool by. Must not be blank."""
     description: str = attrs.field(default="", validator=_text)
+    """What the tool does, as the model reads it; empty by default."""
     parameters: Mapping[str, Any] = attrs.field(
         factory=lambda: {"type": "object", "properties": {}}, converter=_frozen_mapping
     )
+    """The JSON schema of the tool's arguments, kept read-only; by default an object with no
+    declared properties."""
 
 
 @attrs.frozen(kw_only=True)
@@ -215,8 +231,12 @@ class OutputSchema:
     """The JSON schema a structured reply must follow; ``name`` identifies it to the provider."""
 
     name: str = attrs.field(validator=_name)
+    """The name the provider knows the schema by. Must not be blank."""
     schema: Mapping[str, Any] = attrs.field(converter=_frozen_mapping)
+    """The JSON schema the reply must follow, kept read-only."""
     strict: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    """Whether the provider is asked to hold the reply to the schema exactly; ``True`` by
+    default."""
 
 
 def _positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -262,19 +282,32 @@ class LLMRequest:
     """
 
     messages: tuple[Message, ...] = attrs.field(converter=_to_tuple, validator=_messages)
+    """The conversation so far, oldest first; at least one message."""
     max_tokens: int = attrs.field(validator=_positive)
+    """The output budget in tokens: a positive int, required."""
     model: str | None = attrs.field(default=None, validator=_optional_name)
+    """The wire id of the model to call; ``None`` (the default) leaves it to the client's
+    ``model_identifier``."""
     tools: tuple[ToolSpec, ...] = attrs.field(
         default=(), converter=_to_tuple, validator=_tuple_of(ToolSpec)
     )
+    """The tools the model may call; empty by default."""
     tool_choice: str | None = attrs.field(default=None, validator=_optional_name)
+    """``"auto"``, ``"none"``, ``"required"`` or one tool's name; ``None`` (the default) leaves it
+    to the provider. Setting it with no tools is a :class:`ValueError`."""
     output_schema: OutputSchema | None = attrs.field(
         default=None,
         validator=attrs.validators.optional(attrs.validators.instance_of(OutputSchema)),
     )
+    """The schema a structured reply must follow, or ``None`` (the default) for free text."""
     temperature: float | None = attrs.field(default=None, validator=_temperature)
+    """The sampling temperature, a finite number >= 0; ``None`` (the default) leaves it to the
+    provider."""
     stop: tuple[str, ...] = attrs.field(default=(), converter=_to_tuple, validator=_stops)
+    """Stop sequences: text at which the model stops writing; empty by default."""
     extra: Mapping[str, Any] = attrs.field(factory=dict, converter=_frozen_mapping)
+    """Provider fields passed through to the request body as they are, kept read-only; empty by
+    default."""
 
     def __attrs_post_init__(self) -> None:
         if self.tool_choice is not None and not self.tools:
@@ -313,8 +346,12 @@ class Usage:
     """
 
     input_tokens: int = attrs.field(default=0, validator=_count)
+    """Tokens of the prompt the model read; 0 by default."""
     output_tokens: int = attrs.field(default=0, validator=_count)
+    """Tokens the model wrote, thinking included; 0 by default."""
     estimated: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    """Whether the counts were worked out here because the provider reported none; ``False`` by
+    default."""
 
     @classmethod
     def estimate(cls, input_text: str, output_text: str) -> Usage:
@@ -338,6 +375,7 @@ class Usage:
 
     @property
     def total_tokens(self) -> int:
+        """Input and output tokens together."""
         return self.input_tokens + self.output_tokens
 
 
@@ -367,28 +405,42 @@ class LLMResponse:
     """
 
     content: str = attrs.field(default="", validator=_text)
+    """The reply's text; empty for a reply that only called tools, and for a failure."""
     tool_calls: tuple[ToolCall, ...] = attrs.field(
         default=(), converter=_to_tuple, validator=_tuple_of(ToolCall)
     )
+    """The tools the model called, in order; empty by default."""
     stop_reason: LLMStopReason = attrs.field(
         default=LLMStopReason.UNKNOWN, validator=attrs.validators.instance_of(LLMStopReason)
     )
+    """Why the model stopped, normalised across providers; ``UNKNOWN`` by default."""
     provider_stop_reason: str | None = attrs.field(default=None, validator=_optional_text)
+    """The provider's own word for why it stopped (``"length"``, ``"stop"``), or ``None``."""
     usage: Usage = attrs.field(factory=Usage, validator=attrs.validators.instance_of(Usage))
+    """The tokens the call consumed; zero counts by default."""
     model: str | None = attrs.field(default=None, validator=_optional_name)
+    """The model id the call was made for, which a spend ledger prices; ``None`` when unknown."""
     provider_model: str | None = attrs.field(default=None, validator=_optional_text)
+    """The model the provider says served the call (it may name a dated version), or ``None``."""
     response_id: str | None = attrs.field(default=None, validator=_optional_text)
+    """The provider's id for the reply, or ``None``."""
     successful: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    """``False`` for the record of a call that raised; ``True`` by default."""
     reason_for_failure: str | None = attrs.field(default=None, validator=_optional_text)
+    """Why a failed call failed (its error's message), or ``None`` for a success."""
     last_error: BaseException | None = attrs.field(
         default=None, validator=_optional_error, eq=False
     )
+    """The exception a failed call raised, or ``None``; not compared in equality."""
     started_at: float | None = attrs.field(default=None, validator=_optional_instant)
+    """When the call started, in ``trio.current_time()`` seconds, or ``None``."""
     ended_at: float | None = attrs.field(default=None, validator=_optional_instant)
+    """When the call ended, in ``trio.current_time()`` seconds, or ``None``."""
     rate_limit_info: RateLimitInfo | None = attrs.field(
         default=None,
         validator=attrs.validators.optional(attrs.validators.instance_of(RateLimitInfo)),
     )
+    """What the provider said of its rate limits on this call, or ``None`` when it said nothing."""
 
     @classmethod
     def failure(
@@ -400,14 +452,15 @@ class LLMResponse:
         ended_at: float | None = None,
         stop_reason: LLMStopReason | None = None,
     ) -> LLMResponse:
-        """The record of a call that raised ``error`` (OC-02).
+        """The record of a call that raised ``error``.
 
-        Unsuccessful, with the error's message as the reason and the error itself as
-        ``last_error``. The stop reason defaults to MAX_TOKENS for an
-        :class:`OutputTruncationRetry` (OC-03) and UNKNOWN for anything else. A
-        :class:`RateLimitRetry` on a named model carries ``RateLimitInfo.rate_limited(model)``
-        (RLI-01).
+        Unsuccessful, with the error's message (else its class name) as the reason and the
+        error itself as ``last_error``. The stop reason defaults to MAX_TOKENS for an
+        :class:`OutputTruncationRetry` and UNKNOWN for anything else. A
+        :class:`RateLimitRetry` on a named model carries ``RateLimitInfo.rate_limited(model)``.
+        Anything but an exception is a :class:`TypeError`.
         """
+        # OC-02, OC-03 (truncation as MAX_TOKENS), RLI-01 (a 429's bare reading).
         if not isinstance(error, BaseException):
             raise TypeError(f"LLMResponse.failure needs an exception, got {type(error).__name__}")
         if stop_reason is None:
@@ -438,6 +491,7 @@ class LLMResponse:
 
     @property
     def has_tool_calls(self) -> bool:
+        """Whether the model called any tool."""
         return bool(self.tool_calls)
 
 
@@ -445,7 +499,9 @@ class EmbeddingPurpose(enum.Enum):
     """What the vectors are for; some providers embed a query differently from a document."""
 
     DOCUMENT = "document"
+    """Vectors of texts to be stored and searched; the default."""
     QUERY = "query"
+    """Vectors of a search query, to be compared with stored documents."""
 
 
 def _vectors(value: Any) -> tuple[tuple[float, ...], ...]:
@@ -467,18 +523,28 @@ class EmbeddingsResponse:
     """The vectors for one embeddings call, one per text in order, or the record of a failure."""
 
     vectors: tuple[tuple[float, ...], ...] = attrs.field(default=(), converter=_vectors)
+    """One vector of floats per text, in the order the texts were given; every number finite. Empty
+    for a failure."""
     model: str | None = attrs.field(default=None, validator=_optional_name)
+    """The model id the call was made for, or ``None`` when unknown."""
     purpose: EmbeddingPurpose = attrs.field(
         default=EmbeddingPurpose.DOCUMENT, validator=attrs.validators.instance_of(EmbeddingPurpose)
     )
+    """What the vectors are for; ``DOCUMENT`` by default."""
     usage: Usage = attrs.field(factory=Usage, validator=attrs.validators.instance_of(Usage))
+    """The tokens the call read; zero counts by default."""
     successful: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    """``False`` for the record of a call that raised; ``True`` by default."""
     reason_for_failure: str | None = attrs.field(default=None, validator=_optional_text)
+    """Why a failed call failed (its error's message), or ``None`` for a success."""
     last_error: BaseException | None = attrs.field(
         default=None, validator=_optional_error, eq=False
     )
+    """The exception a failed call raised, or ``None``; not compared in equality."""
     started_at: float | None = attrs.field(default=None, validator=_optional_instant)
+    """When the call started, in ``trio.current_time()`` seconds, or ``None``."""
     ended_at: float | None = attrs.field(default=None, validator=_optional_instant)
+    """When the call ended, in ``trio.current_time()`` seconds, or ``None``."""
 
     @classmethod
     def failure(
@@ -490,7 +556,11 @@ class EmbeddingsResponse:
         started_at: float | None = None,
         ended_at: float | None = None,
     ) -> EmbeddingsResponse:
-        """The record of an embeddings call that raised ``error`` (OC-05)."""
+        """The record of an embeddings call that raised ``error``: unsuccessful, with the
+        error's message as the reason, the error as ``last_error``, and the model and purpose
+        asked for, so a ledger can still price it. Anything but an exception is a
+        :class:`TypeError`."""
+        # OC-05
         if not isinstance(error, BaseException):
             raise TypeError(
                 f"EmbeddingsResponse.failure needs an exception, got {type(error).__name__}"

@@ -174,6 +174,8 @@ class ScriptedLLMClient:
 
     @property
     def model_identifier(self) -> str:
+        """The model a reply names when neither the scripted reply nor the request names one
+        (``model``, by default ``"scripted-model"``)."""
         return self._model
 
     @property
@@ -287,6 +289,8 @@ class ScriptedEmbeddingsClient:
 
     @property
     def model_identifier(self) -> str:
+        """The model a response names when the call named none (``model``, by default
+        ``"scripted-embeddings"``)."""
         return self._model
 
     async def embed(
