@@ -81,8 +81,11 @@ __all__ = [
 
 log = logging.getLogger("nucleo_trio.dispatcher")
 
-MAX_CORRECTION_RETRIES = 4
-"""The dispatcher's backstop behind a job's own correction budget (EXEC-16)."""
+MAX_CORRECTION_RETRIES = 4  # EXEC-16
+"""How many times the dispatcher re-runs one job on a
+:class:`~nucleo_trio.errors.ResponseCorrectionRetry`: a backstop behind the job's own
+correction budget (an ``LLMCall`` stops at 2). One more correction fails the job with
+:class:`~nucleo_trio.errors.UncorrectableError`."""
 
 MAX_TRUNCATION_RETRIES = 1
 """A truncated answer is re-run once at the escalated budget (or on the failover model)."""

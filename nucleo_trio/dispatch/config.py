@@ -59,7 +59,12 @@ class LimiterConfig:
     """One account a deployment declares by kind: ``{"kind": "counting", "settings": {...}}``."""
 
     kind: str = attrs.field(validator=_kind)
+    """The account kind a plugin registers: built in, ``"counting"``, ``"token_bucket"``,
+    ``"elastic_window"`` and ``"rate_limit"``. A blank one raises
+    :class:`~nucleo_trio.errors.ConfigError`; an unknown one stops the dispatcher's start."""
     settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings, repr=_shown)
+    """The keyword arguments the kind is built with (``{"capacity": 4}`` for a counting gate);
+    empty by default. A ``repr`` masks URLs and credential-like values."""
 
 
 @attrs.frozen(kw_only=True)
@@ -77,7 +82,12 @@ class DatabaseConfig:
     ``{"kind": "postgres", "settings": {"conninfo": "...", "max_connections": 4}}``."""
 
     kind: str = attrs.field(validator=_kind)
+    """The provider kind a plugin registers: built in, ``"sqlite"`` and ``"counting"``;
+    ``"postgres"`` comes with the Postgres plugin. A blank one raises
+    :class:`~nucleo_trio.errors.ConfigError`; an unknown one stops the dispatcher's start."""
     settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings, repr=_shown)
+    """The keyword arguments the provider is built with; empty by default. A ``repr`` masks
+    URLs and credential-like values (a connection string's password)."""
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -124,9 +134,17 @@ class HeartbeatConfig:
     """
 
     kind: str = attrs.field(default="memory", validator=_names_a_kind("a heartbeat store kind"))
+    """The store kind: ``"memory"`` (the default), ``"sqlite"``, or one a plugin provides."""
     settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings, repr=_shown)
+    """The store's settings (``{"path": "beats.db"}`` for ``"sqlite"``); empty by default."""
     signing_key: str | None = attrs.field(default=None, validator=_signing_key, repr=_hidden)
+    """The key a durable store signs its rows with, at least 16 bytes; never shown in a
+    ``repr``. ``None`` by default; prefer :attr:`signing_key_env`, and give only one of the
+    two."""
     signing_key_env: str | None = attrs.field(default=None, validator=_signing_key_env)
+    """The name of the environment variable that holds the signing key, read at start
+    (``"NUCLEO_HEARTBEAT_KEY"``); ``None`` by default. Anything but a variable name raises
+    :class:`~nucleo_trio.errors.ConfigError`."""
 
 
 def _memory_limit(value: int | str | None) -> int | None:
@@ -142,15 +160,18 @@ def _memory_limit(value: int | str | None) -> int | None:
 class MemoryConfig:
     """The memory pressure gate (on by default): ``{"enabled": true, "limit": "8GiB"}``.
 
-    ``limit`` is the memory the gate measures against, in bytes or as a size (``"8GiB"``,
-    ``"512MiB"``, ``"2GB"``), stored as bytes; a cgroup v2 limit that is tighter wins, and with
-    neither the machine's physical memory is the limit. ``enabled=False`` puts the no-op
-    :class:`~nucleo_trio.admission.UnboundedMemory` in the gate's seat. In plain data
-    ``memory = false`` is short for ``{"enabled": false}``.
+    ``limit`` takes bytes or a size (``"8GiB"``, ``"512MiB"``, ``"2GB"``) and stores bytes. In
+    plain data ``memory = false`` is short for ``{"enabled": false}``.
     """
 
     enabled: bool = attrs.field(default=True)
+    """Whether the dispatcher runs its memory pressure gate; ``True`` by default. ``False``
+    puts the no-op :class:`~nucleo_trio.admission.UnboundedMemory` in its seat."""
     limit: int | None = attrs.field(default=None, converter=_memory_limit)
+    """The memory the gate measures against, in bytes (a size such as ``"8GiB"`` is converted);
+    a tighter cgroup v2 limit still wins. ``None``, the default, uses the cgroup v2 limit, or
+    else the machine's physical memory. A size that cannot be read raises
+    :class:`~nucleo_trio.errors.ConfigError`."""
 
     @enabled.validator
     def _check_enabled(self, attribute: attrs.Attribute[bool], value: object) -> None:
@@ -189,56 +210,68 @@ def _refused(attribute: attrs.Attribute[Any], expected: str, value: object) -> C
 
 @attrs.frozen(kw_only=True)
 class DispatcherConfig:
-    """Settings of one dispatcher.
+    """Settings of one dispatcher, all optional and frozen once built.
 
-    ``http_connections`` sizes the ``http`` gate (one permit per admitted HTTP-using job) and,
-    through :class:`~nucleo_trio.http.HttpSettings`, the pool of the HTTP client jobs share;
-    it defaults to the pool's default size, 1000 (GATE-05).
-    ``shutdown_timeout`` is how long :meth:`JobDispatcher.shutdown` waits for running jobs before
-    interrupting them. ``seed`` makes re-run pacing reproducible. ``limiters`` declares accounts
-    by plugin kind, built at start and reachable as ``dispatcher.limiters[name]``. ``databases``
-    declares database providers by plugin kind, built at start and registered in
-    ``dispatcher.databases`` under their names. ``memory``
-    configures the memory pressure gate (:class:`MemoryConfig`: on by default).
-    ``guardrails`` attaches guards by registered name to tool classes, keyed by the class's
-    fully qualified name (``{"myapp.tools.Fetch": [{"kind": "url"}]}``); they join the guards
-    the class declares on every submission of it or of a subclass.
-    ``heartbeat`` chooses the heartbeat store (:class:`HeartbeatConfig`: in memory by default).
-    ``health_every`` makes the dispatcher log a health snapshot every that many limiter and
-    lifecycle events (a :class:`~nucleo_trio.observability.SystemHealthReporter`; the seed's
-    reporter uses 50). It is off (``None``) by default: a subscriber makes the bus build every
-    event, which costs each job a little; :meth:`JobDispatcher.health` answers either way.
-    ``log_events`` subscribes an :class:`~nucleo_trio.observability.EventLogger` at start, which
-    writes every event but limiter events to the ``nucleo_trio.events`` loggers (off by default,
-    for the same reason).
-    ``models`` names the model catalog file (TOML or JSON) the dispatcher's
-    :class:`~nucleo_trio.models.ModelRuntime` loads on first use; without it the
-    ``NUCLEO_TRIO_MODELS`` variable, then the plugins' fragments (MOD-05).
-    ``control_socket`` names a Unix socket the dispatcher opens at start for ``nucleo-trio top``
-    (:mod:`nucleo_trio.observability.control`): read-only, owner-only (mode 0600), in a
-    directory that must belong to the user and be writable by nobody else. It is off (``None``)
-    by default; on, it subscribes to the bus for the recent failures, which costs each job a
-    little as ``health_every`` does.
-    :meth:`from_mapping` builds one from plain data (a parsed TOML or JSON file), refusing
-    unknown keys by name.
+    Build one in code (``DispatcherConfig(http_connections=200)``), or from plain data with
+    :meth:`from_mapping` or :meth:`from_file`, which refuse unknown keys by name. Every field
+    is checked when the config is built: a value of the wrong type or out of range raises
+    :class:`~nucleo_trio.errors.ConfigError` naming the field and the value.
     """
 
-    http_connections: int = attrs.field(default=DEFAULT_HTTP_POOL_SIZE)
+    http_connections: int = attrs.field(default=DEFAULT_HTTP_POOL_SIZE)  # GATE-05
+    """The size of the ``http`` gate: how many jobs that need an HTTP connection are admitted
+    at once; a positive int, 1000 by default. Size the HTTP client's pool
+    (:attr:`HttpSettings.pool_size <nucleo_trio.http.HttpSettings.pool_size>`) to the same
+    number, so an admitted job always finds a connection."""
     shutdown_timeout: float = attrs.field(default=30.0)
+    """Seconds :meth:`JobDispatcher.shutdown` waits for running jobs before it interrupts
+    them, when it is called without a timeout; finite and >= 0, 30 by default (0 also means
+    30)."""
     seed: int | None = attrs.field(default=None)
+    """Seeds the jitter of re-run pacing, so a test's delays repeat; ``None`` (the default)
+    seeds from the system."""
     limiters: dict[str, LimiterConfig] = attrs.field(factory=dict)
+    """Accounts by name, each declared by plugin kind; built at start and reachable as
+    ``dispatcher.limiters[name]``. Empty by default."""
     databases: dict[str, DatabaseConfig] = attrs.field(factory=dict)
+    """Database providers by name, each declared by plugin kind; built at start, registered in
+    ``dispatcher.databases`` under their names (what ``require_database(name)`` finds), and
+    closed at shutdown. Empty by default."""
     memory: MemoryConfig = attrs.field(
         factory=MemoryConfig, validator=attrs.validators.instance_of(MemoryConfig)
     )
+    """The memory pressure gate (:class:`MemoryConfig`): on by default, measured against the
+    cgroup or machine limit. In plain data, ``memory = false`` turns it off."""
     health_every: int | None = attrs.field(default=None)
+    """Log a health snapshot every that many limiter and lifecycle events (a
+    :class:`~nucleo_trio.observability.SystemHealthReporter`; 50 is a usual value). ``None``,
+    the default, is off: a subscriber makes the bus build every event, which costs each job a
+    little. :meth:`JobDispatcher.health` answers either way."""
     log_events: bool = attrs.field(default=False)
+    """Subscribe an :class:`~nucleo_trio.observability.EventLogger` at start, which writes
+    every event but limiter events to the ``nucleo_trio.events`` loggers. ``False`` by
+    default, for the same cost as :attr:`health_every`."""
     guardrails: dict[str, list[GuardrailConfig]] = attrs.field(factory=dict)
+    """Guards attached by registered name to tool classes, keyed by the class's name with its
+    module (``{"myapp.tools.Fetch": [{"kind": "url"}]}``); they join the guards the class
+    declares on every submission of it or of a subclass. An unknown kind stops the start with
+    :class:`~nucleo_trio.errors.ConfigError`. Empty by default."""
     heartbeat: HeartbeatConfig = attrs.field(
         factory=HeartbeatConfig, validator=attrs.validators.instance_of(HeartbeatConfig)
     )
-    models: str | None = attrs.field(default=None)
+    """The store that keeps the heartbeat schedule (:class:`HeartbeatConfig`); in memory by
+    default."""
+    models: str | None = attrs.field(default=None)  # MOD-05
+    """The model catalog file (TOML or JSON) the dispatcher's
+    :class:`~nucleo_trio.models.ModelRuntime` loads on first use. ``None``, the default, falls
+    back to the file the ``NUCLEO_TRIO_MODELS`` variable names, then to what the plugins
+    provide."""
     control_socket: str | None = attrs.field(default=None)
+    """The path of a Unix socket the dispatcher opens at start for ``nucleo-trio top``
+    (:mod:`nucleo_trio.observability.control`): read-only, owner-only (mode 0600), in a
+    directory that must belong to the user and be writable by nobody else; at most 107 bytes.
+    ``None``, the default, is off; on, it costs each job a little, as :attr:`health_every`
+    does."""
 
     @http_connections.validator
     def _check_http(self, attribute: attrs.Attribute[int], value: object) -> None:

@@ -14,8 +14,10 @@ its deadline, and the database decides the outcome: committed, the job met its d
 and ends COMPLETED with its result (reporting TIMED_OUT would invite a retry of work
 that is durable; what is left of the attempt is the close, which the commit window
 bounds); not committed, phase one runs at once and the caller gets the commit's own
-error, which says what was rolled back (TMO-04, TMO-05).
+error, which says what was rolled back.
 """
+
+# TMO-04, TMO-05: a deadline that lands during a commit waits for the commit's answer.
 
 from __future__ import annotations
 

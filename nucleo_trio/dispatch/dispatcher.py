@@ -15,8 +15,8 @@ A job's route, in the order of the modules that hold each step:
 5. **The settle** (``_finish``, here, with :mod:`.verdicts`): one verdict, the terminal event,
    the workflow event, the teardown, and last of all the handle.
 
-The dispatcher's life (start, the stop in the seed's order, Ctrl-C and outer cancellation)
-is here too; what crosses the boundary to the program around it is in :mod:`._boundary`.
+The dispatcher's life (the start, the stop in order, Ctrl-C and outer cancellation) is
+here too; what crosses the boundary to the program around it is in :mod:`._boundary`.
 """
 
 from __future__ import annotations
@@ -154,6 +154,8 @@ class DelayedSubmission:
 
     @property
     def done(self) -> bool:
+        """True once the delay has passed and the submission happened or was refused:
+        :meth:`handle` then answers at once."""
         return self._done.is_set()
 
 
@@ -162,6 +164,13 @@ class JobDispatcher:
 
     Start it with ``async with open_dispatcher() as dispatcher`` (or
     ``await nursery.start(dispatcher.run)``), then :meth:`submit` jobs and await their handles.
+
+    ``config`` is the :class:`~nucleo_trio.dispatch.DispatcherConfig` (the defaults when
+    ``None``). The keyword arguments replace a part the dispatcher would otherwise build:
+    ``memory`` the memory account, ``bus`` the message bus, ``guardrails`` the enforcer,
+    ``demand_assembler`` the demand builder, ``plugin_manager`` the plugins, ``models`` the model
+    runtime and ``heartbeat_store`` the store ``config.heartbeat`` would choose;
+    ``heartbeat_jobs`` names the job classes a durable heartbeat store may fire.
     """
 
     def __init__(
@@ -179,6 +188,7 @@ class JobDispatcher:
         | Mapping[str, type[AbstractJob[Any]]] = (),
     ) -> None:
         self.config = config or DispatcherConfig()
+        """The settings the dispatcher was built with (the defaults when none were given)."""
         self._heartbeat_store = heartbeat_store
         self.heartbeat_jobs = HeartbeatJobs(heartbeat_jobs)
         """The job classes a durable store's heartbeat rows may name, by name: those passed in,
@@ -189,23 +199,50 @@ class JobDispatcher:
         chose for ``config.heartbeat`` (or the ``heartbeat_store`` passed in)."""
         self._plugin_manager = plugin_manager
         self.plugins: pluggy.PluginManager | None = None
+        """The plugin manager: the ``plugin_manager`` passed in, else the built-in plugins and
+        every installed one. ``None`` until the plugins load, at start (or as
+        :func:`open_dispatcher` opens, before its block runs)."""
         self.limiter_kinds: LimiterRegistry | None = None
+        """The account kinds the plugins provide, by name (``"counting"``, ...): what
+        ``config.limiters`` is built from. ``None`` until the plugins load."""
         self.limiters: dict[str, RateLimiter] = {}
-        self.accounts = RateLimiterRegistry()  # shared accounts: per class, per model entry
+        """The accounts ``config.limiters`` declares, by name, built when the plugins load:
+        pass one to :meth:`JobRequirements.require_rate_limiter
+        <nucleo_trio.jobs.JobRequirements.require_rate_limiter>`
+        (``dispatcher.limiters["search"]``). Empty until then; a kind or a setting its plugin
+        refuses stops the start with :class:`~nucleo_trio.errors.ConfigError`."""
+        self.accounts = RateLimiterRegistry()
+        """The shared accounts, built on first use and kept for the dispatcher's life: one
+        instance per limiter class (``dispatcher.accounts.instance(RenderSlots)``), and a token
+        bucket and a gate per model entry. The health report lists them."""
         self.databases = DBResourceProviders()
-        self._built_databases: list[DBResourceProvider] = []
-        """The database providers jobs may declare by name (``require_database("orders")``)."""
+        """The database providers jobs may declare by name (``require_database("orders")``):
+        those ``config.databases`` declares, built when the plugins load, and any registered
+        here. Shutdown closes the ones it built; one you register is yours to close."""
+        self._built_databases: list[DBResourceProvider] = []  # closed at shutdown
         self.db_kinds: DBProviderKinds | None = None
+        """The database provider kinds the plugins provide, by name: what ``config.databases``
+        is built from. ``None`` until the plugins load."""
         self.bus = bus or MessageBus()
+        """The message bus every event goes through: the ``bus`` passed in, else one of its
+        own. Subscribe observers to it; it stops last at shutdown, delivering what was
+        published before."""
         self.memory_gate: MemoryPressureGate | None = None
         """The dispatcher's memory pressure gate; ``None`` when a ``memory`` account was passed
         in or ``config.memory`` switched it off. Its reader is chosen by the plugins at start."""
         if memory is None and self.config.memory.enabled:
             memory = self.memory_gate = MemoryPressureGate()
         self.admission = Admission(memory, emit=self._emit_limiter_event)
+        """Admission: grants each attempt's whole demand at once, or parks the job in its line
+        holding nothing until it fits. Its memory account is :attr:`memory_gate` (or the
+        ``memory`` passed in, or none when both are off)."""
         self._timekeeper = Timekeeper()
         self.http_gate: RateLimiter = HttpConnectionGate(self.config.http_connections)
+        """The ``http`` gate: one permit per admitted job that needs an HTTP connection, sized
+        by ``config.http_connections`` (1000 by default)."""
         self.guardrails: GuardrailEnforcer = guardrails or StandardGuardrailEnforcer()
+        """The guardrail enforcer the door and every attempt consult: the ``guardrails`` passed
+        in, else the standard one, which judges scope and runs each job's declared guards."""
         self.guardrail_kinds: GuardrailKinds | None = None
         """The guardrails plugins register by name; configuration attaches them to tool classes."""
         self.models = (models or ModelRuntime()).attach(self)
@@ -213,6 +250,9 @@ class JobDispatcher:
         self.demand_assembler: DemandAssembler = demand_assembler or ModelDemandAssembler(
             self.models, self.accounts
         )
+        """What turns each attempt's requirements into the demand admission grants: the
+        ``demand_assembler`` passed in, else one that also resolves and prices the job's model
+        bindings."""
         self._rng = random.Random(self.config.seed)
         # Bound once, shared by every job's context and handle (a bound method made per job
         # is two allocations the collector then walks for as long as the handle lives).
@@ -535,7 +575,7 @@ class JobDispatcher:
         self.heart = Heart(self, store)
 
     async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 - the seed's shutdown(timeoutMs)
-        """Stop in the seed's order, and return once stopped.
+        """Stop the dispatcher, in order, and return once it has stopped.
 
         Every parked waiter is refused first, then the lanes stop; running jobs get ``timeout``
         seconds (the config's, 30 s when zero) before they are interrupted; every job still queued
@@ -709,18 +749,25 @@ class JobDispatcher:
     # -- models ---------------------------------------------------------------------------------
     @property
     def compliance_envelope(self) -> ComplianceEnvelope:
-        """The sealed envelope; before any seal the refusing default, read without sealing
-        (ENV-01)."""
+        """The :class:`~nucleo_trio.models.ComplianceEnvelope` every model resolution answers
+        to: the sealed one, or before any seal the default that refuses, read without sealing
+        it. The start seals the default when nothing was sealed."""
+        # ENV-01
         return self.models.compliance_envelope
 
     def seal_compliance_envelope(self, envelope: ComplianceEnvelope) -> None:
-        """Seal the envelope every model resolution answers to, once: a second seal is a
-        RuntimeError and ``None`` a ValueError (ENV-02)."""
+        """Seal the envelope every model resolution answers to, once, before the start (the
+        start seals the default): a second seal raises :class:`RuntimeError` and ``None``
+        raises :class:`ValueError`."""
+        # ENV-02
         self.models.seal_compliance_envelope(envelope)
 
     def register_spend_gate(self, gate: SpendGate) -> None:
-        """Consult ``gate`` on every attempt after its bindings are priced and before anything
-        is held (EXEC-14); ``None`` is a ValueError."""
+        """Consult ``gate`` on every attempt with model bindings, after they are priced and
+        before anything is held; a gate that raises
+        (:class:`~nucleo_trio.errors.SpendCapExceededError`) fails the attempt. ``None`` raises
+        :class:`ValueError`, anything without ``admit`` :class:`TypeError`."""
+        # EXEC-14
         self.models.register_spend_gate(gate)
 
     # -- the door -------------------------------------------------------------------------------
@@ -732,13 +779,15 @@ class JobDispatcher:
     ) -> JobHandle[R]:
         """Submit ``job`` and return its handle at once; never awaits.
 
-        A refusal at the door is a handle born failed, never an exception (SUB-01): a job
-        submitted while the dispatcher shuts down is one. A dependency list that would close a
+        A refusal at the door is a handle born failed, never an exception: a job submitted
+        while the dispatcher shuts down is one, and so is a job that declares resources with no
+        timeout. A dependency list that would close a
         cycle is a programming error and raises :class:`ValueError`; a submission before the
         dispatcher started, or once it has stopped (however its run ended), raises
         :class:`~nucleo_trio.errors.UsageRuntimeError` (a ``RuntimeError``), and a value that is
         not a job or a handle :class:`~nucleo_trio.errors.UsageTypeError` (a ``TypeError``).
         """
+        # SUB-01: refusals at the door are handles born failed; these raises are usage errors.
         if not self._started or self._stopped:
             raise self._not_running("submit()")
         if not isinstance(job, AbstractJob):
@@ -823,8 +872,11 @@ class JobDispatcher:
         """Submit ``job`` as a root after ``delay`` seconds (none, zero or negative: at once).
 
         The submission happens on a fresh task outside any job, so it can only create roots: a
-        delayed child of a live job is refused at the door (SUB-13).
+        delayed child of a live job is refused at the door. A delay that is not a number of
+        seconds (a bool, a string, NaN) raises :class:`ValueError`, and a call before the start
+        or after the stop :class:`~nucleo_trio.errors.UsageRuntimeError`.
         """
+        # SUB-13
         if not self._started or self._system is None or self._stopped:
             raise self._not_running("submit_with_delay()")
         if delay is not None:
@@ -1109,11 +1161,13 @@ class JobDispatcher:
     # -- status ---------------------------------------------------------------------------------
     @property
     def running_jobs(self) -> int:
+        """How many jobs have a task running now, counting those that wait on a dependency or
+        in admission; jobs still queued in a lane are not counted."""
         return len(self._running)
 
     @property
     def queued_jobs(self) -> tuple[int, int]:
-        """(standard lane, fast lane) sizes."""
+        """How many jobs wait in each lane: (the standard lane, the priority lane)."""
         return (len(self._standard), len(self._fast))
 
     def health(self) -> HealthSnapshot:

@@ -22,14 +22,21 @@ if TYPE_CHECKING:
 
 __all__ = ["PRIORITY_LANE_MAX_TIMEOUT", "Lane", "QueuedJob", "grace_period"]
 
-PRIORITY_LANE_MAX_TIMEOUT = 5.0
-"""A job with a timeout at or under this many seconds goes to the priority lane (ROUTE-02)."""
+PRIORITY_LANE_MAX_TIMEOUT = 5.0  # ROUTE-02
+"""Seconds: a job whose timeout is this or less waits in the priority lane, served by
+priority; every other queued job waits in the FIFO lane."""
 
 _sequence = itertools.count()
 
 
 def grace_period(timeout: float) -> float:
-    """The time between the two phases of a timeout: 10 % of it, within [0.5 s, 30 s] (ROUTE-05)."""
+    """The grace, in seconds, between the two phases of a ``timeout`` of that many seconds:
+    10 % of it, at least 0.5 s and at most 30 s.
+
+    At the deadline the job is timed out cooperatively (its cancel flag and callbacks, its
+    resources closed); a job still running when the grace ends has its task cancelled.
+    """
+    # ROUTE-05
     return min(30.0, max(0.5, timeout * 0.1))
 
 
@@ -63,7 +70,8 @@ class QueuedJob:
             self.nursery.cancel_scope.cancel()
 
     def sort_key(self) -> tuple[int, int]:
-        """The priority lane's order: the higher priority first, then submission order (ROUTE-03)."""
+        """The priority lane's order: the higher priority first, then submission order."""
+        # ROUTE-03
         return (-self.job.priority, self.seq)
 
 

@@ -17,6 +17,12 @@ class DispatcherState(enum.Enum):
     """
 
     NEW = "NEW"
+    """Built, and not running yet; before its start a
+    :meth:`~nucleo_trio.dispatch.JobDispatcher.submit` raises."""
     RUNNING = "RUNNING"
+    """Started: every task of its own runs, and it takes jobs."""
     STOPPING = "STOPPING"
+    """A stop was asked for: a job submitted now is refused, and the running ones are
+    finishing or being cancelled."""
     STOPPED = "STOPPED"
+    """Its run has ended, however it ended: every handle is settled and a submit raises."""

@@ -46,17 +46,24 @@ class GuardrailEnforcer(Protocol):
 
 
 class NoGuardrails:
-    """The kernel's enforcer: every submission passes and no guard runs."""
+    """An enforcer that lets every submission pass and runs no guard.
+
+    Pass it as ``JobDispatcher(guardrails=NoGuardrails())`` to run without guardrails; the
+    dispatcher's default is the standard enforcer of :mod:`nucleo_trio.guardrails`.
+    """
 
     def judge_submission(
         self, job: AbstractJob[Any], caller: JobContext | None, metadata: dict[str, Any]
     ) -> BaseException | None:
+        """Always ``None``: every submission is let in."""
         return None
 
     async def before_resources(self, job: AbstractJob[Any], context: JobContext) -> None:
+        """Runs no guard."""
         return None
 
     async def after_release(self, job: AbstractJob[Any], context: JobContext, result: Any) -> None:
+        """Runs no guard; the result is delivered as it is."""
         return None
 
 
@@ -77,8 +84,14 @@ class DemandAssembler(Protocol):
 
 
 class StandardDemandAssembler:
-    """The HTTP gate when anything needs it, each custom limiter with its amount, and one
-    permit per declared database (:func:`~nucleo_trio.resources.demand_of`, JR-02)."""
+    """A demand of the HTTP gate when anything needs it, each custom limiter with its amount,
+    one permit per declared database, and the job's memory claim on the memory gate
+    (:func:`~nucleo_trio.resources.demand_of`).
+
+    It knows nothing of models: a model binding adds only the HTTP gate here. The
+    dispatcher's default assembler also resolves and prices the bindings and puts their
+    accounts first.
+    """
 
     def assemble(
         self,
@@ -87,4 +100,8 @@ class StandardDemandAssembler:
         http_gate: RateLimiter,
         providers: Sequence[DBResourceProvider] = (),
     ) -> Demand:
+        """The demand of ``requirements``, in this order: ``http_gate`` when :attr:`needs_http
+        <nucleo_trio.jobs.JobRequirements.needs_http>`, each limiter with its amount, a permit
+        on the gate of each of ``providers``, then the memory claim."""
+        # JR-02
         return demand_of(requirements, http_gate, providers)

@@ -3,10 +3,12 @@
 Every path a job can end by (it returned, it raised, a timeout or a cancel landed first, the
 stop interrupted it, a dependency failed) comes down to one :class:`Verdict`, decided here; the
 dispatcher's settle step (``JobDispatcher._finish``) publishes :func:`terminal_event` and, for a
-root, :func:`workflow_event`, then settles the handle. The first terminal state wins (ST-03):
+root, :func:`workflow_event`, then settles the handle. The first terminal state wins:
 a cancel or a timeout outranks what the job returned, and a job stopped after its commit was
 sent says what the commit did.
 """
+
+# ST-03: the first terminal state wins.
 
 from __future__ import annotations
 
