@@ -2,8 +2,8 @@
 
 A :class:`MessageBus` gives each subscription a bounded queue and a task of its own that feeds
 the queue's events to the observer one at a time, in publish order. :meth:`MessageBus.publish`
-only routes and enqueues, so it is synchronous and never waits on an observer (BUS-01), and a
-slow observer only ever delays itself.
+only routes and enqueues, so it is synchronous and never waits on an observer, and a slow
+observer only ever delays itself.
 
 Start a bus inside a nursery and stop it when done::
 
@@ -14,7 +14,7 @@ Start a bus inside a nursery and stop it when done::
         bus.publish(event)
         await bus.stop()
 
-or let :func:`open_message_bus` do both. The rules (BUS-01..12):
+or let :func:`open_message_bus` do both. The delivery rules:
 
 - an event published before the bus starts, or once it is stopping, is dropped, not deferred;
 - :meth:`~MessageBus.stop` delivers what was published before it, giving each subscription up
@@ -62,20 +62,26 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+# BUS-11: a bounded queue per subscription.
 QUEUE_CAPACITY: Final = 1_000_000
-"""Events one subscription may hold undelivered; one more is dropped with an error log (BUS-11)."""
+"""Events one subscription may hold undelivered, by default; one more is dropped with an error
+log."""
 
+# BUS-06: the drain bound of stop().
 DRAIN_TIMEOUT: Final = 5.0
-"""Seconds each subscription gets, once :meth:`MessageBus.stop` is called, to drain (BUS-06)."""
+"""Seconds each subscription gets, once :meth:`MessageBus.stop` is called, to deliver what is
+queued for it; an observer still busy after that is cancelled."""
 
 DELIVERY_BATCH: Final = 64
 """Events one subscription delivers per scheduler step when several are queued."""
 
+# BUS-10: the periodic sweep for stale subscriptions.
 SWEEP_INTERVAL: Final = 60.0
-"""Seconds between the automatic sweeps for stale subscriptions (BUS-10)."""
+"""Seconds between the automatic sweeps for stale subscriptions while the bus runs."""
 
+# BUS-04: a duplicate observer gets a no-op subscription.
 NOOP_SUBSCRIPTION_ID: Final = "noop"
-"""The id of the subscription a duplicate observer receives (BUS-04)."""
+"""The id of the subscription an observer gets when an equal observer is already subscribed."""
 
 E = TypeVar("E", bound=JobEvent)
 
@@ -86,10 +92,10 @@ class Subscription(abc.ABC):
     """A handle on one observer's registration with a bus.
 
     :meth:`unsubscribe` is synchronous and never blocks: events already queued for the observer
-    are still delivered, events published afterwards are not (BUS-07). Calling it again is
-    harmless.
+    are still delivered, events published afterwards are not. Calling it again is harmless.
     """
 
+    # BUS-07: unsubscribing never blocks and keeps what is queued.
     __slots__ = ()
 
     @property
@@ -415,8 +421,9 @@ class MessageBus:
 
         Start it with ``await nursery.start(bus.run)``; it returns once :meth:`stop` has
         finished (or when cancelled from outside). Starting a bus a second time is a no-op that
-        logs a warning (BUS-05).
+        logs a warning.
         """
+        # BUS-05: a second start is a no-op.
         if self._state is not _State.NEW:
             logger.warning("message bus already started; the second start is a no-op")
             task_status.started()
@@ -438,13 +445,14 @@ class MessageBus:
             self._stopped.set()
 
     async def stop(self) -> None:
-        """Stop the bus, delivering first what was published before the call (BUS-06).
+        """Stop the bus, delivering first what was published before the call.
 
         New events are dropped from the moment it is called. Each subscription gets up to
         :data:`DRAIN_TIMEOUT` seconds to deliver its queue; an observer still busy after that is
         cancelled and the rest of its queue dropped. Raises :class:`RuntimeError` on a bus that
-        never started, and on a second call (BUS-08).
+        never started, and on a second call.
         """
+        # BUS-06 (drain within the bound) and BUS-08 (stop once, after a start).
         if self._state is _State.NEW:
             raise RuntimeError("cannot stop the message bus: it was never started")
         if self._state is not _State.RUNNING:
@@ -495,10 +503,12 @@ class MessageBus:
     # -- publishing ---------------------------------------------------------------------------
 
     def publish(self, event: JobEvent) -> None:
-        """Route ``event`` to every matching subscription's queue. Never waits (BUS-01).
+        """Route ``event`` to every matching subscription's queue; never waits.
 
-        Dropped silently before the bus starts and once it is stopping (BUS-05).
+        The event is dropped silently before the bus starts and once it is stopping. Raises
+        :class:`TypeError` when ``event`` is not a :class:`~nucleo_trio.bus.JobEvent`.
         """
+        # BUS-01 (synchronous, never waits) and BUS-05 (dropped unless running).
         if not isinstance(event, JobEvent):
             raise TypeError(f"only JobEvent instances can be published, got {event!r}")
         if self._state is not _State.RUNNING:
@@ -563,14 +573,16 @@ class MessageBus:
         family such as ``LifecycleEvent``, or ``HumanReadable``; default every event), belongs
         to ``workflow_id`` if one is given, was published for a job of ``job_class`` (a class,
         its subclasses included, or a class name) if one is given, and passes the observer's
-        own predicate and ``predicate``, when there are any. A scoped subscription never sees
-        an event with no snapshot (BUS-12).
+        own predicate and ``predicate``, when there are any. A subscription scoped to a
+        workflow or a job class never sees an event with no snapshot.
 
         ``observer`` is a :class:`JobObserver` or any callable taking the event; a callable
         that returns an awaitable is awaited. Subscribing an observer equal to one already
-        subscribed logs a warning and returns a no-op subscription with id ``"noop"`` (BUS-04).
-        Allowed before the bus starts; raises :class:`RuntimeError` once it is stopping.
+        subscribed logs a warning and returns a no-op subscription with id ``"noop"``.
+        Allowed before the bus starts; raises :class:`RuntimeError` once it is stopping, and
+        :class:`TypeError` or :class:`ValueError` for an argument of the wrong kind.
         """
+        # BUS-04 (duplicates get the no-op subscription) and BUS-12 (scoped means a snapshot).
         if self._state in (_State.STOPPING, _State.STOPPED):
             raise RuntimeError(f"cannot subscribe: the message bus is {self._state.value}")
         if not isinstance(event_type, type) or not issubclass(event_type, JobEvent):
@@ -619,11 +631,12 @@ class MessageBus:
         return subscription
 
     def cleanup_stale_subscriptions(self) -> int:
-        """Unsubscribe every subscription whose observer reports stale; return how many (BUS-10).
+        """Unsubscribe every subscription whose observer reports stale; return how many.
 
         Also runs on its own every :data:`SWEEP_INTERVAL` seconds while the bus runs. An
         observer whose ``is_stale()`` raises is logged and kept.
         """
+        # BUS-10: the stale sweep.
         stale: list[_LiveSubscription] = []
         for subscription in self.subscriptions:
             assert isinstance(subscription, _LiveSubscription)

@@ -1,11 +1,11 @@
 """The typed events the runtime tells on its message bus.
 
 Every event is a frozen, slotted attrs class: what varies is given at construction, and no event
-exposes a mutator (OBS-03). Every event answers ``snapshot`` (the job it is about, or ``None``),
+exposes a mutator. Every event answers ``snapshot`` (the job it is about, or ``None``),
 ``timestamp`` (wall-clock seconds, ``time.time()``, when it was built) and ``message`` (its log
 line, built from what it carries; ``None`` when it has nothing to say).
 
-Events come in *families*, plain marker classes under :class:`JobEvent` (OBS-01)::
+Events come in *families*, plain marker classes under :class:`JobEvent`::
 
     JobEvent                         the root; applications may subclass it for their own events
     |-- LifecycleEvent               JobScheduled, JobStartedEvent, OrchestratorIdleEvent,
@@ -25,13 +25,13 @@ Events come in *families*, plain marker classes under :class:`JobEvent` (OBS-01)
 
 A family is a class, so ``isinstance(event, LifecycleEvent)`` and subscribing to the bus with
 ``event_type=LifecycleEvent`` both reach every member and nothing else. :class:`HumanReadable`
-is an orthogonal marker for events written for a person (OBS-12); :class:`MessageCompleteEvent`
+is an orthogonal marker for events written for a person; :class:`MessageCompleteEvent`
 is human-readable and in no family. A family or marker class cannot be built on its own, and
 a concrete event marked ``@final`` cannot be subclassed (only :class:`JobProgressEvent`,
 :class:`ContentStreamEvent` and :class:`MessageCompleteEvent` are open).
 
 Job-scoped families (lifecycle, workflow termination, progress, retry, notification) refuse to
-be built without a snapshot; system and heartbeat events refuse to carry one (OBS-04); a
+be built without a snapshot; system and heartbeat events refuse to carry one; a
 :class:`LimiterEvent` carries one when the transition has an owning job.
 """
 
@@ -108,47 +108,68 @@ __all__ = [
 
 
 class MsgType(enum.Enum):
-    """What a person-facing event is, for a UI that shows it (OBS-09).
+    """What a person-facing event is, for a UI that shows it.
 
     Four lifecycle phases (``STARTING``, ``PROGRESSING``, ``COMPLETING``, ``FAILING``) and three
     general-purpose values (``STATUS_UPDATE``, ``MESSAGE``, ``ERROR``).
     """
 
+    # OBS-09: the message types and which event answers which.
     STARTING = "STARTING"
+    """Work has begun: progress at 0 %."""
     PROGRESSING = "PROGRESSING"
+    """Work is under way: progress from 1 to 99 %, or a streamed chunk that is not the last."""
     COMPLETING = "COMPLETING"
+    """Work finished well: progress at 100 %, the last streamed chunk, a success."""
     FAILING = "FAILING"
+    """Work finished badly: a failed workflow or message exchange."""
     STATUS_UPDATE = "STATUS_UPDATE"
+    """A status with no phase, such as progress without a percent; the default."""
     MESSAGE = "MESSAGE"
+    """A message to the person: a notification of severity info or warning."""
     ERROR = "ERROR"
+    """An error to the person: a notification of severity error."""
 
 
 class Severity(enum.Enum):
     """How much a :class:`UserNotificationEvent` asks of the person reading it."""
 
     INFO = "INFO"
+    """For information; nothing to do."""
     SUCCESS = "SUCCESS"
+    """Something the person asked for succeeded."""
     WARNING = "WARNING"
+    """Something may need the person's attention."""
     ERROR = "ERROR"
+    """Something failed."""
 
 
 class ScheduledState(enum.Enum):
-    """What a :class:`JobScheduled` announces: acceptance alone, or a place in a queue (OBS-10)."""
+    """What a :class:`JobScheduled` announces: acceptance alone, or a place in a queue."""
 
+    # OBS-10: the two scheduled states.
     ACCEPTED = "ACCEPTED"
+    """The job was accepted; the default of an event built from a snapshot alone."""
     QUEUED = "QUEUED"
+    """The job was queued for execution, with its requirements and priority; what the
+    dispatcher publishes."""
 
 
 class SchedulerEventType(enum.Enum):
     """The transitions a :class:`SchedulerEvent` reports, each with its default message."""
 
     STARTED = "STARTED"
+    """The scheduler started: "Job scheduler started"."""
     STOPPING = "STOPPING"
+    """The scheduler began to stop: "Job scheduler stopping"."""
     STOPPED = "STOPPED"
+    """The scheduler stopped: "Job scheduler stopped"."""
     ERROR = "ERROR"
+    """The scheduler hit an error: "Scheduler error"."""
 
     @property
     def default_message(self) -> str:
+        """The message a :class:`SchedulerEvent` of this type reads unless given its own."""
         return _SCHEDULER_MESSAGES[self]
 
 
@@ -253,10 +274,14 @@ class JobEvent:
         default=None,
         validator=attrs.validators.optional(attrs.validators.instance_of(JobSnapshot)),
     )
+    """The job the event is about, as it stood when the event was built; ``None`` (the default)
+    for an event that belongs to no job."""
     timestamp: float = attrs.field(
         factory=time.time,
         validator=attrs.validators.instance_of((float, int)),
     )
+    """When the event was built, in wall-clock seconds since the epoch; ``time.time()`` unless
+    given."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -290,7 +315,7 @@ class JobEvent:
 @_abstract
 @attrs.frozen(kw_only=True)
 class HumanReadable(JobEvent):
-    """Marker for an event written for a person to read (OBS-12).
+    """Marker for an event written for a person to read.
 
     Progress and streaming events, the four retry events, user notifications, the workflow's
     completion, a chat message's completion and the two orchestrator transitions carry it;
@@ -311,7 +336,8 @@ class HumanReadable(JobEvent):
 
     @property
     def msg_type(self) -> MsgType:
-        """What kind of message this is for a UI (OBS-09)."""
+        """What kind of message this is for a UI; ``STATUS_UPDATE`` unless the event says
+        otherwise."""
         return MsgType.STATUS_UPDATE
 
     @property
@@ -387,13 +413,13 @@ class TerminalEvent(LifecycleEvent):
 @_abstract
 @attrs.frozen(kw_only=True)
 class SuccessEvent(TerminalEvent):
-    """Verdict marker: the run succeeded. Only :class:`JobCompletedEvent` carries it (OBS-02)."""
+    """Verdict marker: the run succeeded. Only :class:`JobCompletedEvent` carries it."""
 
 
 @_abstract
 @attrs.frozen(kw_only=True)
 class FailureEvent(TerminalEvent):
-    """Verdict marker: the run failed (a failure, a timeout, a failed dependency; OBS-02).
+    """Verdict marker: the run failed (a failure, a timeout, a failed dependency).
 
     A cancellation is a deliberate stop, neither a success nor a failure.
     """
@@ -466,7 +492,8 @@ EVENT_FAMILIES: Final[tuple[type[JobEvent], ...]] = (
     SystemEvent,
     HeartbeatEvent,
 )
-"""The eight families every framework event belongs to exactly one of (OBS-01)."""
+"""The eight families every framework event belongs to exactly one of, in the order
+:func:`family_of` tries them."""
 
 
 def family_of(event: JobEvent | type[JobEvent]) -> type[JobEvent] | None:
@@ -490,7 +517,7 @@ def family_of(event: JobEvent | type[JobEvent]) -> type[JobEvent] | None:
 @final
 @attrs.frozen(kw_only=True)
 class JobScheduled(LifecycleEvent):
-    """A job was accepted, or queued for execution (OBS-10).
+    """A job was accepted, or queued for execution.
 
     The dispatcher publishes it with ``state=ScheduledState.QUEUED``, the job's requirements and
     its priority. Built from a snapshot alone it is acceptance: ``ACCEPTED``, no requirements,
@@ -500,8 +527,12 @@ class JobScheduled(LifecycleEvent):
     state: ScheduledState = attrs.field(
         default=ScheduledState.ACCEPTED, validator=attrs.validators.instance_of(ScheduledState)
     )
+    """Acceptance or a place in a queue; ``ACCEPTED`` by default."""
     requirements: object | None = None
+    """What admission must grant before the job runs (the dispatcher gives its
+    :class:`~nucleo_trio.jobs.JobRequirements`); ``None`` by default."""
     priority: int = attrs.field(default=0, validator=attrs.validators.instance_of(int))
+    """The job's priority, higher first; 0 by default."""
 
 
 @final
@@ -510,6 +541,7 @@ class JobStartedEvent(LifecycleEvent):
     """An attempt of the job started; a job re-run three times publishes three of these."""
 
     attempt: int = attrs.field(validator=_positive_int)
+    """Which attempt started, counting from 1."""
 
     @property
     def message(self) -> str:
@@ -525,7 +557,9 @@ class OrchestratorIdleEvent(LifecycleEvent, HumanReadable):
     """
 
     llm_responses: tuple[Any, ...] = attrs.field(default=(), converter=_freeze_responses)
+    """The LLM responses of the exchange, as a tuple; empty by default, never ``None``."""
     metadata: Mapping[str, Any] = attrs.field(default=_EMPTY_METADATA, converter=_freeze_metadata)
+    """The exchange's metadata, as a read-only copy; empty by default, never ``None``."""
 
     @property
     def message(self) -> str:
@@ -558,7 +592,7 @@ def _default_completion_time(self: "AbstractTerminalEvent") -> float:
 @_abstract
 @attrs.frozen(kw_only=True)
 class AbstractTerminalEvent(TerminalEvent):
-    """The base of the four terminal events the dispatcher fires for a job it ran (OBS-11).
+    """The base of the four terminal events the dispatcher fires for a job it ran.
 
     Carries the attempt count (the snapshot's attempt number unless given), the LLM responses
     and metadata collected during the run (empty when none were given, never ``None``; both
@@ -611,6 +645,7 @@ class JobTimedOut(AbstractTerminalEvent, FailureEvent):
     """The job exceeded its timeout. A failure with no error: what it carries is the budget."""
 
     timeout: float = attrs.field(validator=_non_negative_seconds)
+    """The timeout the job ran past, in seconds."""
 
     @property
     def message(self) -> str:
@@ -624,7 +659,7 @@ def _default_cancel_message(self: "JobCancelled") -> str:
 @final
 @attrs.frozen(kw_only=True)
 class JobCancelled(AbstractTerminalEvent):
-    """The job was cancelled: a deliberate stop, neither success nor failure (OBS-02, OBS-06).
+    """The job was cancelled: a deliberate stop, neither success nor failure.
 
     Its message is "Job cancelled", or "Job forcefully cancelled" when ``force`` is set, unless
     the publisher states its own: the dispatcher says "Cancelled while queued: <reason>",
@@ -632,6 +667,7 @@ class JobCancelled(AbstractTerminalEvent):
     """
 
     force: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    """Whether the cancellation was forced; ``False`` by default."""
     message: str = attrs.field(
         default=attrs.Factory(_default_cancel_message, takes_self=True),
         validator=attrs.validators.instance_of(str),
@@ -674,14 +710,17 @@ class WorkflowCompleteEvent(WorkflowTerminationEvent, HumanReadable):
     """A root job settled and so its workflow ended; published for roots only.
 
     Carries the outcome and the reason, which is its message. Built from a snapshot alone it is
-    a success reading "Workflow completed successfully" (OBS-07).
+    a success reading "Workflow completed successfully".
     """
 
     successful: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    """Whether the root job succeeded; ``True`` by default."""
     reason: str = attrs.field(
         default=attrs.Factory(_default_workflow_reason, takes_self=True),
         validator=attrs.validators.instance_of(str),
     )
+    """Why the workflow ended, which is the event's message; "Workflow completed successfully"
+    or "Workflow failed" unless given."""
 
     @property
     def message(self) -> str:
@@ -719,13 +758,16 @@ class JobProgressEvent(ProgressEvent, HumanReadable):
     """A job reported progress: a payload and, optionally, a percent.
 
     The message is the payload's text (``None`` for no payload); ``title`` is the job's display
-    name unless given. ``msg_type`` follows the percent (OBS-09): none is ``STATUS_UPDATE``, 0
+    name unless given. ``msg_type`` follows the percent: none is ``STATUS_UPDATE``, 0
     ``STARTING``, 1-99 ``PROGRESSING``, 100 ``COMPLETING``. Open for subclassing, so an
     application can give its progress a payload of its own.
     """
 
     payload: Any = None
+    """What the job reported, of any type; its ``str`` is the message. ``None`` by default."""
     percent: int | None = attrs.field(default=None, validator=_percent)
+    """How far the job is, as an int from 0 to 100, or ``None`` (the default) when it did not
+    say; another value raises."""
     title: str | None = attrs.field(
         default=attrs.Factory(_display_name, takes_self=True), validator=_optional_str
     )
@@ -772,13 +814,17 @@ class ContentStreamEvent(JobProgressEvent):
     """
 
     chunk: str | None = attrs.field(default=None, validator=_optional_str)
+    """The streamed text, or ``None`` (the default) for a chunk with none."""
     last: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    """Whether this is the final chunk of the stream; ``False`` by default."""
     # Redeclared after chunk and last so their defaults can read them: the payload is the
     # chunk, the last chunk is 100%, and the title says which kind of chunk it is.
     payload: Any = attrs.field(init=False, default=attrs.Factory(_chunk_payload, takes_self=True))
+    """The chunk itself; not a constructor argument."""
     percent: int | None = attrs.field(
         init=False, default=attrs.Factory(_chunk_percent, takes_self=True)
     )
+    """100 on the last chunk, ``None`` on the others; not a constructor argument."""
     title: str | None = attrs.field(
         init=False, default=attrs.Factory(_chunk_title, takes_self=True)
     )
@@ -820,9 +866,14 @@ class RateLimitRetryEvent(RetryEvent, HumanReadable):
     """
 
     attempt: int = attrs.field(validator=_positive_int)
+    """The attempt about to run, counting from 1 (the first re-run is attempt 2)."""
     delay: float | None = attrs.field(default=None, validator=_optional_non_negative_seconds)
+    """The estimated wait before the re-run, in seconds, or ``None`` (the default) when not
+    known; it reads as 0 in the message."""
     reason: str = attrs.field(default="rate limited", validator=attrs.validators.instance_of(str))
+    """The limit, in the upstream's words; "rate limited" by default."""
     model: str | None = attrs.field(default=None, validator=_optional_str)
+    """The model whose limit was hit, or ``None`` (the default)."""
 
     @property
     def message(self) -> str:
@@ -846,9 +897,14 @@ class TransientErrorRetryEvent(RetryEvent, HumanReadable):
     """
 
     attempt: int = attrs.field(validator=_positive_int)
+    """The attempt about to run, counting from 1 (the first re-run is attempt 2)."""
     delay: float | None = attrs.field(default=None, validator=_optional_non_negative_seconds)
+    """The estimated wait before the re-run, in seconds, or ``None`` (the default) when not
+    known; it reads as 0 in the message."""
     reason: str = attrs.field(default="server error", validator=attrs.validators.instance_of(str))
+    """The fault, in the upstream's words; "server error" by default."""
     provider: str | None = attrs.field(default=None, validator=_optional_str)
+    """The provider that failed, or ``None`` (the default)."""
 
     @property
     def message(self) -> str:
@@ -869,16 +925,21 @@ class OutputTruncationRetryEvent(RetryEvent, HumanReadable):
     """A reply stopped at its token budget; the attempt re-runs with a larger one."""
 
     attempt: int = attrs.field(validator=_positive_int)
+    """The attempt about to run, counting from 1 (the first re-run is attempt 2)."""
     reason: str = attrs.field(
         default="output truncated", validator=attrs.validators.instance_of(str)
     )
+    """Why the re-run, in words; "output truncated" by default."""
     model: str | None = attrs.field(default=None, validator=_optional_str)
+    """The model whose reply was cut, or ``None`` (the default)."""
     previous_budget: int | None = attrs.field(
         default=None, validator=attrs.validators.optional(_positive_int)
     )
+    """The output budget the cut reply had, in tokens, or ``None`` (the default)."""
     new_budget: int | None = attrs.field(
         default=None, validator=attrs.validators.optional(_positive_int)
     )
+    """The output budget of the re-run, in tokens, or ``None`` (the default)."""
 
     @property
     def message(self) -> str:
@@ -900,10 +961,13 @@ class ResponseCorrectionRetryEvent(RetryEvent, HumanReadable):
     """A reply failed to parse or validate; the attempt re-runs with a correction appended."""
 
     attempt: int = attrs.field(validator=_positive_int)
+    """The attempt about to run, counting from 1 (the first re-run is attempt 2)."""
     reason: str = attrs.field(
         default="invalid response", validator=attrs.validators.instance_of(str)
     )
+    """What was wrong with the reply; "invalid response" by default."""
     model: str | None = attrs.field(default=None, validator=_optional_str)
+    """The model whose reply failed, or ``None`` (the default)."""
 
     @property
     def message(self) -> str:
@@ -928,15 +992,18 @@ class ResponseCorrectionRetryEvent(RetryEvent, HumanReadable):
 class UserNotificationEvent(NotificationEvent, HumanReadable):
     """A discrete notification for the person behind a job, at a given severity.
 
-    The message is ``text``; ``msg_type`` follows the severity (OBS-09): an error is ``ERROR``,
+    The message is ``text``; ``msg_type`` follows the severity: an error is ``ERROR``,
     a success ``COMPLETING``, a warning or an info ``MESSAGE``. ``details`` is optional
     structured data.
     """
 
     severity: Severity = attrs.field(validator=attrs.validators.instance_of(Severity))
+    """How much the notification asks of the person; it sets ``msg_type``."""
     title: str = attrs.field(validator=attrs.validators.instance_of(str))
     text: str = attrs.field(validator=attrs.validators.instance_of(str))
+    """The notification itself, which is the event's message."""
     details: object | None = None
+    """Structured data to go with the text, of any type; ``None`` by default."""
 
     @property
     def message(self) -> str:
@@ -970,31 +1037,39 @@ def _reject_reason(instance: "LimiterEvent", attribute: Any, value: str | None) 
 @final
 @attrs.frozen(kw_only=True)
 class LimiterEvent(OperationalEvent):
-    """One admission transition on one account (OBS-13, EVT-02).
+    """One admission transition on one account: a job held, granted, refused or released.
 
-    Fields, in order: ``snapshot`` (the waiting job's, ``None`` when no job owns the
-    transition), ``timestamp``, ``limiter_name``, ``limiter_category`` (``memory``,
-    ``token_bucket``, ``elastic_window`` or ``semaphore`` for the built-in accounts, any name
-    a plugin's own kind gives), ``capacity``, ``in_use`` and
-    ``waiters`` (both after the transition), ``type``, ``wait`` (seconds held; non-zero only on
-    ``GRANTED_FROM_HOLD`` and on a ``REJECTED`` after ``HELD``), ``reject_reason`` (``cancelled``,
-    ``shutdown``, ``circuit_blocked`` or ``aborted`` on a refusal), ``status_indicator``
-    (``None`` when nominal, else e.g. ``blocked`` or ``throttle:2.0x``) and ``amount`` (units
-    moved: tokens granted or asked, 1 per permit). Only admission builds these.
+    ``snapshot`` is the waiting job's, or ``None`` when no job owns the transition. Only
+    admission builds these.
     """
 
+    # OBS-13 and EVT-02: the fields and their order.
     limiter_name: str = attrs.field(validator=attrs.validators.instance_of(str))
+    """The name of the account."""
     limiter_category: str = attrs.field(validator=attrs.validators.instance_of(str))
+    """The account's kind: ``memory``, ``token_bucket``, ``elastic_window`` or ``semaphore`` for
+    the built-in accounts, or the name a plugin's own kind gives."""
     capacity: int | float = attrs.field(validator=attrs.validators.instance_of((int, float)))
+    """How much the account holds in all, in its own units (such as tokens, bytes or permits)."""
     in_use: int | float = attrs.field(validator=attrs.validators.instance_of((int, float)))
+    """How much of the capacity is taken after the transition, in the same units."""
     waiters: int = attrs.field(validator=_non_negative_int)
+    """How many jobs wait on the account after the transition."""
     type: LimiterEventType = attrs.field(validator=attrs.validators.instance_of(LimiterEventType))
+    """Which transition it is."""
     wait: float = attrs.field(default=0.0, validator=_non_negative_seconds)
+    """Seconds the job was held; non-zero only on ``GRANTED_FROM_HOLD`` and on a ``REJECTED``
+    after ``HELD``. 0.0 by default."""
     reject_reason: str | None = attrs.field(default=None, validator=_reject_reason)
+    """Why a ``REJECTED`` job left without a grant: ``cancelled``, ``shutdown``,
+    ``circuit_blocked`` or ``aborted``. Required on ``REJECTED``; ``None`` by default."""
     status_indicator: str | None = attrs.field(default=None, validator=_optional_str)
+    """The account's state when it is not nominal, such as ``blocked`` or ``throttle:2.0x``;
+    ``None`` (the default) when nominal."""
     amount: int | float = attrs.field(
         default=1, validator=attrs.validators.instance_of((int, float))
     )
+    """How much moved: the tokens granted or asked, or 1 per permit. 1 by default."""
 
     @property
     def message(self) -> str:
@@ -1011,8 +1086,9 @@ class LimiterEvent(OperationalEvent):
         return f"{name} RELEASED ({self.in_use}/{self.capacity})"
 
 
+# EVT-13: one rule adds up a demand's amounts.
 amount_of = units_of
-"""Add up the amounts of a demand the way limiter events report them (EVT-13): the one rule of
+"""Add up the amounts of a demand the way limiter events report them; the same function as
 :func:`nucleo_trio.admission.units_of`."""
 
 
@@ -1030,7 +1106,7 @@ def _default_scheduler_message(self: "SchedulerEvent") -> str:
 @final
 @attrs.frozen(kw_only=True)
 class SchedulerEvent(SystemEvent):
-    """The scheduler started, is stopping, stopped, or hit an error (OBS-07).
+    """The scheduler started, is stopping, stopped, or hit an error.
 
     Each type has a default message ("Job scheduler started", ...); an error reads
     "Scheduler error: <message>" (or "Unknown"). A caller may state its own message.
@@ -1039,7 +1115,9 @@ class SchedulerEvent(SystemEvent):
     type: SchedulerEventType = attrs.field(
         validator=attrs.validators.instance_of(SchedulerEventType)
     )
+    """Which transition it is."""
     error: BaseException | None = attrs.field(default=None, validator=_optional_error)
+    """The error the scheduler hit, on an ``ERROR`` event; ``None`` by default."""
     message: str = attrs.field(
         default=attrs.Factory(_default_scheduler_message, takes_self=True),
         validator=attrs.validators.instance_of(str),
@@ -1076,6 +1154,7 @@ class HeartbeatRequested(HeartbeatEvent):
     """
 
     heartbeat: "Heartbeat" = attrs.field(validator=_minted_heartbeat)
+    """The heartbeat to store. One not made by a mint raises :class:`TypeError`."""
 
 
 @final
@@ -1088,6 +1167,7 @@ class CancelHeartbeat(HeartbeatEvent):
     """
 
     heartbeat_id: str = attrs.field(validator=_heartbeat_id)
+    """The id of the heartbeat to remove; a blank id raises :class:`ValueError`."""
 
 
 @final
@@ -1096,6 +1176,7 @@ class HeartbeatScheduled(HeartbeatEvent):
     """The Heart stored a heartbeat under an id that was free: "Heartbeat scheduled: <hb>"."""
 
     heartbeat: "Heartbeat" = attrs.field(validator=_minted_heartbeat)
+    """The heartbeat the Heart stored."""
 
     @property
     def message(self) -> str:
@@ -1112,7 +1193,9 @@ class HeartbeatRebound(HeartbeatEvent):
     """
 
     heartbeat: "Heartbeat" = attrs.field(validator=_minted_heartbeat)
+    """The heartbeat now scheduled under the id."""
     displaced: "Heartbeat" = attrs.field(validator=_minted_heartbeat)
+    """The heartbeat it replaced."""
 
     @property
     def message(self) -> str:
@@ -1130,10 +1213,13 @@ class HeartbeatFired(HeartbeatEvent):
     """
 
     heartbeat: "Heartbeat" = attrs.field(validator=_minted_heartbeat)
+    """The heartbeat that fired."""
     job_id: str = attrs.field(validator=attrs.validators.instance_of(str))
+    """The id of the job the fire submitted."""
 
     @property
     def heartbeat_id(self) -> str:
+        """The id of the heartbeat that fired."""
         return self.heartbeat.id
 
     @property
@@ -1151,10 +1237,13 @@ class HeartbeatFireFailed(HeartbeatEvent):
     """
 
     heartbeat: "Heartbeat" = attrs.field(validator=_minted_heartbeat)
+    """The heartbeat whose fire failed."""
     error: BaseException = attrs.field(validator=attrs.validators.instance_of(BaseException))
+    """Why the fire failed."""
 
     @property
     def heartbeat_id(self) -> str:
+        """The id of the heartbeat whose fire failed."""
         return self.heartbeat.id
 
     @property
@@ -1177,7 +1266,9 @@ class MessageCompleteEvent(HumanReadable):
     """
 
     successful: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    """Whether the exchange succeeded; ``True`` by default."""
     error_message: str | None = attrs.field(default=None, validator=_optional_str)
+    """What went wrong, on a failure; ``None`` by default."""
 
     @property
     def message(self) -> str:

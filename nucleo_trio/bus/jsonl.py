@@ -112,26 +112,29 @@ class EventFileError(ValueError):
 
 
 class RecordedError(Exception):
-    """An error as an events file recorded it: the original type's name and its message.
+    """An error as an events file recorded it: the name of the type that was raised, and its
+    message.
 
     The reader rebuilds an event's ``error`` as an instance of a subclass of this class named
-    like the original type (``type(error).__name__`` reads ``JobTimeoutError``), so an
-    event's message reads as it did when it was written. ``type_name`` is the original's
-    ``module.QualName``; ``str(error)`` is its message.
+    like the recorded type (``type(error).__name__`` reads ``JobTimeoutError``), so an
+    event's message reads as it did when it was written. ``str(error)`` is the message.
 
-    When the reader knows the original type (a built-in exception, one of
+    When the reader knows the recorded type (a built-in exception, one of
     :mod:`nucleo_trio.errors`, or a class passed in ``known_errors``), the stand-in is also a
     subclass of it, so ``except LookupError`` and ``isinstance(error, JobTimeoutError)`` hold.
-    It carries the message only: the original's own attributes (a timeout's seconds, a
+    It carries the message only: the recorded error's own attributes (a timeout's seconds, a
     response's status) are not in the file. Any other type name gives a :class:`ForeignError`.
     """
 
     type_name: str = "Exception"
+    """The recorded type's name as the file gives it: ``module.QualName``, or the bare name of
+    a built-in exception (``ValueError``)."""
 
     def __init__(self, message: str) -> None:
-        # Not the original type's __init__: its arguments are not in the file.
+        # Not the recorded type's __init__: its arguments are not in the file.
         BaseException.__init__(self, message)
         self.message = message
+        """The recorded error's message, as written."""
 
     def __str__(self) -> str:
         return self.message
@@ -146,7 +149,7 @@ class ForeignError(RecordedError):
     error; the reader imports nothing an events file names), or a type that is no plain
     :class:`Exception` (``KeyboardInterrupt``, an exception group).
 
-    Its class is still named like the original (``type(error).__name__`` reads ``OrderError``,
+    Its class is still named like the recorded type (``type(error).__name__`` reads ``OrderError``,
     ``type_name`` is ``shop.errors.OrderError``); catch it as ``ForeignError`` and tell the types
     apart by ``type_name``. The reader keeps at most :data:`RECORDED_TYPES_KEPT` such classes
     (the most recently used), so a file naming a million types costs no more than a few.
@@ -707,6 +710,8 @@ class JsonLinesSink(JobObserver[ev.JobEvent]):
             self._stream: TextIO = open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115
             self._owned = True
             self.name = str(path)
+            """Where the lines go: the path written to, or the stream's ``name`` (its ``repr``
+            when it has none)."""
         elif callable(getattr(target, "write", None)):
             self._stream = target
             self._owned = False
@@ -716,6 +721,7 @@ class JsonLinesSink(JobObserver[ev.JobEvent]):
                 f"JsonLinesSink writes to a path or a text stream, got {type(target).__name__}"
             )
         self.written = 0
+        """How many lines the sink has written so far."""
         self._closed = False
 
     async def on_event(self, event: ev.JobEvent) -> None:

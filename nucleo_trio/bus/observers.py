@@ -27,7 +27,7 @@ E_contra = TypeVar("E_contra", bound=JobEvent, contravariant=True)
 
 
 class JobObserver(abc.ABC, Generic[E_contra]):
-    """Receives the events of the subscriptions it is registered under (OBS-17).
+    """Receives the events of the subscriptions it is registered under.
 
     Implement :meth:`on_event`. Each subscription has a task of its own that awaits it once per
     event, in publish order, so a slow observer delays only itself; an exception it raises is
@@ -43,6 +43,7 @@ class JobObserver(abc.ABC, Generic[E_contra]):
     observer.
     """
 
+    # OBS-17: the bus reads the predicate once, when the observer is subscribed.
     @property
     def predicate(self) -> Callable[[E_contra], bool] | None:
         """Which events of the subscribed type to deliver; ``None`` for all of them."""
@@ -63,8 +64,9 @@ class JobObserver(abc.ABC, Generic[E_contra]):
         """Handle one event. Runs in the subscription's own task, one event at a time."""
 
 
+# OBS-34: a workflow-scoped observer that lets go when its workflow ends.
 class AbstractWorkflowObserver(JobObserver[E_contra]):
-    """Watches one workflow, and lets go of it when the workflow ends (OBS-34).
+    """Watches one workflow, and lets go of it when the workflow ends.
 
     It receives only events whose snapshot belongs to ``workflow_id`` (events with no snapshot
     never reach it), hands each to :meth:`handle_event`, and unsubscribes itself after a
@@ -125,6 +127,8 @@ class AbstractWorkflowObserver(JobObserver[E_contra]):
     @final
     @property
     def predicate(self) -> Callable[[E_contra], bool]:
+        """Keeps only the events whose snapshot belongs to :attr:`workflow_id`; a subclass
+        cannot change it."""
         return self._in_workflow
 
     def _in_workflow(self, event: JobEvent) -> bool:
@@ -132,12 +136,16 @@ class AbstractWorkflowObserver(JobObserver[E_contra]):
         return snapshot is not None and snapshot.workflow_id == self._workflow_id
 
     def on_subscribe(self, subscription: Subscription) -> None:
+        """Keep ``subscription`` for :meth:`cleanup` and start the inactivity clock."""
         self._subscription = subscription
         # Inactivity is measured from the subscription until the first event arrives.
         self._last_event_time = trio.current_time()
 
     @final
     async def on_event(self, event: E_contra) -> None:
+        """Note the time, pass ``event`` to :meth:`handle_event`, then end the watch when
+        :meth:`should_self_cleanup` says so (even if the handler raised). A subclass cannot
+        change it."""
         self._last_event_time = trio.current_time()
         try:
             await self.handle_event(event)
@@ -166,6 +174,8 @@ class AbstractWorkflowObserver(JobObserver[E_contra]):
         """Called once when the observer lets go of its workflow. The default does nothing."""
 
     def is_stale(self) -> bool:
+        """Whether more than :attr:`inactivity_timeout` seconds have passed since the last
+        event (or the subscription); always ``False`` without a timeout."""
         if self._inactivity_timeout is None:
             return False
         now = trio.current_time()
