@@ -4,20 +4,20 @@ The dispatcher admits the attempt's whole demand first (:func:`demand_of` builds
 requirements), then :meth:`JobResources.materialize` opens one handle per declared provider
 under the permits the grant already holds, so opening a connection can never become a second
 place a job waits. A handle that fails to open rolls the whole grant back and the job never
-runs (JR-10).
+runs.
 
-The handles are fixed once materialized, in declaration order (JR-11): a forced close racing a
+The handles are fixed once materialized, in declaration order: a forced close racing a
 ``commit_all`` walks the same immutable mapping. Two promises hold whatever lands meanwhile (a
 deadline, a cancel, a shutdown):
 
 * **A commit sent is the outcome.** Once ``commit_all`` sends its first commit it runs shielded
   from cancellation, within :data:`COMMIT_WINDOW`; a cooperative close waits for its answer; and
   a failure says which databases committed, which rolled back, and which were cut short with
-  their fate unknown (:class:`CommitError`, JR-14, JR-15).
+  their fate unknown (:class:`CommitError`).
 * **A permit goes back after its connection closed.** The grant settles once, after the last
   handle closed, whichever of :meth:`~JobResources.aclose` (the cooperative close) and
   :meth:`~JobResources.force_close` (phase two: abort now, close in the background) gets there,
-  so a provider's bound holds at every instant (JR-18, JR-19, DB-12).
+  so a provider's bound holds at every instant.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ Spawn = Callable[[Callable[[], Awaitable[None]]], None]
 
 
 class ResourceCloseError(OSError):
-    """One or more database handles failed to close (JR-18).
+    """One or more database handles failed to close; raised by :meth:`JobResources.aclose`
+    after it tried every handle.
 
     The first failure is the ``__cause__``; later ones ride along
     (:func:`~nucleo_trio.errors.suppressed`). The grant was released all the same.
@@ -79,33 +80,26 @@ class ResourceCloseError(OSError):
 
 
 class GrantReleaseError(RuntimeError):
-    """An account raised while the grant went back (ADM-45).
+    """An account raised while the grant went back.
 
-    The grant is settled all the same: every other account got its permits back. ``account``
-    names the account whose ``give`` raised when that can be told (``None`` otherwise), and its
-    exception is the ``__cause__``. A fault in an account is a bug in that account, not in the
-    job whose grant it was: the dispatcher logs it and keeps the job's own verdict.
+    The grant is settled all the same: every other account got its permits back, and the
+    account's exception is the ``__cause__``. A fault in an account is a bug in that account,
+    not in the job whose grant it was: the dispatcher logs it and keeps the job's own verdict.
     """
 
     def __init__(self, message: str, account: str | None = None) -> None:
         super().__init__(message)
         self.account = account
+        """The name of the account whose ``give`` raised, or ``None`` when it cannot be told."""
 
 
 class CommitError(UncorrectableError):
-    """``commit_all`` could not commit every database (JR-15).
+    """``commit_all`` could not commit every database.
 
     The message names the provider whose commit failed and says what became of every
-    database of the transaction; the attributes hold their names, in declaration order:
-
-    * ``committed``: committed and durable (JR-16: they stay committed);
-    * ``rolled_back``: rolled back;
-    * ``not_committed``: never sent, but their rollback failed or had no time left; the
-      transaction dies with the connection when the handle closes;
-    * ``unknown``: the commit was sent and then cut short (aborted, or no answer within
-      :data:`COMMIT_WINDOW`), or it failed and so did its rollback: it may have taken effect.
-
-    The failure is the ``__cause__`` (none when the window cut a commit that never answered);
+    database of the transaction; :attr:`committed`, :attr:`rolled_back`,
+    :attr:`not_committed` and :attr:`unknown` hold their names, in declaration order. The
+    failure is the ``__cause__`` (none when the window cut a commit that never answered);
     rollback failures ride along as suppressed.
     """
 
@@ -121,16 +115,23 @@ class CommitError(UncorrectableError):
     ) -> None:
         super().__init__(message, cause=cause)
         self.committed = committed
+        """Databases committed before the failure: durable, and they stay committed."""
         self.rolled_back = rolled_back
+        """Databases rolled back, the failing one included when its rollback worked."""
         self.not_committed = not_committed
+        """Databases whose commit was never sent but whose rollback failed, had no time left
+        or met an aborted connection; the transaction dies with the connection when the
+        handle closes."""
         self.unknown = unknown
+        """Databases whose commit may have taken effect: sent and then cut short (aborted, or
+        no answer within :data:`COMMIT_WINDOW`), or failed and then failed to roll back."""
 
 
 class CancelledAfterCommit(CancellationRequested):
     """The job was cancelled, or interrupted, once its commit had been sent, so the commit
-    answered first. The job ends CANCELLED (the first terminal state wins, ST-03), and this
-    says what the databases did: ``committed`` names those that committed, durable whatever
-    the state says; when the commit failed, the :class:`CommitError` is the cause."""
+    answered first. The job ends CANCELLED (the first terminal state it reached stands), and
+    this says what the databases did; when the commit failed, the :class:`CommitError` is the
+    cause."""
 
     def __init__(
         self,
@@ -141,6 +142,8 @@ class CancelledAfterCommit(CancellationRequested):
     ) -> None:
         super().__init__(reason, cause=cause)
         self.committed = committed
+        """The names of the databases that committed: durable, whatever the job's state
+        says."""
 
 
 def demand_of(
@@ -150,13 +153,14 @@ def demand_of(
     *,
     into: Demand | None = None,
 ) -> Demand:
-    """The whole demand of one attempt, in the order of JR-02.
+    """The whole demand of one attempt, added to ``into`` (default: a new :class:`Demand`).
 
     Model bindings come first when the models layer adds them (its assembler passes the
-    demand holding them as ``into``); then the ``http`` gate when anything needs it, each
-    custom limiter with its declared amount in declaration order, and one unit permit on each
-    declared provider's gate. ``None`` requirements (an orchestrator's) and empty ones add
-    nothing, so alone they give an empty demand (JR-01).
+    demand holding them as ``into``); then ``http_gate`` when anything needs it, each custom
+    limiter with its declared amount in declaration order, one unit permit on each of
+    ``providers``' accounts, and the attempt's memory promise when the dispatcher has a memory
+    pressure gate. ``None`` requirements (an orchestrator's) and empty ones add nothing, so
+    alone they give an empty demand.
     """
     demand = Demand() if into is None else into
     if requirements is None:
@@ -174,8 +178,8 @@ def demand_of(
 
 def _add_memory_claim(demand: Demand, declared: int | None) -> None:
     """The attempt's memory promise on its dispatcher's memory gate: the declared bytes, else
-    the estimate learnt for its class (none yet: nothing is added and the gate paces the job as
-    the seed describes). Outside a job, or with no memory pressure gate, nothing is added."""
+    the estimate learnt for its class (none yet: nothing is added and the gate paces the job by
+    its line alone). Outside a job, or with no memory pressure gate, nothing is added."""
     context = current_job()
     admission = getattr(getattr(context, "dispatcher", None), "admission", None)
     gate = getattr(admission, "memory", None)
@@ -209,7 +213,8 @@ class JobResources:
 
     ``get(provider)`` is the connection a provider opened for this job (``handle(provider)`` the
     :class:`~nucleo_trio.resources.DBHandle` around it); ``provider`` is the object the job
-    declared or the name it is registered under. An undeclared provider is refused (JR-12).
+    declared or the name it is registered under. An undeclared provider is refused with
+    :class:`LookupError`. Iterating yields ``(provider, handle)`` pairs in declaration order.
 
     ``spawn`` starts the background task of a forced close (it closes the aborted handles,
     then settles the grant). Without one, a forced close gives the permits back at once and
@@ -229,6 +234,7 @@ class JobResources:
     ) -> None:
         self._admission = admission
         self.grant = grant
+        """What admission granted this attempt; it goes back once, when the resources close."""
         self._providers = tuple(providers)
         self._context = context
         self._read_only = read_only
@@ -257,12 +263,13 @@ class JobResources:
         self._force_requested = False
         self.executed = False
         """Set when the job's work began: settling then releases (RELEASE accounts only)
-        instead of rolling back every account (JR-20)."""
+        instead of rolling back every account, so a TIME account keeps what the work spent."""
         self._settled = False
 
     # -- materialization ------------------------------------------------------------------------
     async def materialize(self) -> None:
-        """Open one handle per declared provider, in declaration order (JR-10).
+        """Open one handle per declared provider, in declaration order, with the
+        requirements' read-only hint.
 
         If one fails, the handles already open are closed quietly in reverse order and the
         whole grant is rolled back; the job gets an :class:`UncorrectableError` naming the
@@ -314,11 +321,13 @@ class JobResources:
 
     @property
     def has_database(self) -> bool:
-        """True when any handle is open (JR-12)."""
+        """True once :meth:`materialize` opened at least one handle."""
         return bool(self._handles)
 
     def handle(self, provider: DBResourceProvider | str) -> DBHandle:
-        """The handle ``provider`` opened for this job; refuses an undeclared one (JR-12)."""
+        """The :class:`~nucleo_trio.resources.DBHandle` ``provider`` (the object, or its
+        name) opened for this job; an undeclared one raises :class:`LookupError` naming the
+        declared ones."""
         for declared, handle in self._handles.items():
             if declared is provider or declared.name == provider:
                 return handle
@@ -338,7 +347,8 @@ class JobResources:
 
     # -- transactions ---------------------------------------------------------------------------
     async def begin_all(self) -> None:
-        """Begin a transaction on every handle, in declaration order (JR-13)."""
+        """Begin a transaction on every handle, in declaration order, forgetting what the
+        last transaction committed."""
         self._committed = set()
         self._commit_sent = False
         for provider, handle in tuple(self._handles.items()):
@@ -402,7 +412,7 @@ class JobResources:
 
     async def commit_all(self) -> None:
         """Commit, then await completion, on each provider not yet committed, in declaration
-        order (JR-14).
+        order.
 
         Once the first commit is sent its answer is the outcome, so the whole walk is shielded
         from cancellation: a deadline, a cancel or a shutdown takes effect once it has
@@ -415,7 +425,7 @@ class JobResources:
         back in reverse order; rollback failures ride along as suppressed. The raised
         :class:`CommitError` names the failing provider, has the failure as its cause and says
         which databases committed and which rolled back. Providers already committed stay
-        committed (JR-15, JR-16).
+        committed.
         """
         if all(id(p) in self._committed for p in self._handles):
             return
@@ -551,11 +561,11 @@ class JobResources:
         return error
 
     async def rollback_all(self) -> None:
-        """Roll back every provider not committed, in reverse order (JR-17).
+        """Roll back every provider not committed, in reverse declaration order.
 
         Goes on after a failure; if any failed, raises :class:`UncorrectableError`
         ("rollback_all encountered N errors") with each failure suppressed. A handle that is
-        closing or aborted is skipped: its close rolls the transaction back (DB-11).
+        closing or aborted is skipped: its close rolls the transaction back.
         """
         failures: list[BaseException] = []
         for provider, handle in reversed(tuple(self._handles.items())):
@@ -586,13 +596,13 @@ class JobResources:
         return True
 
     async def aclose(self) -> None:
-        """The cooperative close (JR-18): mark the resources released, let a commit in flight
+        """The cooperative close: mark the resources released, let a commit in flight
         answer, close every handle in declaration order (going on after a failure), then settle
         the grant. After a commit that succeeded the close is shielded from cancellation within
         the commit window (past it, the rest is force-closed).
 
         Raises :class:`ResourceCloseError` if any close failed (the grant is back regardless),
-        else :class:`GrantReleaseError` if an account raised as the grant went back (ADM-45).
+        else :class:`GrantReleaseError` if an account raised as the grant went back.
         A second call, or one while another close is under way, waits for the first and
         returns; one while the handles are being opened waits for them first. If the closing
         task is cancelled, the handles still open are force-closed: aborted now, closed in the
@@ -674,17 +684,17 @@ class JobResources:
         self._closed_handles.add(id(handle))
 
     def force_close(self) -> None:
-        """Phase two's close (JR-19): abort every handle still open, now, then close each and
-        only then settle the grant, in a background task (``spawn``). The permits stay held
-        until the aborted connections are closed, so a provider's bound holds at every instant
-        (DB-12); a close that does not return within :data:`FORCED_CLOSE_WINDOW` is reported
+        """Phase two's close: abort every handle still open, now, then close each and only
+        then settle the grant, in a background task (``spawn``). The permits stay held until
+        the aborted connections are closed, so a provider's bound holds at every instant; a
+        close that does not return within :data:`FORCED_CLOSE_WINDOW` is reported
         and waited for. Errors, and an account that raises as the grant goes back, are logged.
 
         A commit in flight is aborted too, and its fate is unknown (see :meth:`commit_all`). A
         close under way (:meth:`aclose`) goes on over the aborted handles and settles the
         grant itself; one that comes while the handles are being opened is done as soon as
         they are. The grant settles once, so a later :meth:`aclose` is harmless, and a
-        ``commit_all`` under way walks the same fixed mapping (JR-11)."""
+        ``commit_all`` under way walks the same fixed mapping."""
         self._mark_released()
         if self._materializing is not None and not self._materializing.is_set():
             self._force_requested = True  # done by materialize once the handles exist

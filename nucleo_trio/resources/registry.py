@@ -1,5 +1,5 @@
-"""The providers a dispatcher knows, by name (DB-06..08). One registry per dispatcher: two
-dispatchers in one process share no provider unless both are handed it."""
+"""The providers a dispatcher knows, by name. One registry per dispatcher: two dispatchers in
+one process share no provider unless both are handed it."""
 
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ class DBResourceProviders:
         self._by_name: dict[str, DBResourceProvider] = {}
 
     def register(self, provider: DBResourceProvider) -> None:
+        """Add ``provider`` under its ``name``. The same instance again does nothing; another
+        provider under a taken name raises :class:`RuntimeError` naming both, and the first
+        stays."""
         name = provider.name
         present = self._by_name.get(name)
         if present is provider:
@@ -37,7 +40,9 @@ class DBResourceProviders:
             del self._by_name[provider.name]
 
     def get(self, name: str, kind: type[P]) -> P:
-        """The provider named ``name``, which must be a ``kind``."""
+        """The provider named ``name``, which must be a ``kind``: a missing name raises
+        :class:`RuntimeError` as :meth:`provider` does, and so does a provider of another type
+        (naming both types)."""
         provider = self.provider(name)
         if not isinstance(provider, kind):
             raise RuntimeError(
@@ -47,7 +52,8 @@ class DBResourceProviders:
         return provider
 
     def provider(self, name: str) -> DBResourceProvider:
-        """The provider named ``name``, whatever its type (DB-07's miss names the others)."""
+        """The provider named ``name``, whatever its type; a missing name raises
+        :class:`RuntimeError` naming it and the registered names."""
         provider = self._by_name.get(name)
         if provider is None:
             raise RuntimeError(
@@ -56,6 +62,7 @@ class DBResourceProviders:
         return provider
 
     def names(self) -> list[str]:
+        """The registered names, sorted."""
         return sorted(self._by_name)
 
     def register_default(

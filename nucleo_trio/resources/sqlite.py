@@ -35,7 +35,10 @@ class SQLiteProvider(ThreadedProvider[_SQLiteHandle]):
     """Connections to the SQLite database at ``path``, at most ``max_connections`` at once.
 
     The directory the file lives in must exist when the provider is built (``":memory:"``
-    needs none): SQLite would only fail at a job's first connection, long after start.
+    needs none), else :class:`~nucleo_trio.errors.ConfigError`: SQLite would only fail at a
+    job's first connection, long after start. ``begin`` and ``commit`` run ``BEGIN`` and
+    ``COMMIT`` through :meth:`execute`; a commit is durable when it returns, so
+    ``await_completion`` only waits for the handle's calls in flight.
     """
 
     _handle_type = _SQLiteHandle
@@ -44,12 +47,15 @@ class SQLiteProvider(ThreadedProvider[_SQLiteHandle]):
     def __init__(self, name: str, path: str | Path, max_connections: int) -> None:
         super().__init__(name, max_connections)
         self.path = Path(path)
+        """The database file (``:memory:`` gives every connection a database of its own)."""
         if str(path) != ":memory:" and not self.path.parent.is_dir():
             raise ConfigError(
                 f"SQLite database {name!r}: the directory {self.path.parent} of {self.path} "
                 "does not exist"
             )
         self.open_connections = 0
+        """Connections open now: one more at each ``acquire``, one less when a close has
+        closed it."""
 
     def _connect(self, read_only: bool) -> sqlite3.Connection:
         if read_only:
@@ -61,6 +67,10 @@ class SQLiteProvider(ThreadedProvider[_SQLiteHandle]):
         return connection
 
     async def acquire(self, read_only: bool = False) -> DBHandle:
+        """Open a connection to :attr:`path` in a worker thread, in autocommit mode
+        (transactions are explicit), read-only (``mode=ro``) when asked. The handle's calls
+        then run one at a time in worker threads, and an abort stops even a statement that
+        starts after it."""
         connection = await run_sync_holding_the_clock(self._connect, read_only)
         self.open_connections += 1
         handle = _SQLiteHandle(self, connection, read_only=read_only)

@@ -175,8 +175,9 @@ class ThreadedHandle(DBHandle):
 
 class ThreadedProvider(abc.ABC, Generic[HandleT]):
     """What the providers over blocking drivers share: the name, the ``db:<name>`` gate that is
-    their admission account (DB-01), the check that a handle is this provider's own (DB-04's
-    refusal names the provider) and still usable, and the transaction verbs as statements.
+    their admission account, the check that a handle is this provider's own (a
+    :class:`ValueError` naming the provider otherwise) and still usable, and the transaction
+    verbs as statements.
 
     A subclass sets ``_handle_type`` and ``_label`` (``"SQLite"``, ``"PostgreSQL"``) and
     implements ``execute``, ``acquire``, ``await_completion``, ``rollback``, ``close`` and
@@ -192,9 +193,12 @@ class ThreadedProvider(abc.ABC, Generic[HandleT]):
 
     @property
     def name(self) -> str:
+        """The name given; the account is ``db:<name>``."""
         return self._name
 
     def admission(self) -> RateLimiter:
+        """Its :class:`~nucleo_trio.admission.DatabaseGate`, ``db:<name>`` with
+        ``max_connections`` permits, the same object for the provider's life."""
         return self._gate
 
     def _own(self, handle: DBHandle) -> HandleT:
@@ -230,7 +234,9 @@ class ThreadedProvider(abc.ABC, Generic[HandleT]):
             )
 
     async def begin(self, handle: DBHandle) -> None:
+        """Run ``BEGIN`` on the handle's connection."""
         await self.execute(handle, "BEGIN")
 
     async def commit(self, handle: DBHandle) -> None:
+        """Run ``COMMIT`` on the handle's connection; durable when it returns."""
         await self.execute(handle, "COMMIT")
