@@ -183,7 +183,7 @@ class Verdict:
 
 
 async def test_a_structured_answer_is_read_from_the_final_answer_call(autojump_clock: Any) -> None:
-    """TOOL-10, TOOL-26: the final answer follows the answer type's schema; an answer leaving a
+    """TOOL-26: the final answer follows the answer type's schema; an answer leaving a
     required field empty goes back as that call's result and the model answers again."""
     client = ScriptedLLMClient(
         [final({"verdict": "", "confidence": 1}), final({"verdict": "true", "confidence": 0.9})]
