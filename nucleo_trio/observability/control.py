@@ -110,11 +110,17 @@ class RunningRow:
     """A job that has started an attempt: for ``seconds`` (wall clock) in attempt ``attempt``."""
 
     job_id: str
+    """The job's id."""
     name: str
+    """The job's display name."""
     kind: str
+    """Its :class:`~nucleo_trio.jobs.JobType` value (``"TOOL"``, ``"THINKER"``...)."""
     workflow_id: str
+    """The workflow it runs in."""
     attempt: int
+    """The attempt it is in, counted from 1."""
     seconds: float
+    """Wall-clock seconds since it started, when the snapshot was taken."""
 
 
 @attrs.frozen(kw_only=True)
@@ -122,11 +128,18 @@ class ParkedRow:
     """A job parked in admission for ``seconds``, held on the accounts ``held_on``."""
 
     job_id: str
+    """The job's id; ``""`` for a wait that belongs to no job."""
     name: str
+    """The job's display name; ``"(no job)"`` for a wait that belongs to no job."""
     kind: str
+    """Its :class:`~nucleo_trio.jobs.JobType` value."""
     workflow_id: str
+    """The workflow it belongs to; ``""`` for a wait that belongs to no job."""
     seconds: float
+    """Seconds it has been parked, on the dispatcher's trio clock."""
     held_on: tuple[str, ...] = ()
+    """The names of the accounts it waits on, in the order it was first held on each; empty by
+    default."""
 
 
 @attrs.frozen(kw_only=True)
@@ -134,10 +147,16 @@ class FailureRow:
     """A job that ended ``FAILED`` or ``TIMED_OUT`` at the wall-clock instant ``at``."""
 
     job_id: str
+    """The job's id."""
     name: str
+    """The job's display name."""
     state: str
+    """The :class:`~nucleo_trio.jobs.JobState` value it ended in (``"FAILED"``,
+    ``"TIMED_OUT"``)."""
     at: float
+    """When the failure was told, in wall-clock epoch seconds."""
     message: str
+    """The failure event's message, cut to 500 characters."""
 
 
 @attrs.frozen(kw_only=True)
@@ -151,14 +170,23 @@ class LiveSnapshot:
     """
 
     state: str
+    """The dispatcher's :class:`~nucleo_trio.dispatch.DispatcherState` name (``"RUNNING"``...)."""
     pid: int
+    """The dispatcher's process id."""
     wall: float
+    """When the snapshot was taken, in wall-clock epoch seconds (:func:`time.time`)."""
     health: HealthSnapshot
+    """The dispatcher's health report at that instant (``JobDispatcher.health()``)."""
     running: tuple[RunningRow, ...] = ()
+    """At most :data:`LISTED_JOBS` running jobs, the longest-running first."""
     running_total: int = 0
+    """How many jobs are running in all, listed or not."""
     parked: tuple[ParkedRow, ...] = ()
+    """At most :data:`LISTED_JOBS` jobs parked in admission, the longest-parked first."""
     parked_total: int = 0
+    """How many jobs are parked in all, listed or not."""
     failures: tuple[FailureRow, ...] = ()
+    """The latest failed or timed-out jobs (at most :data:`RECENT_FAILURES`), newest first."""
 
     def to_json(self) -> dict[str, Any]:
         """The snapshot as plain JSON data, with stable field names."""
@@ -476,12 +504,20 @@ async def _clear_stale(path: Path) -> None:
 
 # -- the server -----------------------------------------------------------------------------------
 class ControlServer:
-    """Serves :func:`live_snapshot` of ``dispatcher`` on the Unix socket ``path`` (see the
-    module docstring). The dispatcher runs one with ``await nursery.start(server.run)`` in its
-    system nursery when ``config.control_socket`` is set; it serves until cancelled.
+    """Serves :func:`live_snapshot` of ``dispatcher`` on the Unix socket ``path``. The
+    dispatcher runs one with ``await nursery.start(server.run)`` in its system nursery when
+    ``config.control_socket`` is set; it serves until cancelled.
 
-    ``max_clients`` connections at once, ``client_timeout`` seconds each (the dispatcher's
-    clock), ``failures`` recent failures kept.
+    Each connection sends one JSON line, ``{"get": "snapshot"}``, and is answered with one
+    line, ``{"ok": true, "protocol": 1, "snapshot": {...}}`` (:meth:`LiveSnapshot.to_json`), or
+    ``{"ok": false, "error": "..."}`` for anything else; then the connection is closed. The
+    socket is owner-only (mode 0600), and where the kernel tells a peer's user, a peer of
+    another user is refused.
+
+    ``max_clients`` connections at once (:data:`MAX_CLIENTS`), ``client_timeout`` seconds each
+    on the dispatcher's clock (:data:`CLIENT_TIMEOUT`), ``failures`` recent failures kept
+    (:data:`RECENT_FAILURES`). A count that is not a positive int, or a timeout that is not a
+    finite number of seconds above 0, is a :class:`ValueError`.
     """
 
     def __init__(
@@ -505,8 +541,12 @@ class ControlServer:
                 f"ControlServer: client_timeout must be finite seconds > 0, got {client_timeout!r}"
             )
         self.dispatcher = dispatcher
+        """The dispatcher whose snapshot is served."""
         self.path = Path(path).absolute()
+        """The socket's absolute path."""
         self.client_timeout = float(client_timeout)
+        """Seconds a client has to send its line and take its answer before it is dropped
+        (:data:`CLIENT_TIMEOUT` by default)."""
         self._slots = trio.Semaphore(max_clients)
         self._failures = _Failures(failures)
         self._subscription: Subscription | None = None

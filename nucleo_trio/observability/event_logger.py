@@ -1,4 +1,4 @@
-"""Every event the runtime tells, written to the standard :mod:`logging` tree (OBS-18, OBS-19).
+"""Every event the runtime tells, written to the standard :mod:`logging` tree.
 
 The :class:`EventLogger` is a bus observer that turns each event into one log record. It is
 the quickest way to see what a dispatcher does: subscribe it (or set
@@ -7,43 +7,12 @@ the quickest way to see what a dispatcher does: subscribe it (or set
     logging.getLogger("nucleo_trio.events").setLevel(logging.INFO)
     dispatcher.bus.subscribe(EventLogger())
 
-**Which logger.** A job's event is written on ``nucleo_trio.events.<job class>.<segment>``,
-where ``<job class>`` is the job's fully qualified class name (``myapp.tools.Fetch``) and
-``<segment>`` names what kind of event it is. An event that belongs to no job (a scheduler or
-heartbeat event) is written on ``nucleo_trio.events.<segment>``. So the one logger
-``nucleo_trio.events`` governs them all, ``nucleo_trio.events.myapp.tools.Fetch`` one job
-class, and ``nucleo_trio.events.myapp.tools.Fetch.progress`` one kind of event of that class:
-the reference's ``"<job class>.<segment>"`` names, put under a root of their own so that one
-grep (and one ``setLevel``) finds every line this module writes.
+On which logger, at which level and in which words each event is written, see
+:class:`EventLogger`.
 
-**Which level**, by segment:
-
-* ``failure``, WARNING: a :class:`~nucleo_trio.bus.FailureEvent` (a job failed, timed out, or
-  lost a dependency);
-* ``lifecycle``, INFO: the other lifecycle events (scheduled, started, completed, cancelled,
-  idle, resumed);
-* ``retry``, DEBUG: the four retry events;
-* ``workflow``, INFO: :class:`~nucleo_trio.bus.WorkflowCompleteEvent`;
-* ``stream``, DEBUG: :class:`~nucleo_trio.bus.ContentStreamEvent`;
-* ``progress``, DEBUG: the other progress events;
-* ``notification``, by severity: a :class:`~nucleo_trio.bus.UserNotificationEvent` of INFO or
-  SUCCESS at DEBUG, WARNING at WARNING, ERROR at ERROR (INFO for one that names no severity);
-* ``system``, INFO: :class:`~nucleo_trio.bus.SchedulerEvent`;
-* ``heartbeat``, INFO: the six heartbeat events;
-* ``event``, INFO: anything else (a chat message's completion, an application's own events).
-
-Limiter events (the :class:`~nucleo_trio.bus.OperationalEvent` family) are skipped: there are
-several per admission, and the health reporter is their reader.
-
-**The line.** ``[<workflow id>] <job name> (<job id>): <message>``, the workflow id cut to its
-first 10 and last 4 characters when it is longer than 15 (``research-4…9c2e``). An event with no
-snapshot reads ``[SYSTEM] <message>``. An event with no message is named by its class. A
-failure whose error is not an :class:`~nucleo_trio.errors.LLMReadableError` carries the error's
-stack trace; an LLM-readable error is an answer the model reads, not a bug, so it gets none.
-
-**The workflow id in a formatter.** Java's MDC is, here, two things. Every record this module
-writes carries ``workflow_id`` (the whole id, or ``"-"`` for an event with no workflow),
-``job_id`` (or ``"-"``) and ``event`` as attributes, so a format string may say
+**The workflow id in a formatter.** The workflow id reaches a log line two ways. Every record
+this module writes carries ``workflow_id`` (the whole id, or ``"-"`` for an event with no
+workflow), ``job_id`` (or ``"-"``) and ``event`` as attributes, so a format string may say
 ``%(workflow_id)s``. And while a line is being written, :func:`current_workflow_id` answers its
 workflow id, for filters and handlers to read. Add a :class:`WorkflowIdFilter` to a handler
 that also receives other records, and each gets a ``workflow_id`` too: the line's, else the
@@ -89,7 +58,7 @@ EVENT_LOGGER_ROOT: Final = "nucleo_trio.events"
 """The logger every :class:`EventLogger` line is written under."""
 
 SYSTEM_PREFIX: Final = "[SYSTEM] "
-"""How the line of an event with no snapshot begins (OBS-19)."""
+"""How the line of an event with no snapshot (one about no job) begins."""
 
 NO_WORKFLOW: Final = "-"
 """The ``workflow_id`` (and ``job_id``) of a record about no workflow (and no job)."""
@@ -112,7 +81,9 @@ def shorten_workflow_id(workflow_id: str) -> str:
 
 def current_workflow_id() -> str | None:
     """The workflow id of the event line being written now, else of the job whose task runs
-    now, else ``None``: what the reference keeps under the MDC key ``workflowId`` (OBS-19)."""
+    now, else ``None``. Filters and handlers read it; :class:`WorkflowIdFilter` copies it onto
+    records."""
+    # OBS-19
     writing = _writing.get()
     if writing is not None:
         return writing
@@ -131,6 +102,7 @@ class WorkflowIdFilter(logging.Filter):
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Set ``record.workflow_id`` unless it has one; always ``True`` (keep the record)."""
         if not hasattr(record, "workflow_id"):
             record.workflow_id = current_workflow_id() or NO_WORKFLOW
         return True
@@ -175,16 +147,55 @@ def _is_logged(event: JobEvent) -> bool:
 
 
 class EventLogger(JobObserver[JobEvent]):
-    """A bus observer that logs every event but limiter events, one record each (OBS-18, 19).
+    """A bus observer that logs every event but limiter events, one record each.
 
-    The module docstring says on which logger, at which level and in which words. All
-    instances are equal (and hash alike), so however many are subscribed to one bus, the bus
-    keeps one subscription and each event is logged once (OBS-17, OBS-18).
+    All instances are equal (and hash alike), so however many are subscribed to one bus, the
+    bus keeps one subscription and each event is logged once.
+
+    **Which logger.** A job's event is written on ``nucleo_trio.events.<job class>.<segment>``,
+    where ``<job class>`` is the job's fully qualified class name (``myapp.tools.Fetch``) and
+    ``<segment>`` names what kind of event it is. An event that belongs to no job (a scheduler
+    or heartbeat event) is written on ``nucleo_trio.events.<segment>``. So the one logger
+    ``nucleo_trio.events`` (:data:`EVENT_LOGGER_ROOT`) governs them all, one grep and one
+    ``setLevel`` away; ``nucleo_trio.events.myapp.tools.Fetch`` one job class; and
+    ``nucleo_trio.events.myapp.tools.Fetch.progress`` one kind of event of that class.
+
+    **Which level**, by segment:
+
+    * ``failure``, WARNING: a :class:`~nucleo_trio.bus.FailureEvent` (a job failed, timed out,
+      or lost a dependency);
+    * ``lifecycle``, INFO: the other lifecycle events (scheduled, started, completed, cancelled,
+      idle, resumed);
+    * ``retry``, DEBUG: the four retry events;
+    * ``workflow``, INFO: :class:`~nucleo_trio.bus.WorkflowCompleteEvent`;
+    * ``stream``, DEBUG: :class:`~nucleo_trio.bus.ContentStreamEvent`;
+    * ``progress``, DEBUG: the other progress events;
+    * ``notification``, by severity: a :class:`~nucleo_trio.bus.UserNotificationEvent` of INFO
+      or SUCCESS at DEBUG, WARNING at WARNING, ERROR at ERROR (INFO for one that names no
+      severity);
+    * ``system``, INFO: :class:`~nucleo_trio.bus.SchedulerEvent`;
+    * ``heartbeat``, INFO: the six heartbeat events;
+    * ``event``, INFO: anything else (a chat message's completion, an application's own events).
+
+    Limiter events (the :class:`~nucleo_trio.bus.OperationalEvent` family) are skipped: there
+    are several per admission, and the health reporter is their reader.
+
+    **The line.** ``[<workflow id>] <job name> (<job id>): <message>``, the workflow id cut to
+    its first 10 and last 4 characters when it is longer than 15 (``research-4…9c2e``). An
+    event with no snapshot reads ``[SYSTEM] <message>``. An event with no message is named by
+    its class. A failure whose error is not an :class:`~nucleo_trio.errors.LLMReadableError`
+    carries the error's stack trace; an LLM-readable error is an answer the model reads, not a
+    bug, so it gets none.
+
+    Every record carries ``workflow_id``, ``job_id`` (``"-"`` when there is none) and ``event``
+    as attributes, for a format string such as ``%(workflow_id)s``.
 
     :meth:`log_event` writes one event directly, without a bus. Nothing is formatted for a
     logger that is not enabled for the event's level, so a subscribed logger whose output is
     switched off costs a lookup per event.
     """
+
+    # OBS-17 (one subscription however many are added), OBS-18 (loggers and levels), OBS-19
 
     def __init__(self) -> None:
         self._loggers: dict[tuple[str | None, str], logging.Logger] = {}

@@ -1,6 +1,6 @@
 """How the runtime is doing, in one look: the health snapshot and the reporter that logs it.
 
-A :class:`HealthSnapshot` is five sections, in order (SHR-03):
+A :class:`HealthSnapshot` is five sections, in order:
 
 * **Limiters**: one row per account, highest utilisation first, with its waiters, what it has
   used out of its total, and its status indicator when it is not nominal; then, when the
@@ -65,13 +65,15 @@ __all__ = [
 log = logging.getLogger("nucleo_trio.observability.health")
 
 SNAPSHOT_TITLE: Final = "[System health snapshot]"
-"""The first line of every rendered snapshot (SHR-02)."""
+"""The first line of every rendered snapshot, and so of every record the reporter logs."""
 
 DEFAULT_HEALTH_EVERY: Final = 50
-"""The reporter logs a snapshot on every this many events it observes (SHR-02)."""
+"""How many events the reporter counts between two logged snapshots (50), unless
+``DispatcherConfig.health_every`` says otherwise."""
 
 GRANT_WINDOW: Final = 60.0
-"""Seconds of grants a token bucket's "used" adds up (SHR-09): a per-minute quota's minute."""
+"""Seconds of grants a token bucket's "used" adds up in the reporter's snapshot (60.0): a
+per-minute quota's minute."""
 
 _TYPE_COLOURS: Final[Mapping[JobType, tuple[int, int, int]]] = {
     JobType.JOB: (200, 200, 200),
@@ -95,25 +97,40 @@ class LimiterRow:
     """
 
     name: str
+    """The account's name (``limiter_name``)."""
     category: str
+    """The account's category (``"memory"``, ``"token_bucket"``, ``"semaphore"``...); it decides
+    the :attr:`unit`."""
     capacity: int | float
+    """The account's total, in its :attr:`unit`."""
     used: int | float
+    """What the account has in use out of :attr:`capacity`, in its :attr:`unit`."""
     waiters: int = 0
+    """How many jobs are held waiting on the account (0 by default)."""
     status: str | None = None
+    """The account's status indicator (``"blocked"``, ``"probing"``, ``"throttle:2.0x"``,
+    ``"pace:1500ms"``); ``None`` (the default) while it is nominal."""
 
+    # SHR-05 (utilisation), SHR-07 (units)
     @property
     def utilisation(self) -> float:
-        """``used / capacity``, or 0 for an account with no capacity (SHR-05)."""
+        """``used / capacity`` (1.0 is full), or 0.0 for an account with no capacity."""
         return self.used / self.capacity if self.capacity > 0 else 0.0
 
     @property
     def unit(self) -> str:
-        """``B``, ``tok``, ``req``, ``slot``, or nothing for another category (SHR-07)."""
+        """What :attr:`used` and :attr:`capacity` count: ``"B"`` (bytes, a memory account),
+        ``"tok"`` (tokens, a token bucket), ``"req"`` (requests, a rate limit or an elastic
+        window), ``"slot"`` (a semaphore), or ``""`` for another category."""
         return _layout.unit_of(self.category)
 
     def render(
         self, *, color: bool = False, ascii_only: bool = False, name_width: int = _layout.NAME_WIDTH
     ) -> str:
+        """The row as the snapshot prints it: the name cut to ``name_width`` columns, the
+        utilisation in percent, a 20-cell bar, the waiters, used and total in short counts and
+        the unit, then the status. ``color`` and ``ascii_only`` as in
+        :meth:`HealthSnapshot.render`; no trailing newline."""
         return _layout.limiter_row(
             self.name,
             self.utilisation,
@@ -133,11 +150,15 @@ class CpuLoad:
     """The machine's processors: how many, and the share of all of them in use (0 to 1)."""
 
     cores: int
+    """How many logical processors the machine has."""
     load: float
+    """The share of all processors in use, from 0.0 (idle) to 1.0 (every core busy)."""
 
     def render(
         self, *, color: bool = False, ascii_only: bool = False, name_width: int = _layout.NAME_WIDTH
     ) -> str:
+        """The CPU row as the snapshot prints it: ``cpu (N cores)``, the load in percent and a
+        bar, with no counts. ``color`` and ``ascii_only`` as in :meth:`HealthSnapshot.render`."""
         return _layout.limiter_row(
             f"cpu ({self.cores} cores)",
             self.load,
@@ -149,11 +170,15 @@ class CpuLoad:
 
 @attrs.frozen
 class QueueSizes:
-    """Jobs waiting for a task in each lane, and jobs parked in admission (SHR-15)."""
+    """Jobs waiting for a task in each lane, and jobs parked in admission."""
 
+    # SHR-15
     standard: int = 0
+    """Jobs waiting in the standard lane (0 by default)."""
     fast: int = 0
+    """Jobs waiting in the fast (priority) lane (0 by default)."""
     parked: int = 0
+    """Jobs parked in admission, waiting for a resource (0 by default)."""
 
 
 def _by_utilisation(rows: Iterable[LimiterRow]) -> tuple[LimiterRow, ...]:
@@ -179,12 +204,22 @@ class HealthSnapshot:
     """
 
     limiters: tuple[LimiterRow, ...] = attrs.field(default=(), converter=_by_utilisation)
+    """One row per account, highest utilisation first (equal ones by name); empty by default."""
     memory: str = ""
+    """The memory account's status line, as :func:`memory_summary` writes it; empty by
+    default."""
     running: tuple[tuple[JobType, int], ...] = attrs.field(default=(), converter=_by_count)
+    """``(job type, count)`` pairs of the jobs running, highest count first; a mapping is
+    accepted, and types with no job running are left out."""
     workflows_active: int = 0
+    """How many distinct workflows the running jobs belong to."""
     queues: QueueSizes = QueueSizes()
+    """The two lanes' sizes and the jobs parked in admission."""
     cpu: CpuLoad | None = None
+    """The processors' load; ``None`` (the default) when nobody read it."""
     at: float | None = None
+    """The :func:`trio.current_time` the snapshot was taken at, in seconds; ``None`` outside a
+    trio run."""
 
     @property
     def jobs_running(self) -> int:
@@ -233,7 +268,9 @@ class HealthSnapshot:
 
 # -- reading the live state -----------------------------------------------------------------------
 def memory_summary(memory: LimiterIdentity | None) -> str:
-    """The memory account's status line (SHR-12), or why there is none."""
+    """The memory account's status line (its ``status().summary``), ``"not reported"`` for
+    ``None``, or ``"unavailable (...)"`` naming the error when reading it raised."""
+    # SHR-12
     if memory is None:
         return "not reported"
     try:
@@ -322,7 +359,8 @@ def read_cpu_load() -> CpuLoad | None:
 
 # -- the reporter ---------------------------------------------------------------------------------
 def is_health_event(event: JobEvent) -> bool:
-    """The reporter's predicate: limiter and lifecycle events only (SHR-01)."""
+    """Whether the reporter counts ``event``: ``True`` for limiter and lifecycle events only."""
+    # SHR-01
     return isinstance(event, LimiterEvent | LifecycleEvent)
 
 
@@ -343,7 +381,7 @@ class _Account:
 
 
 class SystemHealthReporter(JobObserver[JobEvent]):
-    """A bus observer that logs a :class:`HealthSnapshot` every ``every`` events (SHR-01..15).
+    """A bus observer that logs a :class:`HealthSnapshot` every ``every`` events.
 
     It takes limiter and lifecycle events (:func:`is_health_event`). Every event handed to
     :meth:`observe` counts, and on every ``every``-th one it logs one INFO record on
@@ -354,15 +392,19 @@ class SystemHealthReporter(JobObserver[JobEvent]):
 
     * a limiter row per account name, from the latest event of that name: its capacity,
       ``in_use``, waiters and status indicator; for a token bucket, "used" is instead the
-      amount granted in the last :data:`GRANT_WINDOW` seconds of ``clock`` (SHR-09);
+      amount granted in the last :data:`GRANT_WINDOW` seconds of ``clock``;
     * a CPU row from ``cpu`` (default :func:`read_cpu_load`; ``None`` for no row);
     * the memory line from ``memory``'s status;
     * jobs running, by job id: the first :class:`~nucleo_trio.bus.JobStartedEvent` of a job
-      adds it (its re-runs do not add it again), its terminal event removes it (SHR-13, 14);
+      adds it (its re-runs do not add it again), its terminal event removes it;
     * the queue line from ``queues``, a reader of the lanes and the admission line.
 
     ``color`` ``None`` colours the log only when stderr is a terminal and ``NO_COLOR`` is unset.
+    ``every`` must be a positive int (else :class:`ValueError`), and ``queues``, ``cpu`` and
+    ``clock`` callables (else :class:`TypeError`).
     """
+
+    # SHR-01..15; SHR-09 (a token bucket's used is its grants in the window), SHR-13, 14 (running)
 
     def __init__(
         self,
@@ -383,10 +425,16 @@ class SystemHealthReporter(JobObserver[JobEvent]):
                     f"SystemHealthReporter: {name} must be callable, got {type(value).__name__}"
                 )
         self.every = every
+        """How many counted events separate two logged snapshots (:data:`DEFAULT_HEALTH_EVERY`
+        by default)."""
         self.memory = memory
+        """The memory account whose status line the snapshot shows; ``None`` for
+        ``"not reported"``."""
         self._queues = queues
         self._cpu = cpu
         self.color = _colour_by_default() if color is None else color
+        """Whether the logged snapshot is coloured with ANSI codes, as decided when it was
+        built."""
         self._log = logger if logger is not None else log
         self._clock = clock
         self._count = 0

@@ -1,8 +1,6 @@
 """The recorder: every job's snapshot, kept in SQLite, so a workflow can be read after the fact.
 
-The reference runtime ships no persistence recorder and leaves one to each deployment; this is
-the one nucleo_trio ships. :class:`TrajectoryRecorder` is a bus observer of the lifecycle
-family. For every job it keeps one row, created when it first hears of the job and brought up to
+:class:`TrajectoryRecorder` is a bus observer of the lifecycle family. For every job it keeps one row, created when it first hears of the job and brought up to
 date by each later event: id, parent, workflow, user, class, display name, its ordinal in its
 parent's execution order (the ``iteration`` metadata a doer stamps, as ``iteration_number``),
 attempts, state, the created, started and ended instants, the start and end on the runtime's
@@ -174,6 +172,8 @@ class TrajectoryRecorder(JobObserver[ev.LifecycleEvent]):
         if not isinstance(path, str | Path) or not str(path).strip():
             raise ValueError(f"TrajectoryRecorder needs a database path, got {path!r}")
         self.path = str(path)
+        """The SQLite file the recorder writes, as given (``":memory:"`` for a database in
+        memory)."""
         self.recorded = 0
         """How many events the recorder has taken to write."""
         self._subscription: Subscription | None = None

@@ -78,26 +78,50 @@ class TrajectoryStep:
     """
 
     job_id: str
+    """The job's id."""
     parent_job_id: str | None
+    """The id of the job that submitted it; ``None`` for a root."""
     workflow_id: str
+    """The workflow it ran in."""
     user_id: str
+    """The user the workflow ran for."""
     job_class: str
+    """The job's fully qualified class name (``myapp.tools.Fetch``)."""
     name: str
+    """The job's display name."""
     kind: str
+    """Its :class:`~nucleo_trio.jobs.JobType` value (``"TOOL"``, ``"THINKER"``...)."""
     iteration_number: int | None
+    """Its ordinal in its parent's execution order; ``None`` when the parent stamped none."""
     attempts: int
+    """How many attempts it had, as last recorded."""
     state: str
+    """The :class:`~nucleo_trio.jobs.JobState` value it was last recorded in (see
+    :attr:`job_state`)."""
     created_at: float | None
+    """When it was created, in wall-clock epoch seconds."""
     started_at: float | None
+    """When it started, in wall-clock epoch seconds; ``None`` if it never started."""
     ended_at: float | None
+    """When it ended, in wall-clock epoch seconds; ``None`` if it has not ended."""
     failure: str | None
+    """What ended it when it did not complete: the error (``"ValueError: ..."``), or the timeout
+    or cancellation message; ``None`` otherwise."""
     metadata: Mapping[str, Any]
+    """Its metadata as last recorded, read-only."""
     llm_responses: tuple[Any, ...]
+    """The LLM responses its terminal event carried, as JSON data, in order."""
     depth: int
+    """How deep it sits in the tree: 0 for a root, 1 for its children, and so on."""
     seq: int
+    """Its place in the order the recorder first heard of the jobs (its submission order)."""
     children: tuple[TrajectoryStep, ...] = attrs.field(default=(), repr=_children_repr)
+    """The jobs it submitted, in call order."""
     clock_started: float | None = None
+    """The runtime's clock (``trio.current_time()``) when it started, in seconds; ``None`` if
+    it never started or the recording has no runtime-clock columns."""
     clock_ended: float | None = None
+    """The runtime's clock when it ended, in seconds; ``None`` as for :attr:`clock_started`."""
 
     def __eq__(self, other: object) -> bool:
         """Equal fields, and equal children all the way down, compared without recursion."""
@@ -154,9 +178,12 @@ class Trajectory:
     """
 
     workflow_id: str
+    """The workflow's id."""
     roots: tuple[TrajectoryStep, ...]
+    """Its root jobs (those with no parent in the workflow), in call order; usually one."""
 
     def walk(self) -> Iterator[TrajectoryStep]:
+        """Every step, depth first: each root, then its children in call order."""
         for root in self.roots:
             yield from root.walk()
 
@@ -168,6 +195,7 @@ class Trajectory:
 
     @property
     def user_id(self) -> str | None:
+        """The user of the first root; ``None`` for a trajectory with no root."""
         return self.roots[0].user_id if self.roots else None
 
     def states(self) -> Counter[str]:
@@ -180,10 +208,15 @@ class WorkflowSummary:
     """One workflow of a recording: its id, user, job count, and first and last instants."""
 
     workflow_id: str
+    """The workflow's id."""
     user_id: str
+    """The user it ran for (the least, in text order, if its jobs name several)."""
     jobs: int
+    """How many jobs the recording holds for it."""
     first_created_at: float | None
+    """When its first job was created, in wall-clock epoch seconds."""
     last_ended_at: float | None
+    """When its last job ended, in wall-clock epoch seconds; ``None`` while none has ended."""
 
 
 def open_recording(database: str | Path) -> sqlite3.Connection:
