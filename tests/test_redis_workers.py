@@ -158,7 +158,15 @@ contending (about 3 measured): a hub that re-asked faster than Redis's answer al
 tens or hundreds."""
 STAMP_LAG = 0.05
 """Seconds a job's stamp may trail its grant in the upstream log (the job's first step is the
-round trip that stamps it). The grant log, stamped inside the grant itself, gets no such slack."""
+round trip that stamps it) on an idle machine. A run allows the longest lag its workers
+measured, when longer (:func:`stamp_lag`): a loaded machine delays the stamping step, not the
+grant. The grant log, stamped inside the grant itself, gets no such slack."""
+
+
+def stamp_lag(summaries: dict[str, dict[str, Any]]) -> float:
+    """The slack the stamp-based checks allow: :data:`STAMP_LAG`, or the longest any worker
+    saw between a job's start and its stamp's reply, if longer."""
+    return max(STAMP_LAG, *(summary["stamp_lag"] for summary in summaries.values()))
 
 
 def _quota_args(kind: str, rate: float) -> list[str]:
@@ -197,23 +205,28 @@ async def test_four_workers_on_a_shared_bucket_and_four_on_a_window_keep_to_them
         }
     bucket_lines, bucket_grants = runs["bucket"]
     window_lines, window_grants = runs["window"]
+    lag = stamp_lag(summaries)
     checks = {
         "bucket by its grant log": bucket_grants.bucket_worst(PER_SECOND, BURST),
         "bucket by the stamps": bucket_worst(
-            points(bucket_lines), PER_SECOND, BURST + PER_SECOND * STAMP_LAG
+            points(bucket_lines), PER_SECOND, BURST + PER_SECOND * lag
         ),
         "window by its grant log": window_grants.window_worst(BURST, WINDOW),
-        "window by the stamps": window_worst(points(window_lines), BURST, WINDOW - STAMP_LAG),
+        "window by the stamps": window_worst(points(window_lines), BURST, WINDOW - lag),
     }
     for check, worst in checks.items():
         assert worst is not None and worst.excess <= 1e-9, (check, worst)
+    # Use is counted by the stamps, so the grants of the run's last `lag` seconds may stamp
+    # after its end: that many calls (the refill rate times the lag) are not asked of it.
     allowed = {"bucket": BURST + PER_SECOND * SECONDS, "window": BURST * SECONDS / WINDOW}
+    refill = {"bucket": PER_SECOND, "window": BURST / WINDOW}
     for kind, (lines, _) in runs.items():
         starts = points(lines)
         started = sum(summaries[f"{kind}{n}"]["started"] for n in UNEVEN)
         assert started == len(starts)
         used = sum(per_window(starts, start_us, SECONDS, 1))
-        assert used >= 0.95 * allowed[kind], (kind, used, allowed[kind])
+        late = refill[kind] * (lag - STAMP_LAG)
+        assert used >= 0.95 * allowed[kind] - late, (kind, used, allowed[kind], lag)
         assert {line.worker for line in lines} == {f"{kind}{n}" for n in UNEVEN}
     # Waiting workers are woken, not polling: the accounts' commands stay a few per call.
     calls = sum(len(points(lines)) for lines, _ in runs.values())
@@ -332,7 +345,7 @@ async def test_redis_restarted_mid_run_refuses_by_name_never_overshoots_and_reco
                 summaries = await fleet.finish()
                 lines = await read_upstream_log(client, log)
     starts = points(lines)
-    worst = bucket_worst(starts, PER_SECOND, BURST + PER_SECOND * STAMP_LAG)
+    worst = bucket_worst(starts, PER_SECOND, BURST + PER_SECOND * stamp_lag(summaries))
     assert worst is not None and worst.excess <= 1e-9, worst
     assert any(at_us < down_us for at_us, _ in starts)
     assert any(at_us > up_us for at_us, _ in starts), "no call was granted after the restart"

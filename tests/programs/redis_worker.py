@@ -189,7 +189,7 @@ class Call(Tool[None]):
         return JobRequirements().require_rate_limiter(self._worker.account, self._worker.amount)
 
     async def execute(self, context: JobContext) -> None:
-        await self._worker.stamp_start(self.job_id)
+        await self._worker.stamp_start(self.job_id, context.started_at)
         if self._worker.hold > 0:
             await trio.sleep(self._worker.hold)
         await self._worker.log("end", self.job_id)
@@ -210,6 +210,7 @@ class Worker:
         self.started = 0
         self.failed: dict[str, int] = {}
         self.failures: dict[str, str] = {}
+        self.stamp_lag = 0.0  # the longest a start's stamp came back after the job started
 
     async def outcome(self, handle: JobHandle[None]) -> None:
         """Wait for one job; a failure is counted by its type, with its first message."""
@@ -229,16 +230,21 @@ class Worker:
             "started": self.started,
             "failed": self.failed,
             "failures": self.failures,
+            "stamp_lag": self.stamp_lag,
             "status": status,
         }
 
-    async def stamp_start(self, job: str) -> None:
+    async def stamp_start(self, job: str, started_at: float | None) -> None:
         """Stamp a start and count it, both or neither: shielded, so the end of the run
         cancelling the job cannot land between the stamp reaching Redis and the count (a start
-        in the log that the summary missed, under load)."""
+        in the log that the summary missed, under load). ``started_at`` (wall-clock seconds,
+        the job's move to RUNNING, after its grant) measures how late the stamp can be: a
+        loaded machine stretches it, and the parent's stamp-based checks allow what it saw."""
         with trio.CancelScope(shield=True):
             await self.log("start", job)
             self.started += 1
+            if started_at is not None:
+                self.stamp_lag = max(self.stamp_lag, time.time() - started_at)
 
     async def log(self, event: str, job: str) -> None:
         """Stamp the job's start or end in the upstream log; a start is also announced on
