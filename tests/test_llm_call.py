@@ -97,8 +97,9 @@ def test_an_llm_call_is_a_six_minute_read_only_job_of_its_own_type() -> None:
 
 
 async def test_a_reply_is_read_by_its_handler_and_lands_on_the_record(autojump_clock: Any) -> None:
-    """TOOL-23: the call is resolved, priced and admitted, its reply read by the handler, and
-    the response recorded on the job's terminal event."""
+    """OBS-11: the completed call's terminal event carries its one LLM response; the request
+    names the resolved model, the declared output and the answer's schema, and the handler reads
+    the reply."""
     client = ScriptedLLMClient([reply('{"verdict": "true", "notes": "checked"}')])
     recorder = Recorder()
     async with model_dispatcher(models_with(client)) as dispatcher:
@@ -336,7 +337,8 @@ async def test_a_quick_question_needs_a_grade_and_corrects_like_a_call(autojump_
 
 
 def test_a_raw_response_is_handed_back_as_it_is() -> None:
-    """TOOL-23: the default handler answers the LLMResponse itself."""
+    """The default handler answers the LLMResponse itself, and a call works at the standard
+    depth."""
     call: LLMCall[LLMResponse] = LLMCall(workflow("u", "wf"), talk())
     response = reply("x")
     assert call.answer.parse(response) is response and call.depth is Depth.STANDARD

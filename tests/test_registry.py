@@ -220,8 +220,8 @@ async def test_the_registry_reaches_the_same_objects_and_reports_status() -> Non
 
 
 def test_each_dispatcher_has_its_own_registry() -> None:
-    """FAC-07: the registry is the dispatcher's (``dispatcher.accounts``); two dispatchers in
-    one process share no account."""
+    """FAC-07, SUB-15: the registry is the dispatcher's (``dispatcher.accounts``); two
+    dispatchers in one process share no account."""
     one, two = JobDispatcher(DispatcherConfig()), JobDispatcher(DispatcherConfig())
     assert isinstance(one.accounts, RateLimiterRegistry)
     assert one.accounts.instance(RenderSlots) is not two.accounts.instance(RenderSlots)
