@@ -125,8 +125,8 @@ async def test_bindings_head_the_demand_and_merge_on_one_bucket(autojump_clock: 
 
 
 async def test_every_attempt_mints_fresh_bindings_resolved_once(autojump_clock: Any) -> None:
-    """MOD-18, EXEC-15: the door's capture mints bindings that are never resolved; each attempt
-    mints and resolves its own; the model bucket hears the upstream's verdict."""
+    """MOD-18, SUB-10, SIG-06: the door's capture mints bindings that are never resolved; each
+    attempt mints and resolves its own; the model bucket hears the upstream's verdict."""
     models = runtime(CAT)
     async with model_dispatcher(models) as dispatcher:
         job = Priced(workflow("u", "wf"), lambda: [flat()], fail=RateLimitRetry("429"))

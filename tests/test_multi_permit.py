@@ -219,7 +219,7 @@ async def test_a_gate_of_80_runs_three_jobs_of_24_and_the_fourth_waits(
 async def test_a_job_that_can_never_fit_is_refused_at_the_door(
     autojump_clock: trio.abc.Clock, dispatcher: JobDispatcher
 ) -> None:
-    """SUB-08: the declaration's refusal reaches the dispatcher from requirements(), so the job
+    """SUB-01, ACC-14: the declaration's refusal reaches the door from requirements(), so the job
     is born failed with a NucleoSystemError naming the gate and both numbers, holds nothing and
     never runs; the next job on the gate runs."""
     gpu = CountingGate("gpu-memory", 80)

@@ -388,8 +388,8 @@ async def test_virtual_time_holds_still_while_the_store_writes(
 async def test_a_commit_that_fails_is_the_callers_error_and_nothing_is_stored(
     tmp_path: Path, gate: CommitGate
 ) -> None:
-    """HB-14: an operation whose transaction does not commit is answered with the store's
-    system error, naming the operation and the file, and leaves the schedule as it was."""
+    """An operation whose transaction does not commit is answered with the store's system
+    error, naming the operation and the file, and leaves the schedule as it was."""
     path = tmp_path / "beats.db"
     store = SQLiteHeartbeatStore(path, codec=codec())
     await store.enqueue(beat("kept", 5.0))
