@@ -5,6 +5,8 @@ builds it); and shown to catch an account that breaks the contract."""
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -234,11 +236,15 @@ def test_a_contract_without_make_account_says_what_is_missing() -> None:
 
 
 def test_the_base_class_is_not_collected_and_every_check_names_its_rules() -> None:
-    """AccountContract itself is no test class (pytest collects Test* only), and every check
-    carries a docstring that names the rule ids it holds."""
+    """AccountContract itself is no test class (pytest collects Test* only); every check says
+    in its docstring what it checks, for the user whose account fails it, and names the rule
+    ids it holds in a comment, for maintainers (docs/internals/ lists it under each)."""
     assert not AccountContract.__name__.startswith("Test")
     checks = [name for name in dir(AccountContract) if name.startswith("test_")]
     assert len(checks) >= 10
     for name in checks:
-        doc = getattr(AccountContract, name).__doc__ or ""
-        assert "ACC-" in doc or "ADM-" in doc, name
+        check = getattr(AccountContract, name)
+        doc = check.__doc__ or ""
+        assert doc.strip() and "ACC-" not in doc and "ADM-" not in doc, name
+        source = inspect.getsource(check)
+        assert re.search(r"# Holds (ACC|ADM)-\d\d", source), name

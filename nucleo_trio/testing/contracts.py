@@ -1,6 +1,6 @@
 """Contract suites: the checks every implementation of an interface must pass, plugins included.
 
-:class:`AccountContract` holds the account contract (spec section D, ACC) as test methods. A
+:class:`AccountContract` holds the account contract as test methods. A
 plugin author subclasses it in a test module, says how to build a fresh account, and pytest
 collects every check for that account::
 
@@ -149,7 +149,7 @@ class AccountContract:
     # -- the checks --------------------------------------------------------------------------------
     @_in_trio
     def test_the_identity_is_complete(self) -> None:
-        """ACC-11: a non-blank name, a category, a capacity, an in-use count, an indicator and
+        """A non-blank name, a category, a capacity, an in-use count, an indicator and
         a status; every amount resolves to the identity it debits.
 
         The category is any non-blank name: ``memory``, ``token_bucket``, ``elastic_window``
@@ -157,6 +157,7 @@ class AccountContract:
         (health lists it as it is). The shape is the one admission checks when it first meets
         the account (:func:`~nucleo_trio.admission.limiter.account_faults`).
         """
+        # Holds ACC-11.
         account = self._fresh()
         faults = account_faults(account)
         assert not faults, describe_faults(account, faults)
@@ -179,13 +180,15 @@ class AccountContract:
 
     @_in_trio
     def test_it_says_how_its_permits_come_back(self) -> None:
-        """ACC-06: every account declares RELEASE or TIME; there is no default to fall back on."""
+        """Every account declares RELEASE or TIME; there is no default to fall back on."""
+        # Holds ACC-06.
         answer = self._fresh().replenishment()
         assert isinstance(answer, Replenishment), f"replenishment() gave {answer!r}"
 
     @_in_trio
     def test_it_answers_at_once_and_never_parks(self) -> None:
-        """ACC-01: every question is a plain call that returns at once, nothing to await."""
+        """Every question is a plain call that returns at once, nothing to await."""
+        # Holds ACC-01.
         account = self._fresh()
         for name in _SYNCHRONOUS:
             method = getattr(account, name)
@@ -199,7 +202,8 @@ class AccountContract:
 
     @_in_trio
     def test_fits_and_try_take_agree_until_the_account_is_full(self) -> None:
-        """ACC-03: try_take answers what fits answers and debits exactly when it is true."""
+        """Try_take answers what fits answers and debits exactly when it is true."""
+        # Holds ACC-03.
         account = self._fresh()
         mine = [self.amount]
         for _ in range(self._units(account) + 1):
@@ -217,8 +221,9 @@ class AccountContract:
 
     @_in_trio
     def test_fitting_alone_but_not_beside_the_reservation_is_a_plain_false(self) -> None:
-        """ACC-02, ACC-03: an ask that fits alone but not with the head's reservation set aside
+        """An ask that fits alone but not with the head's reservation set aside
         is False, not a refusal, and the take takes nothing."""
+        # Holds ACC-02, ACC-03.
         account = self._fresh()
         mine, reserved = [self.amount], self.fill(account)
         assert account.fits(mine, []) is True, "one unit does not fit a fresh account"
@@ -229,7 +234,8 @@ class AccountContract:
 
     @_in_trio
     def test_a_refused_take_takes_nothing(self) -> None:
-        """ACC-03: when try_take answers False, the account is exactly as it was."""
+        """When try_take answers False, the account is exactly as it was."""
+        # Holds ACC-03.
         account = self._fresh()
         assert account.try_take(self.fill(account), []) is True, "fill() did not fit"
         in_use, status = account.in_use, account.status()
@@ -239,8 +245,9 @@ class AccountContract:
 
     @_in_trio
     def test_an_ask_beyond_capacity_is_uncorrectable_and_takes_nothing(self) -> None:
-        """ACC-02, ACC-03: more than the account will ever have raises UncorrectableError from
+        """More than the account will ever have raises UncorrectableError from
         fits and from try_take, and the refused take debits nothing."""
+        # Holds ACC-02, ACC-03.
         account = self._fresh()
         too_much = self.beyond_capacity(account)
         refusal = _refused(lambda: account.fits(too_much, []), "fits(beyond capacity)")
@@ -251,8 +258,9 @@ class AccountContract:
 
     @_in_trio
     def test_give_credits_back_what_was_taken(self) -> None:
-        """ACC-04: give returns capacity at once (admission gives RELEASE accounts back at close
+        """Give returns capacity at once (admission gives RELEASE accounts back at close
         and every account at a roll-back), so a full account fits again."""
+        # Holds ACC-04.
         account = self._fresh()
         before, everything = account.in_use, self.fill(account)
         assert account.try_take(everything, []) is True, "fill() did not fit"
@@ -263,8 +271,9 @@ class AccountContract:
 
     @_in_trio
     def test_earliest_fit_is_none_when_only_an_event_can_help(self) -> None:
-        """ACC-05: None whenever mine plus the reservation exceeds capacity, and always for a
+        """None whenever mine plus the reservation exceeds capacity, and always for a
         RELEASE account, fresh or full."""
+        # Holds ACC-05.
         account = self._fresh()
         everything = self.fill(account)
         beyond = account.earliest_fit([self.amount], everything)
@@ -277,42 +286,57 @@ class AccountContract:
                 assert instant is None, f"a RELEASE account's earliest_fit gave {instant!r}"
 
     def test_a_full_time_account_fits_at_the_instant_it_names(self) -> None:
-        """ACC-05, ACC-07: a full TIME account names, through earliest_fit, a future instant at
-        which the clock alone makes one unit fit: it does not fit halfway there, and it fits at
-        that instant, with no give (admission sleeps until the instant and grants then)."""
+        """A full TIME account names, through earliest_fit, a future instant at
+        which the clock alone makes one unit fit, and the instant is the truth: the unit does
+        not fit just before it (an answer that is late would leave admission sleeping while
+        the unit could run) and fits at it, with no give (admission sleeps until the instant
+        and grants then). An account that answers None although the clock frees it strands
+        its waiters until some unrelated event."""
+        # Holds ACC-05, ACC-07.
         trio.run(
             self._fits_at_the_named_instant, clock=trio.testing.MockClock(autojump_threshold=0)
         )
 
+    def test_beside_a_reservation_the_named_instant_is_the_truth_too(self) -> None:
+        """With half the account taken and the other half reserved by the head
+        of the line, one unit fits only when the clock frees it beside the reservation: the
+        instant earliest_fit names for it, and not just before."""
+        # Holds ACC-02, ACC-05.
+        trio.run(
+            self._fits_beside_the_reservation, clock=trio.testing.MockClock(autojump_threshold=0)
+        )
+
+    def _clocked(self, account: RateLimiter) -> bool:
+        return account.replenishment() is Replenishment.TIME and self.clocked
+
     async def _fits_at_the_named_instant(self) -> None:
         account = self._fresh()
-        if account.replenishment() is not Replenishment.TIME or not self.clocked:
+        if not self._clocked(account):
             return
         assert account.try_take(self.fill(account), []) is True, "fill() did not fit"
         await trio.testing.wait_all_tasks_blocked()  # whatever the take set going settles first
+        await _the_instant_is_the_truth(account, [self.amount], [])
+
+    async def _fits_beside_the_reservation(self) -> None:
+        account = self._fresh()
+        if not self._clocked(account):
+            return
+        everything = self.fill(account)
+        if len(everything) < 2:
+            return  # a one-unit account cannot be half taken and half reserved
+        half = len(everything) // 2
+        taken, reserved = everything[:half], everything[half:]
+        assert account.try_take(taken, []) is True, "half of fill() did not fit"
+        await trio.testing.wait_all_tasks_blocked()
         mine = [self.amount]
-        now = trio.current_time()
-        instant = account.earliest_fit(mine, [])
-        assert instant is not None, (
-            "a full TIME account's earliest_fit gave None, though the clock alone frees it"
-        )
-        assert isinstance(instant, float) and instant > now, (
-            f"a full account's earliest_fit gave {instant!r}, not an instant after now ({now})"
-        )
-        assert account.fits(mine, []) is False, "a full account fits more"
-        await trio.sleep_until(now + (instant - now) / 2)
-        assert account.fits(mine, []) is False, (
-            f"it fits halfway to {instant}, the instant earliest_fit named"
-        )
-        await trio.sleep_until(instant)
-        assert account.fits(mine, []) is True, (
-            f"it does not fit at {instant}, the instant earliest_fit named"
-        )
+        assert account.fits(mine, []) is True, "one unit does not fit a half-taken account"
+        await _the_instant_is_the_truth(account, mine, reserved)
 
     @_in_trio
     def test_its_status_is_one_line_and_it_is_nominal_even_when_full(self) -> None:
-        """ACC-11, ACC-12: status() has a one-line summary; status_indicator is None while the
+        """Status() has a one-line summary; status_indicator is None while the
         account is nominal, fresh and with all it has taken."""
+        # Holds ACC-11, ACC-12.
         account = self._fresh()
         for full in (False, True):
             if full:
@@ -326,8 +350,9 @@ class AccountContract:
 
     @_in_trio
     def test_the_capacity_wake_runs_only_when_capacity_may_grow(self) -> None:
-        """ACC-09: installing the wake does not run it, a decrease (a take) never runs it, a
+        """Installing the wake does not run it, a decrease (a take) never runs it, a
         raised capacity does when the account can grow, and installing None clears it."""
+        # Holds ACC-09.
         account = self._fresh()
         wakes: list[str] = []
         account.on_capacity_change(lambda: wakes.append("wake"))
@@ -343,9 +368,10 @@ class AccountContract:
             account.on_capacity_change(None)
 
     def test_admission_grants_a_demand_whole_and_gets_it_back(self) -> None:
-        """ADM-35, ADM-46: through a real Admission, a demand naming the account and a gate
+        """Through a real Admission, a demand naming the account and a gate
         waits holding nothing on either while the account is full, is granted whole when the
         holder rolls back, and release returns the account's part if it is RELEASE."""
+        # Holds ADM-35, ADM-46.
         trio.run(self._admit_whole, clock=trio.testing.MockClock(autojump_threshold=0))
 
     async def _admit_whole(self) -> None:
@@ -380,6 +406,38 @@ class AccountContract:
             else:
                 assert account.in_use == held, "release gave a TIME account back"
             admission.stop()
+
+
+TOO_EARLY = 0.01
+"""How far before the instant earliest_fit names the check looks, as a share of the wait
+(at least a millisecond): the ask must not fit there yet, or the instant was late."""
+
+
+async def _the_instant_is_the_truth(
+    account: RateLimiter, mine: Sequence[Any], reserved: Sequence[Any]
+) -> None:
+    """``mine`` does not fit ``account`` beside ``reserved`` now; the instant earliest_fit names
+    is in the future, the ask does not fit just before it, and fits at it."""
+    assert account.fits(mine, reserved) is False, "a full account fits more"
+    now = trio.current_time()
+    instant = account.earliest_fit(mine, reserved)
+    assert instant is not None, (
+        "a full TIME account's earliest_fit gave None, though the clock alone frees it"
+    )
+    assert isinstance(instant, float) and instant > now, (
+        f"earliest_fit gave {instant!r}, not an instant after now ({now})"
+    )
+    before = instant - max(1e-3, TOO_EARLY * (instant - now))
+    if before > now:
+        await trio.sleep_until(before)
+        assert account.fits(mine, reserved) is False, (
+            f"it fits at {before:.6f}, before {instant:.6f}, the instant earliest_fit named: "
+            "the named instant is late"
+        )
+    await trio.sleep_until(instant)
+    assert account.fits(mine, reserved) is True, (
+        f"it does not fit at {instant:.6f}, the instant earliest_fit named"
+    )
 
 
 def _demand(account: RateLimiter, amounts: Sequence[Any]) -> Demand:

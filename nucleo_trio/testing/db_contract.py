@@ -1,4 +1,5 @@
-"""The database provider contract (spec section I, DB-01 and DB-09..12) as a base test class.
+"""The database provider contract as a base test class: what every provider must do for jobs to
+hold, commit and give back its connections.
 
 A plugin that brings a database stack subclasses :class:`DBProviderContract` in a test module,
 says how to build a provider on a database the test owns and how to read that database behind
@@ -114,7 +115,7 @@ class DBProviderContract:
     """The table :meth:`create_table` creates and the checks write their notes to."""
 
     bound: ClassVar[int] = 2
-    """The bound the provider under test is built with (DB-09)."""
+    """The bound the provider under test is built with: the most connections it may have open."""
 
     time_limit: ClassVar[float] = 30.0
     """Seconds one check may take before it fails as hung."""
@@ -160,7 +161,7 @@ class DBProviderContract:
 
     def connections_out(self, provider: DBResourceProvider) -> int | None:
         """How many connections ``provider`` has checked out to handles not yet closed, or
-        ``None`` when the provider does not say. Answering makes the DB-10 and DB-12 counts
+        ``None`` when the provider does not say. Answering makes the counts of connections in use
         exact; without it the checks see only what the handles show."""
         return None
 
@@ -204,8 +205,9 @@ class DBProviderContract:
     async def test_the_account_is_named_after_the_database_and_sized_by_the_bound(
         self, provider: DBResourceProvider
     ) -> None:
-        """DB-01, DB-09, DB-02: the provider's account is ``db:<name>`` with the bound as its
+        """The provider's account is ``db:<name>`` with the bound as its
         capacity, one object for the provider's life; acquire and close take no permit."""
+        # Holds DB-01, DB-09, DB-02.
         assert provider.name == "contract", f"the provider is named {provider.name!r}"
         account = provider.admission()
         assert account is provider.admission(), "admission() answered a second account"
@@ -223,8 +225,9 @@ class DBProviderContract:
     async def test_a_handle_holds_one_connection_from_acquire_to_close(
         self, provider: DBResourceProvider
     ) -> None:
-        """DB-10: acquire checks out one connection of its own, a commit keeps it, close hands
+        """Acquire checks out one connection of its own, a commit keeps it, close hands
         it back; the bound's worth of handles can be taken and given back again and again."""
+        # Holds DB-10.
         handle = await provider.acquire()
         connection = handle.unwrap()
         assert connection is not None, "acquire() gave a handle with no connection"
@@ -252,8 +255,9 @@ class DBProviderContract:
     async def test_a_commit_is_visible_to_other_connections_once_awaited(
         self, provider: DBResourceProvider
     ) -> None:
-        """DB-10: rows written in an open transaction are invisible to other connections; once
+        """Rows written in an open transaction are invisible to other connections; once
         committed and awaited they are visible."""
+        # Holds DB-10.
         handle = await provider.acquire()
         await provider.begin(handle)
         await self._insert(provider, handle, "first")
@@ -270,7 +274,8 @@ class DBProviderContract:
     async def test_several_transactions_run_on_the_one_handle(
         self, provider: DBResourceProvider
     ) -> None:
-        """DB-10: three transactions in a row on one handle, all on its one connection."""
+        """Three transactions in a row on one handle, all on its one connection."""
+        # Holds DB-10.
         handle = await provider.acquire()
         connection = handle.unwrap()
         for note in ("one", "two", "three"):
@@ -287,8 +292,9 @@ class DBProviderContract:
     async def test_rollback_and_close_discard_and_are_repeatable(
         self, provider: DBResourceProvider
     ) -> None:
-        """DB-11: rollback with no transaction does nothing and repeats, and discards what was
+        """Rollback with no transaction does nothing and repeats, and discards what was
         written; close rolls back an open transaction, repeats, and hands the connection back."""
+        # Holds DB-11.
         handle = await provider.acquire()
         await provider.rollback(handle)
         await provider.begin(handle)
@@ -313,9 +319,10 @@ class DBProviderContract:
     async def test_abort_severs_the_connection_and_a_close_still_hands_it_back(
         self, provider: DBResourceProvider
     ) -> None:
-        """DB-11: abort repeats; every statement after it, commit included, fails with an
+        """Abort repeats; every statement after it, commit included, fails with an
         UncorrectableError; a close after it hands the connection back, raising nothing else;
         nothing written before it is committed."""
+        # Holds DB-11.
         handle = await provider.acquire()
         await provider.begin(handle)
         await self._insert(provider, handle, "never")
@@ -347,8 +354,9 @@ class DBProviderContract:
     async def test_a_handle_from_another_provider_is_refused(
         self, provider: DBResourceProvider
     ) -> None:
-        """DB-04, DB-12: every verb, abort and execute refuse a handle another provider made
+        """Every verb, abort and execute refuse a handle another provider made
         (one of the same kind, and a counting one) with a ValueError naming the provider."""
+        # Holds DB-04, DB-12.
         other = self._fresh("other", 1)
         try:
             foreign = [
@@ -381,9 +389,10 @@ class DBProviderContract:
     async def test_through_a_dispatcher_six_writing_jobs_commit_six_rows(
         self, provider: DBResourceProvider
     ) -> None:
-        """DB-12, DB-02: six jobs declaring the database and a transaction, through a real
+        """Six jobs declaring the database and a transaction, through a real
         dispatcher (which acquires, begins, commits and closes for them), commit six rows with
         never more connections out than the bound; every permit and connection comes back."""
+        # Holds DB-12, DB-02.
         contract = self
         peak = 0
 
