@@ -8,6 +8,7 @@ session cannot shadow the suite's own ``dispatcher`` and ``recorder`` fixtures.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from typing import Any
 
@@ -222,3 +223,156 @@ def test_a_user_suite_enables_the_plugin_from_its_root_conftest(
     result.stdout.fnmatch_lines(
         ["*unknown option(s) retries; known: config, load_entrypoints, plugins*"]
     )
+
+
+FAILING_AND_LEAVING = """
+import trio
+
+from nucleo_trio.jobs import JobContext, Tool, workflow
+
+
+class Nap(Tool[str]):
+    timeout = 600.0
+
+    async def execute(self, context: JobContext) -> str:
+        await trio.sleep(500)
+        return "slept"
+
+
+async def test_an_assertion_fails(nucleo_dispatcher):
+    assert 1 + 1 == 3, "arithmetic"
+
+
+async def test_a_job_is_left_running(nucleo_dispatcher):
+    handle = nucleo_dispatcher.submit(Nap(workflow("u", "left")))
+    await trio.sleep(0.05)
+    LEFT.append(handle)
+
+
+LEFT = []
+
+
+def test_the_left_job_was_cancelled():
+    [handle] = LEFT
+    assert handle.done and handle.state.value == "CANCELLED"
+"""
+
+
+def test_a_failing_assertion_shows_itself_and_a_job_left_running_ends_at_once(
+    pytester: pytest.Pytester,
+) -> None:
+    """A failed assertion in a test using the fixture dispatcher is reported as the assertion,
+    in the long report and in the one-line summary, with no exception group around it; a test
+    that leaves a job running on the real clock ends at teardown at once (not after the 30 s
+    shutdown), with a warning naming the job, and the job ends cancelled."""
+    pytester.makeini("[pytest]\ntrio_mode = true\n")
+    pytester.makeconftest(USER_CONFTEST)
+    pytester.makepyfile(test_user=textwrap.dedent(FAILING_AND_LEAVING))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", "-rA")
+    result.assert_outcomes(passed=2, failed=1)
+    out = result.stdout.str()
+    assert "ExceptionGroup" not in out and "Exception Group" not in out, out
+    result.stdout.fnmatch_lines(
+        [
+            "E       AssertionError: arithmetic",
+            "*LeftRunningWarning: test_user.py::test_a_job_is_left_running ended with 1 job(s)*"
+            "Nap (*, RUNNING)*cancelled now*",
+            "FAILED test_user.py::test_an_assertion_fails - AssertionError: arithmetic",
+        ]
+    )
+    durations = [float(word) for word in re.findall(r"in ([0-9.]+)s", out)]
+    assert durations and durations[-1] < 20, out  # a 30 s wait would show; the bound is loose
+
+
+OVERRIDES = """
+import pytest
+
+from nucleo_trio.dispatch import DispatcherConfig
+from nucleo_trio.plugins import hookimpl, make_plugin_manager
+
+
+class Kinds:
+    @hookimpl
+    def nucleo_trio_limiter_kinds(self):
+        from nucleo_trio.admission import CountingGate
+        return {"extra_gate": lambda name, **settings: CountingGate(name, 1)}
+
+
+@pytest.fixture
+def nucleo_dispatcher_config():
+    return DispatcherConfig(seed=21)
+
+
+@pytest.fixture
+def nucleo_plugin_manager():
+    return make_plugin_manager(load_entrypoints=False)
+
+
+async def test_the_overridden_config_is_used(nucleo_dispatcher):
+    assert nucleo_dispatcher.config.seed == 21
+
+
+@pytest.mark.nucleo_dispatcher(plugins=[Kinds()])
+async def test_the_marker_plugins_join_an_overridden_manager(nucleo_dispatcher):
+    assert nucleo_dispatcher.config.seed == 21
+    assert "extra_gate" in nucleo_dispatcher.limiter_kinds.kinds
+
+
+@pytest.mark.nucleo_dispatcher(config=DispatcherConfig(seed=5))
+async def test_two_configs_are_an_error(nucleo_dispatcher):
+    pass
+"""
+
+
+def test_the_marker_and_overridden_fixtures_work_together_or_say_why_not(
+    pytester: pytest.Pytester,
+) -> None:
+    """Overriding nucleo_dispatcher_config and nucleo_plugin_manager in a conftest or module
+    works with the marker: its plugins join the overriding manager; its config beside an
+    overridden config fixture is an error naming both, since two configurations cannot merge."""
+    pytester.makeini("[pytest]\ntrio_mode = true\n")
+    pytester.makeconftest(USER_CONFTEST)
+    pytester.makepyfile(test_user=textwrap.dedent(OVERRIDES))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_two_configs_are_an_error: @pytest.mark.nucleo_dispatcher(config=...) and an "
+            "overridden nucleo_dispatcher_config fixture, nucleo_dispatcher_config (*test_user.py:*)"
+            ", both set the dispatcher's configuration; set it in one of them*"
+        ]
+    )
+
+
+async def test_scripted_llm_answers_the_fixture_dispatchers_model_calls(
+    nucleo_dispatcher: JobDispatcher, scripted_llm: ScriptedLLMFactory, autojump_clock: Any
+) -> None:
+    """With scripted_llm beside the fixture dispatcher, an LLMCall submitted to the dispatcher
+    is answered by the script: its catalog has an entry per grade on the scripted provider,
+    and the request the model saw is kept on the client."""
+    from nucleo_trio.llm import Conversation, LLMCall
+    from nucleo_trio.models import Grade
+
+    client = scripted_llm([reply("forty-two")])
+    conversation = Conversation(system="You answer sums.", output=256, grade=Grade.SMALL)
+    conversation.put_objective("what is six times seven?")
+    response = await nucleo_dispatcher.submit(LLMCall(workflow("u", "ask"), conversation)).result()
+    assert "forty-two" in str(response)
+    [request] = client.requests
+    assert request.messages[-1].content == "what is six times seven?"
+    assert request.model == "scripted-small"
+
+
+async def test_without_a_script_the_call_fails_saying_what_to_build(
+    nucleo_dispatcher: JobDispatcher, scripted_llm: ScriptedLLMFactory, autojump_clock: Any
+) -> None:
+    """A model call with no scripted client built fails, and the error says what to write."""
+    from nucleo_trio.errors import UncorrectableError
+    from nucleo_trio.llm import Conversation, LLMCall
+    from nucleo_trio.models import Grade
+
+    conversation = Conversation(output=64, grade=Grade.SMALL)
+    conversation.put_objective("hi")
+    call = LLMCall(workflow("u", "ask"), conversation)
+    with pytest.raises(UncorrectableError, match=r"build one with scripted_llm\(\[\.\.\.\]\)"):
+        await nucleo_dispatcher.submit(call).result()

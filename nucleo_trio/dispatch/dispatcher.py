@@ -1165,6 +1165,12 @@ class JobDispatcher:
         in admission; jobs still queued in a lane are not counted."""
         return len(self._running)
 
+    def unsettled_jobs(self) -> list[JobSnapshot]:
+        """A snapshot of every job submitted and not settled yet (queued in a lane, waiting on a
+        dependency or in admission, running), in submission order. Jobs submitted with a delay
+        count once their delay has passed."""
+        return [queued.context.snapshot() for queued in self._live.values()]
+
     @property
     def queued_jobs(self) -> tuple[int, int]:
         """How many jobs wait in each lane: (the standard lane, the priority lane)."""

@@ -11,10 +11,12 @@ from typing import Any, TypeVar
 import trio.testing
 
 from ..bus import events as ev
-from ..llm.clients import LLMRequest, ScriptedLLMClient
+from ..errors import UncorrectableError
+from ..llm.clients import LLMRequest, LLMResponse, ScriptedLLMClient
 from ..llm.clients.scripted import LLMStep
+from ..models import Grade, ModelCatalog, ModelSpec, Provider
 
-__all__ = ["DEFAULT_SEED", "EventRecorder", "ScriptedLLMFactory", "settle"]
+__all__ = ["DEFAULT_SEED", "SCRIPTED_PROVIDER", "EventRecorder", "ScriptedLLMFactory", "settle"]
 
 DEFAULT_SEED = 7
 """The seed of the fixture dispatcher's re-run pacing, so jittered pauses repeat run to run."""
@@ -79,15 +81,36 @@ class EventRecorder:
         return f"<EventRecorder {len(self.events)} events>"
 
 
+SCRIPTED_PROVIDER = "scripted"
+"""The provider key of the entries :meth:`ScriptedLLMFactory.catalog` lists and
+:meth:`ScriptedLLMFactory.provider` serves."""
+
+_GRADES = (Grade.MICRO, Grade.SMALL, Grade.MEDIUM, Grade.LARGE, Grade.XL, Grade.MEGA)
+
+
 class ScriptedLLMFactory:
     """Builds :class:`~nucleo_trio.llm.clients.ScriptedLLMClient` objects and keeps them.
 
     ``scripted_llm([reply("hello")])`` takes the client's own arguments; ``clients`` lists every
     client built in the test, so the test can read back the requests each one was sent.
+
+    It can also stand in for a deployment's models. :meth:`catalog` is a catalog of one free
+    entry per grade (``scripted-micro`` … ``scripted-mega``, provider ``"scripted"``) and
+    :meth:`provider` the provider that answers them: a client built with ``entry="<id>"``
+    answers that entry, and every other entry is answered by the latest client built without
+    one. The ``nucleo_dispatcher`` fixture installs both when a test asks for this one too (the
+    catalog only when the configuration names none), so a thinker or an ``LLMCall`` submitted
+    to it talks to the script.
     """
+
+    provider_key = SCRIPTED_PROVIDER
+    """The provider key this factory's provider serves."""
 
     def __init__(self) -> None:
         self.clients: list[ScriptedLLMClient] = []
+        """Every client built so far, in the order they were built."""
+        self._by_entry: dict[str, ScriptedLLMClient] = {}
+        self._default: ScriptedLLMClient | None = None
 
     def __call__(
         self,
@@ -96,10 +119,71 @@ class ScriptedLLMFactory:
         responder: Callable[[LLMRequest], Any] | None = None,
         model: str = "scripted-model",
         latency: float = 0.0,
+        entry: str | None = None,
     ) -> ScriptedLLMClient:
+        """A new client playing ``steps`` (or ``responder``), kept in :attr:`clients`; with
+        ``entry``, the one that answers that catalog entry through :meth:`provider`."""
         client = ScriptedLLMClient(steps, responder=responder, model=model, latency=latency)
         self.clients.append(client)
+        if entry is None:
+            self._default = client
+        else:
+            self._by_entry[entry] = client
         return client
+
+    def client_for(self, entry: str) -> ScriptedLLMClient:
+        """The client answering the catalog entry ``entry`` now; an :class:`UncorrectableError`
+        saying what to build when there is none."""
+        client = self._by_entry.get(entry, self._default)
+        if client is None:
+            raise UncorrectableError(
+                f"no scripted client answers the model entry {entry!r}: build one with "
+                f"scripted_llm([...]) (or scripted_llm([...], entry={entry!r})) before the call"
+            )
+        return client
+
+    def provider(self) -> Provider:
+        """The provider (key :attr:`provider_key`) whose clients ask :meth:`client_for` on every
+        call, so a client built after the first call still answers the next one."""
+        return Provider(self.provider_key, llm=lambda spec: _Relay(self, spec))
+
+    def catalog(self) -> ModelCatalog:
+        """A catalog of one free entry per grade, each served by :meth:`provider`: a
+        128,000-token context and 16,384 output tokens."""
+        return ModelCatalog.from_mapping(
+            {
+                "models": [
+                    {
+                        "id": f"scripted-{grade.value.lower()}",
+                        "grade": grade.value,
+                        "provider_key": self.provider_key,
+                        "max_context_tokens": 128_000,
+                        "max_output_tokens": 16_384,
+                    }
+                    for grade in _GRADES
+                ]
+            },
+            source="the scripted_llm catalog",
+        )
 
     def __repr__(self) -> str:
         return f"<ScriptedLLMFactory {len(self.clients)} clients>"
+
+
+class _Relay:
+    """The client the runtime keeps for one entry: each call goes to the factory's client for
+    that entry at the time of the call."""
+
+    def __init__(self, factory: ScriptedLLMFactory, spec: ModelSpec) -> None:
+        self._factory = factory
+        self._spec = spec
+
+    @property
+    def model_identifier(self) -> str | None:
+        return self._spec.wire_model_id
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        return await self._factory.client_for(self._spec.id).complete(request)
+
+    async def stream(self, request: LLMRequest, on_text: Callable[[str], object]) -> LLMResponse:
+        return await self._factory.client_for(self._spec.id).stream(request, on_text)

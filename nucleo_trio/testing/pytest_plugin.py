@@ -30,6 +30,8 @@ like any fixture.
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -38,10 +40,12 @@ import pytest
 import trio
 
 from ..dispatch import DispatcherConfig, JobDispatcher
-from ..plugins import make_plugin_manager
+from ..models import CATALOG_ENV_VAR
+from ..plugins import PROJECT_NAME, make_plugin_manager
 from .helpers import DEFAULT_SEED, EventRecorder, ScriptedLLMFactory
 
 __all__ = [
+    "LeftRunningWarning",
     "MARKER",
     "nucleo_dispatcher",
     "nucleo_dispatcher_config",
@@ -54,6 +58,13 @@ MARKER = "nucleo_dispatcher"
 """The marker that configures the ``nucleo_dispatcher`` fixture for one test:
 ``@pytest.mark.nucleo_dispatcher(config=..., load_entrypoints=..., plugins=...)``."""
 _MARKER_KEYS = frozenset({"config", "load_entrypoints", "plugins"})
+_FIXTURES = (
+    "nucleo_dispatcher",
+    "nucleo_events",
+    "scripted_llm",
+    "nucleo_dispatcher_config",
+    "nucleo_plugin_manager",
+)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -114,18 +125,111 @@ def nucleo_plugin_manager(request: pytest.FixtureRequest) -> pluggy.PluginManage
     return make_plugin_manager(load_entrypoints=load_entrypoints, plugins=plugins)
 
 
+class LeftRunningWarning(UserWarning):
+    """A test ended with jobs of the fixture dispatcher still unsettled; the fixture cancelled
+    them at once instead of waiting out the shutdown's grace period."""
+
+
+def _overridden(request: pytest.FixtureRequest, name: str) -> str | None:
+    """Where the fixture ``name`` the test sees is defined, when that is not this plugin."""
+    definitions = request._fixturemanager.getfixturedefs(name, request.node)
+    if not definitions:
+        return None
+    func = definitions[-1].func
+    if getattr(func, "__module__", None) == __name__:
+        return None
+    code = getattr(func, "__code__", None)
+    where = f"{code.co_filename}:{code.co_firstlineno}" if code is not None else repr(func)
+    return f"{getattr(func, '__qualname__', name)} ({where})"
+
+
+def _apply_marker_to_overrides(
+    request: pytest.FixtureRequest, plugins: pluggy.PluginManager
+) -> None:
+    """The marker and an overridden config or plugin-manager fixture, together: the marker's
+    plugins join the overriding manager; two configs cannot, so that is an error naming both."""
+    options = _marker_options(request)
+    if not options:
+        return
+    config_fixture = _overridden(request, "nucleo_dispatcher_config")
+    if "config" in options and config_fixture is not None:
+        raise pytest.UsageError(
+            f"{request.node.nodeid}: @pytest.mark.{MARKER}(config=...) and an overridden "
+            f"nucleo_dispatcher_config fixture, {config_fixture}, both set the dispatcher's "
+            "configuration; set it in one of them"
+        )
+    if _overridden(request, "nucleo_plugin_manager") is None:
+        return  # the plugin's own fixture read the marker already
+    if options.get("load_entrypoints", False) is True:
+        plugins.load_setuptools_entrypoints(PROJECT_NAME)
+    for plugin in options.get("plugins", ()):
+        if not plugins.is_registered(plugin):
+            plugins.register(plugin)
+
+
+def _wire_scripted_models(request: pytest.FixtureRequest, dispatcher: JobDispatcher) -> None:
+    """When the test also asks for ``scripted_llm``, the dispatcher's models are answered by
+    it: its provider is registered, and without a configured catalog its catalog is used."""
+    if "scripted_llm" not in request.fixturenames:
+        return
+    factory: ScriptedLLMFactory = request.getfixturevalue("scripted_llm")
+    models = dispatcher.models
+    if models.providers.get(factory.provider_key) is None:
+        models.providers.register(factory.provider())
+    if dispatcher.config.models is None and not os.environ.get(CATALOG_ENV_VAR):
+        models.use_catalog(factory.catalog())
+
+
+@pytest.fixture
+def _nucleo_marker_applied(
+    request: pytest.FixtureRequest, nucleo_plugin_manager: pluggy.PluginManager
+) -> None:
+    """The marker beside overridden fixtures, at setup, so a conflict is a setup error."""
+    _apply_marker_to_overrides(request, nucleo_plugin_manager)
+
+
 @pytest.fixture
 async def nucleo_dispatcher(
+    request: pytest.FixtureRequest,
     nursery: trio.Nursery,
     nucleo_dispatcher_config: DispatcherConfig,
     nucleo_plugin_manager: pluggy.PluginManager,
+    _nucleo_marker_applied: None,
 ) -> AsyncIterator[JobDispatcher]:
-    """A started dispatcher in the test's nursery, shut down when the test ends."""
+    """A started dispatcher in the test's nursery, shut down when the test ends.
+
+    A test that ends with jobs still unsettled gets a :class:`LeftRunningWarning` naming them,
+    and the jobs are cancelled at once (the test does not wait out the 30 s shutdown on the
+    real clock). With ``scripted_llm`` in the same test, the dispatcher's model calls are
+    answered by the scripted clients (see :class:`~nucleo_trio.testing.ScriptedLLMFactory`).
+    """
     dispatcher = JobDispatcher(nucleo_dispatcher_config, plugin_manager=nucleo_plugin_manager)
-    await nursery.start(dispatcher.run)
+    _wire_scripted_models(request, dispatcher)
+    serving = trio.CancelScope()
+
+    async def serve(*, task_status: trio.TaskStatus[None]) -> None:
+        with serving:
+            await dispatcher.run(task_status=task_status)
+
+    await nursery.start(serve)
     yield dispatcher
-    if dispatcher.is_running:
+    if not dispatcher.is_running:
+        return
+    left = dispatcher.unsettled_jobs()
+    if not left:
         await dispatcher.shutdown()
+        return
+    names = ", ".join(f"{job.name} ({job.job_id}, {job.state.value})" for job in left[:10])
+    more = f" and {len(left) - 10} more" if len(left) > 10 else ""
+    warnings.warn(
+        LeftRunningWarning(
+            f"{request.node.nodeid} ended with {len(left)} job(s) of nucleo_dispatcher not "
+            f"settled: {names}{more}; they are cancelled now. Await their handles (or cancel "
+            "them) before the test ends."
+        ),
+        stacklevel=1,
+    )
+    serving.cancel()  # a cancelled run stops at once: every job cancelled, every handle settled
 
 
 @pytest.fixture
@@ -138,5 +242,37 @@ def nucleo_events(nucleo_dispatcher: JobDispatcher) -> EventRecorder:
 
 @pytest.fixture
 def scripted_llm() -> ScriptedLLMFactory:
-    """A factory of scripted LLM clients; see :class:`ScriptedLLMFactory`."""
+    """A factory of scripted LLM clients; see :class:`ScriptedLLMFactory`. In a test that also
+    uses ``nucleo_dispatcher``, the dispatcher's model calls are answered by these clients."""
     return ScriptedLLMFactory()
+
+
+def _uses_this_plugin(item: pytest.Item) -> bool:
+    names = getattr(item, "fixturenames", ())
+    return any(name in names for name in _FIXTURES)
+
+
+def _only_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    leaves: list[BaseException] = []
+    queue: list[BaseException] = [group]
+    while queue:
+        exc = queue.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            queue.extend(exc.exceptions)
+        else:
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """A test that uses these fixtures and fails with one exception shows that exception, as a
+    test without a nursery would: the group the test's nursery wraps it in is taken off, so the
+    report and pytest's one-line summary name the assertion itself."""
+    try:
+        return (yield)
+    except BaseExceptionGroup as group:
+        leaf = _only_leaf(group) if _uses_this_plugin(item) else None
+        if not isinstance(leaf, Exception):
+            raise
+        raise leaf.with_traceback(leaf.__traceback__) from None
