@@ -6,6 +6,8 @@ key instead of a setting silently ignored.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import tomllib
@@ -24,11 +26,48 @@ from cattrs.errors import (
 from cattrs.v import format_exception
 
 from ._redact import redacted_repr
-from .errors import ConfigError
+from .errors import ConfigError, UsageTypeError
+from .errors._suggest import did_you_mean, nearest
 
-__all__ = ["converter", "read_settings_file", "structure_config", "unstructure"]
+__all__ = [
+    "converter",
+    "read_settings_file",
+    "structure_config",
+    "suggest_keywords",
+    "unstructure",
+]
 
 T = TypeVar("T")
+C = TypeVar("C", bound=type)
+
+
+def suggest_keywords(cls: C) -> C:
+    """Make ``cls(...)`` with a keyword it does not take a :class:`~nucleo_trio.errors.
+    UsageTypeError` (a ``TypeError``) naming the nearest keyword it does take, where Python's
+    own message names only the one it got."""
+    init = getattr(cls, "__init__")  # noqa: B009 - mypy refuses cls.__init__ on a type
+    parameters = inspect.signature(init).parameters
+    takes = [name for name in parameters if name != "self"]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return cls
+
+    @functools.wraps(init)
+    def checked_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        unknown = [name for name in kwargs if name not in parameters]
+        if unknown:
+            name = unknown[0]
+            match = nearest(name, takes)
+            guess = f"did you mean {match!r}? " if match is not None else ""
+            raise UsageTypeError(
+                cls.__name__,
+                f"{cls.__name__}() got an unexpected keyword argument {name!r}",
+                f"{guess}It takes: {', '.join(takes)}",
+            )
+        init(self, *args, **kwargs)
+
+    setattr(cls, "__init__", checked_init)  # noqa: B010 - mypy refuses assigning to a method
+    return cls
+
 
 converter = cattrs.Converter(forbid_extra_keys=True)
 
@@ -104,8 +143,10 @@ def _describe(exc: BaseException, value: object) -> str:
         unknown = ", ".join(
             f"{key} = {_cut(redacted_repr(value[key], key))}" for key in sorted(exc.extra_fields)
         )
-        known = ", ".join(a.name for a in attrs.fields(exc.cl)) if attrs.has(exc.cl) else ""
-        return f"unknown key(s) {unknown}" + (f" (known: {known})" if known else "")
+        names = [a.name for a in attrs.fields(exc.cl)] if attrs.has(exc.cl) else []
+        hints = "".join(did_you_mean(key, names) for key in sorted(exc.extra_fields))
+        known = ", ".join(names)
+        return f"unknown key(s) {unknown}{hints}" + (f" (known: {known})" if known else "")
     # A validator's own words beat cattrs' generic "invalid value", and name the value already.
     if isinstance(exc, ValueError) and str(exc):
         return str(exc)

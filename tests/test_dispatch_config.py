@@ -16,7 +16,7 @@ from nucleo_trio.dispatch import (
     MemoryConfig,
     open_dispatcher,
 )
-from nucleo_trio.errors import ConfigError
+from nucleo_trio.errors import ConfigError, UsageKeyError, UsageTypeError
 from nucleo_trio.jobs import JobRequirements, workflow
 from nucleo_trio.plugins import make_plugin_manager
 
@@ -290,12 +290,60 @@ def test_a_refusal_from_a_file_names_the_file_the_key_and_the_value(
     assert key in message and value in message, message
 
 
-def test_an_unknown_key_names_its_value_and_the_known_keys() -> None:
+def test_an_unknown_key_names_its_value_the_nearest_key_and_the_known_keys() -> None:
     with pytest.raises(ConfigError) as refused:
         DispatcherConfig.from_mapping({"http_conections": 16})
     assert str(refused.value).startswith(
-        "invalid dispatcher config: unknown key(s) http_conections = 16 (known: http_connections,"
+        "invalid dispatcher config: unknown key(s) http_conections = 16; did you mean "
+        "'http_connections'? (known: http_connections,"
     )
+    with pytest.raises(ConfigError) as far:
+        DispatcherConfig.from_mapping({"colour": True})
+    assert "did you mean" not in str(far.value)  # nothing close: only the known keys
+
+
+def test_a_misspelt_keyword_names_the_nearest_one() -> None:
+    """The constructors refuse a keyword they do not take with a TypeError that names the
+    nearest one they do, and lists them all."""
+    with pytest.raises(TypeError) as refused:
+        DispatcherConfig(shutdown_timout=5)  # type: ignore[call-arg]
+    assert str(refused.value).startswith(
+        "DispatcherConfig() got an unexpected keyword argument 'shutdown_timout'; did you mean "
+        "'shutdown_timeout'? It takes: http_connections, shutdown_timeout,"
+    )
+    assert isinstance(refused.value, UsageTypeError)
+    with pytest.raises(TypeError, match=r"MemoryConfig\(\).*'limt'; did you mean 'limit'\?"):
+        MemoryConfig(limt=0.5)  # type: ignore[call-arg]
+
+
+async def test_a_misspelt_limiter_setting_or_kind_names_the_nearest_one() -> None:
+    """A configured limiter whose setting or kind is misspelt stops the start naming the
+    nearest known one; and a name dispatcher.limiters does not hold lists the names it does."""
+    bad = {
+        "capcity": ({"kind": "counting", "settings": {"capcity": 4}}, "takes no setting "
+        "'capcity'; did you mean 'capacity'? (its settings: capacity)"),
+        "countng": ({"kind": "countng"}, "unknown limiter kind 'countng' (did you mean "
+        "'counting'?)"),
+    }  # fmt: skip
+    for declared, expected in bad.values():
+        config = DispatcherConfig.from_mapping({"limiters": {"db": declared}})
+        with pytest.raises(ConfigError) as refused:
+            async with open_dispatcher(config):
+                pass
+        assert expected in str(refused.value), str(refused.value)
+    config = DispatcherConfig.from_mapping(
+        {"limiters": {"db": {"kind": "counting", "settings": {"capacity": 4}}}}
+    )
+    async with open_dispatcher(config) as dispatcher:
+        assert dispatcher.limiters["db"].capacity == 4
+        with pytest.raises(KeyError) as missing:
+            dispatcher.limiters["databse"]
+        assert str(missing.value).startswith(
+            "no limiter named 'databse' in dispatcher.limiters (configured: 'db')"
+        )
+        with pytest.raises(UsageKeyError, match=r"did you mean 'db'\?"):
+            dispatcher.limiters["dbb"]
+        assert dispatcher.limiters.get("databse") is None
 
 
 def test_a_bool_setting_takes_a_bool_from_code_and_files_alike(tmp_path: Path) -> None:

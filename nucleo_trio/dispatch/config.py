@@ -12,7 +12,7 @@ import attrs
 from cattrs.gen import make_dict_structure_fn, override
 
 from .._redact import redacted_repr
-from .._serialization import converter, read_settings_file, structure_config
+from .._serialization import converter, read_settings_file, structure_config, suggest_keywords
 from ..admission.memory_reader import parse_memory_limit
 from ..admission.named_gates import DEFAULT_HTTP_POOL_SIZE
 from ..errors import ConfigError
@@ -54,6 +54,7 @@ def _settings(instance: object, attribute: attrs.Attribute[Any], value: object) 
         )
 
 
+@suggest_keywords
 @attrs.frozen(kw_only=True)
 class LimiterConfig:
     """One account a deployment declares by kind: ``{"kind": "counting", "settings": {...}}``."""
@@ -67,6 +68,7 @@ class LimiterConfig:
     empty by default. A ``repr`` masks URLs and credential-like values."""
 
 
+@suggest_keywords
 @attrs.frozen(kw_only=True)
 class GuardrailConfig:
     """One guard a deployment attaches to a tool class by registered name:
@@ -76,6 +78,7 @@ class GuardrailConfig:
     settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings, repr=_shown)
 
 
+@suggest_keywords
 @attrs.frozen(kw_only=True)
 class DatabaseConfig:
     """One datasource a deployment declares by provider kind:
@@ -118,6 +121,7 @@ def _hidden(value: object) -> str:
     return "None" if value is None else "'***'"
 
 
+@suggest_keywords
 @attrs.frozen(kw_only=True)
 class HeartbeatConfig:
     """The store that keeps the heartbeat schedule, by plugin kind, and the key its rows are
@@ -156,6 +160,7 @@ def _memory_limit(value: int | str | None) -> int | None:
         raise ConfigError(str(exc)) from exc
 
 
+@suggest_keywords
 @attrs.frozen(kw_only=True)
 class MemoryConfig:
     """The memory pressure gate (on by default): ``{"enabled": true, "limit": "8GiB"}``.
@@ -208,6 +213,7 @@ def _refused(attribute: attrs.Attribute[Any], expected: str, value: object) -> C
     return ConfigError(f"DispatcherConfig.{attribute.name} must be {expected}, got {shown}")
 
 
+@suggest_keywords
 @attrs.frozen(kw_only=True)
 class DispatcherConfig:
     """Settings of one dispatcher, all optional and frozen once built.

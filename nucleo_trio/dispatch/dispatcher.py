@@ -45,10 +45,12 @@ from ..errors import (
     ConfigError,
     NucleoSystemError,
     UsageError,
+    UsageKeyError,
     UsageRuntimeError,
     UsageTypeError,
     log_failure,
 )
+from ..errors._suggest import did_you_mean
 from ..guardrails import (
     ScopeGuard,
     StandardGuardrailEnforcer,
@@ -159,6 +161,22 @@ class DelayedSubmission:
         return self._done.is_set()
 
 
+class _NamedLimiters(dict[str, "RateLimiter"]):
+    """``dispatcher.limiters``: a plain dict of the configured accounts by name, except that a
+    name it does not hold is a :class:`~nucleo_trio.errors.UsageKeyError` (a ``KeyError``)
+    listing the names there are and the nearest one."""
+
+    def __missing__(self, name: str) -> RateLimiter:
+        known = ", ".join(repr(key) for key in sorted(self)) or "none"
+        raise UsageKeyError(
+            "dispatcher",
+            f"no limiter named {name!r} in dispatcher.limiters (configured: {known})"
+            + did_you_mean(name, self),
+            "declare it under [limiters.NAME] in the dispatcher's configuration, or pass the "
+            "account object you built to require_rate_limiter",
+        )
+
+
 class JobDispatcher:
     """Runs a tree of jobs: the door, the lanes, admission, the attempt, the bus.
 
@@ -205,12 +223,14 @@ class JobDispatcher:
         self.limiter_kinds: LimiterRegistry | None = None
         """The account kinds the plugins provide, by name (``"counting"``, ...): what
         ``config.limiters`` is built from. ``None`` until the plugins load."""
-        self.limiters: dict[str, RateLimiter] = {}
+        self.limiters: dict[str, RateLimiter] = _NamedLimiters()
         """The accounts ``config.limiters`` declares, by name, built when the plugins load:
         pass one to :meth:`JobRequirements.require_rate_limiter
         <nucleo_trio.jobs.JobRequirements.require_rate_limiter>`
         (``dispatcher.limiters["search"]``). Empty until then; a kind or a setting its plugin
-        refuses stops the start with :class:`~nucleo_trio.errors.ConfigError`."""
+        refuses stops the start with :class:`~nucleo_trio.errors.ConfigError`. A name it does
+        not hold raises :class:`~nucleo_trio.errors.UsageKeyError` (a ``KeyError``) listing the
+        configured names and the nearest one."""
         self.accounts = RateLimiterRegistry()
         """The shared accounts, built on first use and kept for the dispatcher's life: one
         instance per limiter class (``dispatcher.accounts.instance(RenderSlots)``), and a token

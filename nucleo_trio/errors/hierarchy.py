@@ -273,6 +273,14 @@ class UsageValueError(UsageError, ValueError):
     """Raised for a value of the right type that the runtime cannot take."""
 
 
+class UsageKeyError(UsageError, KeyError):
+    """Raised for a name the runtime holds nothing under; it lists the names there are."""
+
+    def __str__(self) -> str:
+        """The message itself, not the quoted key a plain :class:`KeyError` shows."""
+        return str(self.args[0])
+
+
 class JobCancelledError(UncorrectableError):
     """Raised to a job's caller when the job was cancelled before it finished."""
 

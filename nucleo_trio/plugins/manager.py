@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.metadata
+import inspect
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Generic, TypeVar, cast
@@ -27,6 +28,7 @@ from nucleo_trio._plugin_errors import PluginError, plugin_label as _label
 from nucleo_trio.admission import RateLimiter
 from nucleo_trio.bus import JobObserver
 from nucleo_trio.errors import UsageError
+from nucleo_trio.errors._suggest import did_you_mean, nearest
 from nucleo_trio.guardrails import Guardrail
 from nucleo_trio.heartbeat.registry import HeartbeatJobs
 from nucleo_trio.jobs import AbstractJob, Identifiable
@@ -294,6 +296,35 @@ def _as_callable(thing: object) -> Callable[..., Any] | None:
     return thing if callable(thing) else None
 
 
+def _guess(name: object, known: Iterable[str]) -> str:
+    match = nearest(name, known)
+    return f" (did you mean {match!r}?)" if match is not None and match != name else ""
+
+
+def _accepted_settings(factory: Callable[..., Any]) -> list[str]:
+    """The keyword settings ``factory`` names after its first argument, in its order; empty
+    when its signature cannot be read."""
+    try:
+        parameters = list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in parameters[1:] if p.kind in kinds]
+
+
+def _unknown_settings(factory: Callable[..., Any], settings: Mapping[str, Any]) -> list[str]:
+    """The settings ``factory`` cannot take, when its signature says so (a factory taking
+    ``**settings`` takes anything, and answers for itself)."""
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return []
+    accepted = set(_accepted_settings(factory))
+    return sorted(name for name in settings if name not in accepted)
+
+
 class _NamedFactories(Generic[F]):
     """What the three registries share: one hook asked once, the factories it named, who
     provides each, and the failures that name the kind and its plugin.
@@ -333,14 +364,23 @@ class _NamedFactories(Generic[F]):
         except (KeyError, TypeError):
             known = ", ".join(repr(k) for k in self.kinds) or "none"
             raise self._unknown(
-                f"unknown {self._what} {kind!r}; known {self._plural}: {known} "
-                "(is the plugin that provides it installed?)"
+                f"unknown {self._what} {kind!r}{_guess(kind, self.kinds)}; known "
+                f"{self._plural}: {known} (is the plugin that provides it installed?)"
             ) from None
 
     def _build(self, kind: str, first: object, what_is_built: str, settings: dict[str, Any]) -> Any:
         """Call ``kind``'s factory with ``first`` and ``settings``; a failure is a
         :class:`PluginError` naming the kind and its plugin, chained to the cause."""
         factory, label = self._entry(kind)
+        unknown = _unknown_settings(factory, settings)
+        if unknown:
+            accepted = _accepted_settings(factory)
+            hints = "".join(did_you_mean(name, accepted) for name in unknown)
+            raise PluginError(
+                f"{self._what} {kind!r} from plugin {label} takes no setting "
+                f"{', '.join(repr(name) for name in unknown)}{hints} (its settings: "
+                f"{', '.join(accepted) or 'none'})"
+            )
         try:
             return factory(first, **settings)
         except Exception as exc:
