@@ -296,7 +296,30 @@ def _as_callable(thing: object) -> Callable[..., Any] | None:
     return thing if callable(thing) else None
 
 
-def _guess(name: object, known: Iterable[str]) -> str:
+_SHIPPED_KINDS = {
+    "redis_": "nucleo-trio-redis",
+    "postgres": "nucleo-trio-postgres",
+}
+"""Kinds the project's own plugin packages provide, by the start of their name: an unknown kind
+that starts so names the package and its install command instead of guessing."""
+
+
+def _install_hint(kind: object) -> str:
+    if isinstance(kind, str):
+        for prefix, package in _SHIPPED_KINDS.items():
+            if kind.startswith(prefix):
+                return (
+                    f"the {package} plugin provides it: install it with "
+                    f"`pip install -e plugins/{package}` from the repository's root"
+                )
+    return "is the plugin that provides it installed?"
+
+
+def _guess(name: object, known: Iterable[str], *, shipped: bool = False) -> str:
+    """`` (did you mean 'x'?)`` for a likely typo; nothing for a kind one of the project's own
+    plugin packages provides (when ``shipped``), whose message names the package instead."""
+    if shipped and isinstance(name, str) and name.startswith(tuple(_SHIPPED_KINDS)):
+        return ""
     match = nearest(name, known)
     return f" (did you mean {match!r}?)" if match is not None and match != name else ""
 
@@ -364,8 +387,8 @@ class _NamedFactories(Generic[F]):
         except (KeyError, TypeError):
             known = ", ".join(repr(k) for k in self.kinds) or "none"
             raise self._unknown(
-                f"unknown {self._what} {kind!r}{_guess(kind, self.kinds)}; known "
-                f"{self._plural}: {known} (is the plugin that provides it installed?)"
+                f"unknown {self._what} {kind!r}{_guess(kind, self.kinds, shipped=True)}; known "
+                f"{self._plural}: {known} ({_install_hint(kind)})"
             ) from None
 
     def _build(self, kind: str, first: object, what_is_built: str, settings: dict[str, Any]) -> Any:
