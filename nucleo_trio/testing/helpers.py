@@ -43,8 +43,10 @@ class EventRecorder:
 
     def __init__(self) -> None:
         self.events: list[ev.JobEvent] = []
+        """Every event delivered so far, oldest first."""
 
     def __call__(self, event: ev.JobEvent) -> None:
+        """Keep ``event``: the bus calls this for each event it delivers."""
         self.events.append(event)
 
     def of(self, job_id: str, *, limiter: bool = False) -> list[ev.JobEvent]:
