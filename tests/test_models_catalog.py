@@ -303,3 +303,40 @@ def test_the_models_and_llm_packages_export_what_they_name(name: str) -> None:
     package = importlib.import_module(name)
     assert len(package.__all__) == len(set(package.__all__))
     assert [n for n in package.__all__ if not hasattr(package, n)] == []
+
+
+def test_a_stated_zero_cache_multiplier_is_kept_not_replaced_by_the_default() -> None:
+    """MOD-03: a cache priced at zero (a provider that does not charge for cache reads) is what
+    the entry says; only an absent multiplier takes the default."""
+    from decimal import Decimal
+
+    from nucleo_trio.models import ModelCatalog
+    from nucleo_trio.models.catalog import (
+        DEFAULT_CACHE_READ_MULTIPLIER,
+        DEFAULT_CACHE_WRITE_MULTIPLIER,
+    )
+
+    entry = {
+        "grade": "SMALL",
+        "provider_key": "openai",
+        "max_context_tokens": 8000,
+        "max_output_tokens": 1000,
+    }
+    catalog = ModelCatalog.from_mapping(
+        {
+            "models": [
+                {
+                    "id": "free-cache",
+                    **entry,
+                    "cache_read_multiplier": 0,
+                    "cache_write_multiplier": 0,
+                },
+                {"id": "default-cache", **entry},
+            ]
+        },
+        source="test",
+    )
+    free, default = catalog.spec("free-cache"), catalog.spec("default-cache")
+    assert free.cache_read_multiplier == Decimal(0) == free.cache_write_multiplier
+    assert default.cache_read_multiplier == DEFAULT_CACHE_READ_MULTIPLIER
+    assert default.cache_write_multiplier == DEFAULT_CACHE_WRITE_MULTIPLIER

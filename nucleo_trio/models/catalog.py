@@ -462,6 +462,11 @@ def load_catalog(
     )
 
 
+def _or_default(stated: Decimal | None, default: Decimal) -> Decimal:
+    """What the entry states, ``0`` included (a free cache), else ``default``."""
+    return default if stated is None else stated
+
+
 def catalog_fragments(plugins: pluggy.PluginManager) -> list[tuple[Mapping[str, Any], str]]:
     """Every fragment the plugins contribute, each with its plugin's label, in registration
     order (the built-ins first)."""
@@ -697,9 +702,12 @@ def _entry(raw: object, defaults: Mapping[str, ProviderDefaults], where: str) ->
         thinking_budgets=_thinking_budgets(e, thinking_mode, max_output),
         output_budgets=_output_budgets(e, max_output),
         comfort_context_tokens=_comfort(e, max_context),
-        cache_write_multiplier=e.decimal("cache_write_multiplier")
-        or DEFAULT_CACHE_WRITE_MULTIPLIER,
-        cache_read_multiplier=e.decimal("cache_read_multiplier") or DEFAULT_CACHE_READ_MULTIPLIER,
+        cache_write_multiplier=_or_default(
+            e.decimal("cache_write_multiplier"), DEFAULT_CACHE_WRITE_MULTIPLIER
+        ),
+        cache_read_multiplier=_or_default(
+            e.decimal("cache_read_multiplier"), DEFAULT_CACHE_READ_MULTIPLIER
+        ),
         chars_per_token=float(chars),
     )
     return spec
