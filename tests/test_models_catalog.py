@@ -306,7 +306,7 @@ def test_the_models_and_llm_packages_export_what_they_name(name: str) -> None:
 
 
 def test_a_stated_zero_cache_multiplier_is_kept_not_replaced_by_the_default() -> None:
-    """MOD-03: a cache priced at zero (a provider that does not charge for cache reads) is what
+    """OBS-27: a cache priced at zero (a provider that does not charge for cache reads) is what
     the entry says; only an absent multiplier takes the default."""
     from decimal import Decimal
 
