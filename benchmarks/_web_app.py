@@ -16,7 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from examples.web_service import cancel_on_disconnect, job_counts, lifespan
-from nucleo_trio.jobs import JobContext, function_tool, workflow
+from nucleo_trio.jobs import JobContext, workflow
+from nucleo_trio.tools import function_tool
 
 
 @function_tool(timeout=10)

@@ -24,7 +24,8 @@ from nucleo_trio.admission import CountingGate
 from nucleo_trio.bus.events import JobScheduled, TerminalEvent
 from nucleo_trio.dispatch import open_dispatcher
 from nucleo_trio.errors import UncorrectableError
-from nucleo_trio.jobs import JobContext, JobRequirements, Orchestrator, function_tool, workflow
+from nucleo_trio.jobs import JobContext, JobRequirements, Orchestrator, workflow
+from nucleo_trio.tools import function_tool
 
 slots = CountingGate("lookups", 8)  # shared by the lookups of every request
 

@@ -61,10 +61,10 @@ from .jobs import (
     Tool as Tool,
     current_job as current_job,
     display_name as display_name,
-    function_tool as function_tool,
     tool_description as tool_description,
     workflow as workflow,
 )
+from .tools import function_tool as function_tool
 
 __version__ = "0.1.0"
 

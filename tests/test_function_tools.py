@@ -29,15 +29,14 @@ from nucleo_trio.guardrails import (
 from nucleo_trio.jobs import (
     DEFAULT_TIMEOUT,
     DEFAULT_UPSTREAM_RETRIES,
-    FunctionTool,
     JobContext,
     JobHandle,
     JobRequirements,
     JobType,
     Tool,
-    function_tool,
     workflow,
 )
+from nucleo_trio.tools import FunctionTool, function_tool
 
 db = CountingGate("ft-db", 1)
 

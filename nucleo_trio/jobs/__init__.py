@@ -8,12 +8,6 @@ from .context import (
     JobContext as JobContext,
     current_job as current_job,
 )
-from .functions import (
-    FunctionTool as FunctionTool,
-    ToolDecorator as ToolDecorator,
-    ToolFunction as ToolFunction,
-    function_tool as function_tool,
-)
 from .guarded import GuardedExecution as GuardedExecution
 from .handle import JobHandle as JobHandle
 from .identity import (
@@ -52,7 +46,6 @@ __all__ = [
     "CancellationToken",
     "ConversationCarrier",
     "Doer",
-    "FunctionTool",
     "GuardedExecution",
     "Identifiable",
     "JobContext",
@@ -65,12 +58,9 @@ __all__ = [
     "Orchestrator",
     "ScopeAuthority",
     "Tool",
-    "ToolDecorator",
-    "ToolFunction",
     "WorkflowRoot",
     "current_job",
     "display_name",
-    "function_tool",
     "tool_description",
     "workflow",
 ]

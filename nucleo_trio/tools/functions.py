@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar,
 import attrs
 
 from ..guardrails.kinds import AdmissionGuardrail, AuthGuardrail, ContentGuardrail, Guardrail
-from .job import DEFAULT_TIMEOUT, DEFAULT_UPSTREAM_RETRIES, Tool
-from .requirements import JobRequirements
+from ..jobs.job import DEFAULT_TIMEOUT, DEFAULT_UPSTREAM_RETRIES, Tool
+from ..jobs.requirements import JobRequirements
 
 if TYPE_CHECKING:
-    from .context import JobContext
-    from .identity import Identifiable
+    from ..jobs.context import JobContext
+    from ..jobs.identity import Identifiable
 
 __all__ = ["FunctionTool", "GuardFactory", "ToolDecorator", "ToolFunction", "function_tool"]
 
