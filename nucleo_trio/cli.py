@@ -280,7 +280,7 @@ def _run_trajectory(args: argparse.Namespace) -> int:
 
 # -- events ---------------------------------------------------------------------------------------
 _EVENTS_DESCRIPTION = """\
-Print the events a JsonLinesSink wrote (nucleo_trio.bus.jsonl; `nucleo-trio demo --events FILE`
+Print the events a JsonLinesSink wrote (nucleo_trio.observability.jsonl; `nucleo-trio demo --events FILE`
 writes one), one line each: the UTC time, the kind, the job and the message. The filters narrow
 what is printed: --kind and --family may be given several times (an event matching any of them
 passes), --job and --workflow keep the events of one job or one workflow; all of them together
@@ -342,7 +342,7 @@ def _byte_size(text: str) -> int:
 
 
 def _event_kind(text: str) -> str:
-    from .bus.jsonl import EVENT_KINDS
+    from .observability.jsonl import EVENT_KINDS
 
     if ":" in text:  # an application's own event, named by its path
         return text
@@ -370,7 +370,7 @@ def _event_family(text: str) -> str:
 def _run_events(args: argparse.Namespace) -> int:
     import json
 
-    from .bus.jsonl import DEFAULT_MAX_LINE_BYTES, EventFileError, read_event_records
+    from .observability.jsonl import DEFAULT_MAX_LINE_BYTES, EventFileError, read_event_records
 
     kinds, families = set(args.kind), set(args.family)
     limit = DEFAULT_MAX_LINE_BYTES if args.max_line_bytes is None else args.max_line_bytes

@@ -19,18 +19,6 @@ import trio
 from nucleo_trio.admission import CountingGate
 from nucleo_trio.admission.limiter import LimiterEventType
 from nucleo_trio.bus import events as ev
-from nucleo_trio.bus.jsonl import (
-    EVENT_KINDS,
-    EventFileError,
-    JsonLinesSink,
-    RecordedError,
-    dumps_event,
-    event_from_json,
-    event_to_json,
-    loads_event,
-    read_event_records,
-    read_events,
-)
 from nucleo_trio.cli import main
 from nucleo_trio.dispatch import open_dispatcher
 from nucleo_trio.errors import JobTimeoutError, NucleoSystemError
@@ -45,6 +33,18 @@ from nucleo_trio.jobs import (
     JobType,
     Tool,
     workflow as new_workflow,
+)
+from nucleo_trio.observability.jsonl import (
+    EVENT_KINDS,
+    EventFileError,
+    JsonLinesSink,
+    RecordedError,
+    dumps_event,
+    event_from_json,
+    event_to_json,
+    loads_event,
+    read_event_records,
+    read_events,
 )
 
 

@@ -34,16 +34,6 @@ import pytest
 import trio
 
 from nucleo_trio.bus import events as ev
-from nucleo_trio.bus.jsonl import (
-    MAX_NESTING,
-    RECORDED_TYPES_KEPT,
-    EventFileError,
-    ForeignError,
-    RecordedError,
-    dumps_event,
-    read_event_records,
-    read_events,
-)
 from nucleo_trio.dispatch import DispatcherConfig, open_dispatcher
 from nucleo_trio.errors import ConfigError, JobTimeoutError, NucleoSystemError
 from nucleo_trio.jobs import (
@@ -64,6 +54,16 @@ from nucleo_trio.observability import (
     trajectory,
 )
 from nucleo_trio.observability.control import ControlServer
+from nucleo_trio.observability.jsonl import (
+    MAX_NESTING,
+    RECORDED_TYPES_KEPT,
+    EventFileError,
+    ForeignError,
+    RecordedError,
+    dumps_event,
+    read_event_records,
+    read_events,
+)
 
 from .test_top import _sample
 
@@ -235,7 +235,7 @@ def test_a_line_over_the_limit_is_refused_without_being_read_whole(tmp_path: Pat
 
 
 def test_the_default_limit_refuses_a_line_of_many_megabytes(tmp_path: Path) -> None:
-    from nucleo_trio.bus.jsonl import DEFAULT_MAX_LINE_BYTES
+    from nucleo_trio.observability.jsonl import DEFAULT_MAX_LINE_BYTES
 
     path = tmp_path / "events.jsonl"
     with path.open("w") as out:

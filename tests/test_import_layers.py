@@ -6,11 +6,10 @@ other side first. These tests read the source (``ast``), so they see every impor
 not it runs, and name the modules and lines at fault.
 
 Importing ``a.b.c`` runs ``a/b/__init__.py`` first, and the package ``__init__`` files re-export
-their submodules, so two packages can still need each other with no cycle between modules
-(``jobs.context`` imports ``bus.events``; ``bus/__init__`` loads ``bus.jsonl``, which imports
-``jobs.requirements``). Such a cycle is safe only while no module in it reads a name from one
-that is still running, so a test below imports each of its modules first, in a fresh
-interpreter.
+their submodules, so two packages could need each other with no cycle between modules. LAYERS,
+at the end, declares the packages' order; the tests there hold every package-level import
+(``__init__`` loads included) to it, so no package cycle can form. Each module is also
+imported first, in a fresh interpreter, to show no import order breaks.
 """
 
 from __future__ import annotations
@@ -234,13 +233,6 @@ ALLOWED_IN_FUNCTIONS: dict[tuple[str, str], str] = {
         "broken subcommand cannot take the others down; only __main__ imports the CLI, so no "
         "cycle can run through it"
     ),
-    ("nucleo_trio.bus.jsonl", "nucleo_trio.heartbeat.records"): (
-        "a cycle still dodged: nucleo_trio.bus re-exports this module, so every import of an "
-        "event loads it, and the heartbeat package builds JobContexts in its Heart, whose "
-        "module publishes events (jobs.context -> bus -> bus.jsonl -> heartbeat -> "
-        "heartbeat.heart -> jobs.context). Only writing or reading a heartbeat event needs "
-        "the heartbeat rows, and no order of those imports survives a module-level import here"
-    ),
 }
 
 
@@ -385,3 +377,84 @@ def test_the_package_edges_follow_a_submodule_import_to_its_packages() -> None:
         "root.p.q.s": {"root.p.q.r"},
         "root.x": {"root.p.q.r", "root.p", "root.p.q"},
     }
+
+
+# The package's layers, bottom up: a package imports (at module level, __init__ loads included)
+# only from its own layer or the ones below. Within a layer packages may use one another as
+# long as the package graph stays free of cycles (checked below too). The private top-level
+# modules are helpers for everything above the errors.
+LAYERS: list[set[str]] = [
+    {"errors"},
+    {
+        "_amounts",
+        "_bounded_json",
+        "_clock",
+        "_heartbeat_mint",
+        "_job_snapshot",
+        "_plugin_errors",
+        "_progress",
+        "_redact",
+        "_scope",
+        "_serialization",
+        "_sqlite_writer",
+        "_watch",
+    },
+    {"admission"},
+    {"bus"},
+    {"jobs"},
+    {"guardrails", "resources", "http"},
+    {"heartbeat", "models"},
+    {"observability"},
+    {"tools"},
+    {"llm"},
+    {"plugins"},
+    {"dispatch"},
+    {"testing", "_demo", ""},
+    {"cli", "__main__"},
+]
+
+
+def _package(module: str) -> str:
+    """The top-level part of nucleo_trio a module belongs to (``""`` for the root package)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def _package_edges() -> dict[tuple[str, str], list[str]]:
+    found: dict[tuple[str, str], list[str]] = {}
+    for importer, targets in _with_packages(_graph()).items():
+        for target in targets:
+            edge = (_package(importer), _package(target))
+            if edge[0] != edge[1]:
+                found.setdefault(edge, []).append(f"{importer} -> {target}")
+    return found
+
+
+def test_every_package_has_a_layer() -> None:
+    """Each part of nucleo_trio is in exactly one of LAYERS, and every name there exists."""
+    parts = {_package(name) for name in MODULES}
+    listed = [name for layer in LAYERS for name in layer]
+    assert sorted(parts - set(listed)) == [], "a package with no layer: add it to LAYERS"
+    assert sorted(set(listed) - parts) == [], "a layer names what no longer exists"
+    assert len(listed) == len(set(listed)), "a package listed in two layers"
+
+
+def test_no_package_imports_from_a_layer_above_it() -> None:
+    """A module imports no module of a package in a higher layer (what a submodule import runs
+    of the packages around it counts): the layers are the package's real order."""
+    layer = {name: height for height, names in enumerate(LAYERS) for name in names}
+    upward = [
+        f"{importer} ({layer[importer]}) -> {imported} ({layer[imported]}): {why[0]}"
+        for (importer, imported), why in sorted(_package_edges().items())
+        if layer.get(importer, 0) < layer.get(imported, 0)
+    ]
+    assert upward == []
+
+
+def test_no_cycle_between_packages() -> None:
+    """Packages of one layer may use each other, but never both ways round."""
+    edges: dict[str, set[str]] = {}
+    for importer, imported in _package_edges():
+        edges.setdefault(importer, set()).add(imported)
+        edges.setdefault(imported, set())
+    assert _cycles(edges) == []

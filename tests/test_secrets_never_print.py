@@ -50,7 +50,6 @@ from nucleo_trio._redact import (
     redacted_repr,
 )
 from nucleo_trio.bus import events as ev
-from nucleo_trio.bus.jsonl import JsonLinesSink, dumps_event
 from nucleo_trio.dispatch.config import DatabaseConfig, HeartbeatConfig, LimiterConfig
 from nucleo_trio.errors import ConfigError
 from nucleo_trio.http import HttpSettings
@@ -65,6 +64,7 @@ from nucleo_trio.llm.clients.openai import (
 )
 from nucleo_trio.models import Grade, ModelRuntime, Providers
 from nucleo_trio.observability import TrajectoryRecorder
+from nucleo_trio.observability.jsonl import JsonLinesSink, dumps_event
 
 from .jobs_for_tests import Fn
 from .model_doubles import catalog, entry

@@ -2,7 +2,7 @@
 
 A :class:`~nucleo_trio.observability.TrajectoryRecorder` records the run into a SQLite file (a
 temporary one unless ``record`` names one), and the report ends with the workflow read back from
-it in call order. With ``events`` a :class:`~nucleo_trio.bus.JsonLinesSink` writes every event
+it in call order. With ``events`` a :class:`~nucleo_trio.observability.JsonLinesSink` writes every event
 of the run to that file.
 
 On a terminal the fan-out shows a progress bar (rich), cleared when the run ends; a pipe, a
@@ -37,10 +37,16 @@ import trio.testing
 
 from .._progress import RunProgress, terminal_console
 from ..admission import CountingGate
-from ..bus import JobObserver, JsonLinesSink, MessageBus, events as ev
+from ..bus import JobObserver, MessageBus, events as ev
 from ..dispatch import DispatcherConfig, open_dispatcher
 from ..jobs import JobState, workflow
-from ..observability import HealthSnapshot, Trajectory, TrajectoryRecorder, trajectory
+from ..observability import (
+    HealthSnapshot,
+    JsonLinesSink,
+    Trajectory,
+    TrajectoryRecorder,
+    trajectory,
+)
 from ..plugins.manager import make_plugin_manager
 from .memory import DemoMemory
 from .options import (

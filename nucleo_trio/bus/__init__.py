@@ -2,8 +2,8 @@
 
 ``events`` defines every event and its family; ``bus`` the :class:`MessageBus` that delivers
 them, one queue and one task per subscription; ``observers`` the :class:`JobObserver` base and
-the workflow-scoped :class:`AbstractWorkflowObserver`; ``jsonl`` the :class:`JsonLinesSink` that
-writes events as JSON lines and the readers that rebuild them.
+the workflow-scoped :class:`AbstractWorkflowObserver`. Writing events to a file as JSON lines,
+and reading them back, is :mod:`nucleo_trio.observability` (``JsonLinesSink``, ``read_events``).
 """
 
 from .bus import (
@@ -64,20 +64,6 @@ from .events import (
     amount_of as amount_of,
     family_of as family_of,
 )
-from .jsonl import (
-    EVENT_KINDS as EVENT_KINDS,
-    EventFileError as EventFileError,
-    ForeignError as ForeignError,
-    JsonLinesSink as JsonLinesSink,
-    RecordedError as RecordedError,
-    dumps_event as dumps_event,
-    event_from_json as event_from_json,
-    event_kind as event_kind,
-    event_to_json as event_to_json,
-    loads_event as loads_event,
-    read_event_records as read_event_records,
-    read_events as read_events,
-)
 from .observers import (
     AbstractWorkflowObserver as AbstractWorkflowObserver,
     JobObserver as JobObserver,
@@ -86,7 +72,6 @@ from .observers import (
 __all__ = [
     "DRAIN_TIMEOUT",
     "EVENT_FAMILIES",
-    "EVENT_KINDS",
     "NOOP_SUBSCRIPTION_ID",
     "QUEUE_CAPACITY",
     "SWEEP_INTERVAL",
@@ -95,9 +80,7 @@ __all__ = [
     "CancelHeartbeat",
     "ContentStreamEvent",
     "DependencyFailureEvent",
-    "EventFileError",
     "FailureEvent",
-    "ForeignError",
     "HeartbeatEvent",
     "HeartbeatFireFailed",
     "HeartbeatFired",
@@ -114,7 +97,6 @@ __all__ = [
     "JobScheduled",
     "JobStartedEvent",
     "JobTimedOut",
-    "JsonLinesSink",
     "LifecycleEvent",
     "LimiterEvent",
     "MessageBus",
@@ -126,7 +108,6 @@ __all__ = [
     "OrchestratorResumedEvent",
     "OutputTruncationRetryEvent",
     "ProgressEvent",
-    "RecordedError",
     "RateLimitRetryEvent",
     "ResponseCorrectionRetryEvent",
     "RetryEvent",
@@ -143,13 +124,6 @@ __all__ = [
     "WorkflowCompleteEvent",
     "WorkflowTerminationEvent",
     "amount_of",
-    "dumps_event",
-    "event_from_json",
-    "event_kind",
-    "event_to_json",
     "family_of",
-    "loads_event",
     "open_message_bus",
-    "read_event_records",
-    "read_events",
 ]

@@ -9,6 +9,8 @@ which keeps every job's snapshot in SQLite, and ``trajectory`` reads a recorded 
 call order (:func:`trajectory`, :func:`render_trajectory`). ``control`` holds the control
 socket a dispatcher serves its :class:`LiveSnapshot` on when ``control_socket`` is configured,
 and :func:`request_snapshot`, which reads it; ``top`` draws it (``nucleo-trio top``).
+``jsonl`` holds the :class:`JsonLinesSink`, a bus observer that writes every event to a file as
+one JSON object a line, and the readers that rebuild the events (:func:`read_events`).
 """
 
 from .control import (
@@ -45,6 +47,20 @@ from .health import (
     memory_summary as memory_summary,
     read_cpu_load as read_cpu_load,
 )
+from .jsonl import (
+    EVENT_KINDS as EVENT_KINDS,
+    EventFileError as EventFileError,
+    ForeignError as ForeignError,
+    JsonLinesSink as JsonLinesSink,
+    RecordedError as RecordedError,
+    dumps_event as dumps_event,
+    event_from_json as event_from_json,
+    event_kind as event_kind,
+    event_to_json as event_to_json,
+    loads_event as loads_event,
+    read_event_records as read_event_records,
+    read_events as read_events,
+)
 from .recorder import RECORDER_SCHEMA as RECORDER_SCHEMA, TrajectoryRecorder as TrajectoryRecorder
 from .trajectories import (
     INDENTED_LEVELS as INDENTED_LEVELS,
@@ -60,6 +76,7 @@ from .trajectories import (
 
 __all__ = [
     "DEFAULT_HEALTH_EVERY",
+    "EVENT_KINDS",
     "EVENT_LOGGER_ROOT",
     "GRANT_WINDOW",
     "INDENTED_LEVELS",
@@ -70,13 +87,17 @@ __all__ = [
     "ControlServer",
     "ControlSocketError",
     "CpuLoad",
+    "EventFileError",
     "EventLogger",
     "FailureRow",
+    "ForeignError",
     "HealthSnapshot",
+    "JsonLinesSink",
     "LimiterRow",
     "LiveSnapshot",
     "ParkedRow",
     "QueueSizes",
+    "RecordedError",
     "RecordingError",
     "RunningRow",
     "SystemHealthReporter",
@@ -88,11 +109,18 @@ __all__ = [
     "capture_health",
     "check_socket_directory",
     "current_workflow_id",
+    "dumps_event",
+    "event_from_json",
+    "event_kind",
+    "event_to_json",
     "is_health_event",
     "live_snapshot",
+    "loads_event",
     "memory_summary",
     "open_recording",
     "read_cpu_load",
+    "read_event_records",
+    "read_events",
     "recorded_workflows",
     "render_trajectory",
     "request_snapshot",

@@ -57,14 +57,14 @@ import attrs
 from .. import _bounded_json, errors as _errors
 from .._serialization import converter as _library_converter
 from ..admission.limiter import name_of
+from ..bus import events as ev
+from ..bus.observers import JobObserver
 from ..errors import NucleoSystemError
+from ..heartbeat.records import Heartbeat, HeartbeatRow, heartbeat_from_row, heartbeat_to_row
 from ..jobs.requirements import JobRequirements
-from . import events as ev
-from .observers import JobObserver
 
 if TYPE_CHECKING:
-    from ..heartbeat.records import Heartbeat
-    from .bus import MessageBus, Subscription
+    from ..bus.bus import MessageBus, Subscription
 
 __all__ = [
     "DEFAULT_MAX_LINE_BYTES",
@@ -305,8 +305,6 @@ _JSON_KEYS: Final = (str, int, float, bool, type(None))
 
 
 def _heartbeat_data(heartbeat: Heartbeat) -> dict[str, Any]:
-    from ..heartbeat.records import heartbeat_to_row
-
     try:
         row = heartbeat_to_row(heartbeat)
     except NucleoSystemError:
@@ -334,8 +332,6 @@ def _heartbeat_data(heartbeat: Heartbeat) -> dict[str, Any]:
 
 
 def _heartbeat_of(data: object) -> Heartbeat:
-    from ..heartbeat.records import HeartbeatRow, heartbeat_from_row
-
     if not isinstance(data, Mapping):
         raise ValueError(f"a heartbeat is an object, got {_shown(data)}")
     if data.get("restorable", True) is False:
