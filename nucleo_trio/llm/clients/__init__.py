@@ -51,7 +51,9 @@ The records (every field has the name given here; all are keyword arguments):
   ``stop: tuple[str, ...] = ()``, ``extra: Mapping[str, Any] = {}`` (provider fields passed
   through as they are). ``with_max_tokens(n)`` and ``with_model(id)`` return modified copies.
 * :class:`Usage`: ``input_tokens: int = 0``, ``output_tokens: int = 0``, ``estimated: bool =
-  False`` (the provider reported none; see :meth:`Usage.estimate`); ``total_tokens``.
+  False`` (the provider reported none; see :meth:`Usage.estimate`), ``cache_read_tokens: int =
+  0`` / ``cache_write_tokens: int = 0`` (the prompt's tokens read from and written to the
+  provider's prompt cache, not counted in ``input_tokens``); ``total_tokens``.
 * :class:`LLMResponse`: ``content: str = ""``, ``tool_calls: tuple[ToolCall, ...] = ()``,
   ``stop_reason: LLMStopReason = UNKNOWN``, ``provider_stop_reason: str | None`` (the provider's
   own word, e.g. "length"), ``usage: Usage``, ``model: str | None`` (the model id the call was

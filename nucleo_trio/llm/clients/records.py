@@ -343,15 +343,23 @@ class Usage:
     ``estimated`` is true when the provider reported no usage and the counts were worked out
     here instead: from the text (see :meth:`estimate`), or from what the call reserved. A spend
     ledger books such a call all the same, marked estimated, rather than at zero.
+
+    A provider with a prompt cache reports the cached part of the prompt apart:
+    ``cache_read_tokens`` were read from the cache and ``cache_write_tokens`` written to it, and
+    ``input_tokens`` is the rest of the prompt. The ledger prices each part at its own rate.
     """
 
     input_tokens: int = attrs.field(default=0, validator=_count)
-    """Tokens of the prompt the model read; 0 by default."""
+    """Tokens of the prompt the model read, the cached ones not included; 0 by default."""
     output_tokens: int = attrs.field(default=0, validator=_count)
     """Tokens the model wrote, thinking included; 0 by default."""
     estimated: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     """Whether the counts were worked out here because the provider reported none; ``False`` by
     default."""
+    cache_read_tokens: int = attrs.field(default=0, validator=_count)
+    """Tokens of the prompt read from the provider's prompt cache; 0 by default."""
+    cache_write_tokens: int = attrs.field(default=0, validator=_count)
+    """Tokens of the prompt written to the provider's prompt cache; 0 by default."""
 
     @classmethod
     def estimate(cls, input_text: str, output_text: str) -> Usage:
@@ -371,12 +379,20 @@ class Usage:
             input_tokens=max(self.input_tokens, other.input_tokens),
             output_tokens=max(self.output_tokens, other.output_tokens),
             estimated=self.estimated or other.estimated,
+            cache_read_tokens=max(self.cache_read_tokens, other.cache_read_tokens),
+            cache_write_tokens=max(self.cache_write_tokens, other.cache_write_tokens),
         )
 
     @property
     def total_tokens(self) -> int:
-        """Input and output tokens together."""
-        return self.input_tokens + self.output_tokens
+        """Every token the call consumed: the prompt, its cached parts included, and the
+        output."""
+        return (
+            self.input_tokens
+            + self.cache_read_tokens
+            + self.cache_write_tokens
+            + self.output_tokens
+        )
 
 
 def _duration(started_at: float | None, ended_at: float | None) -> float | None:
