@@ -1,4 +1,5 @@
-"""A local server that plays the OpenAI API, for tests, examples and the demo.
+"""A local server that plays the OpenAI API and Anthropic's Messages API, for tests, examples
+and the demo.
 
 It listens on loopback with real trio sockets and speaks HTTP/1.1 (through h11, which httpx
 already depends on), so the :class:`~nucleo_trio.llm.clients.openai.OpenAICompatibleClient` is
@@ -19,6 +20,12 @@ played, the ``responder`` answers (by default: a completion that echoes the last
 vectors derived from each text's hash). Streaming requests (``"stream": true``) get the same
 reply as server-sent events.
 
+The same server answers Anthropic's ``POST /v1/messages`` from the same script, in that API's
+shape: content blocks, ``stop_reason``, usage with the prompt cache's counts
+(``cache_read_tokens`` and ``cache_write_tokens`` of a reply), error bodies of ``"type":
+"error"``, and its streaming events (``message_start`` to ``message_stop``). Give an Anthropic
+client :attr:`FakeOpenAIServer.root` as its base URL; it authenticates with ``x-api-key``.
+
 Besides the script the server can behave like a provider under load:
 
 * ``requests_per_minute`` / ``tokens_per_minute``: a sliding one-minute window, counted on the
@@ -28,7 +35,8 @@ Besides the script the server can behave like a provider under load:
   ``x-ratelimit-remaining-*`` headers of those limits, as OpenAI sends them;
 * ``latency``: seconds slept on the trio clock before every answer (a reply may add its own
   ``delay``), so under the autojump clock a slow provider costs no real time;
-* ``api_key``: requests without ``Authorization: Bearer <key>`` get a 401.
+* ``api_key``: requests without ``Authorization: Bearer <key>`` (or, to ``/v1/messages``,
+  ``x-api-key: <key>``) get a 401.
 
 The server keeps every request it received, how many were in flight at once, and how many it
 refused for rate, so a test can assert what the client did.
@@ -61,6 +69,31 @@ __all__ = [
 
 _WINDOW = 60.0
 _MAX_BODY = 16 * 1024 * 1024
+_MESSAGES = "/v1/messages"
+_PATHS = ("/v1/chat/completions", "/v1/embeddings", _MESSAGES)
+
+# Anthropic's words for the finish reasons a script may give in OpenAI's; any other word is sent
+# as it is (a script may name Anthropic's own, such as "pause_turn").
+_ANTHROPIC_STOP = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "tool_calls": "tool_use",
+    "content_filter": "refusal",
+}
+# Anthropic's error types by status; any other 5xx is an api_error, any other 4xx an
+# invalid_request_error.
+_ANTHROPIC_ERROR = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
 
 
 @attrs.frozen(kw_only=True)
@@ -95,10 +128,17 @@ class FakeRequest:
         return value if isinstance(value, int) else None
 
     def last_user_text(self) -> str:
-        """The content of the last user turn, or '' when there is none."""
+        """The content of the last user turn (its text blocks joined, when it is a list of
+        blocks), or '' when there is none."""
         for message in reversed(self.messages):
             if isinstance(message, dict) and message.get("role") == "user":
                 content = message.get("content")
+                if isinstance(content, list):
+                    return "".join(
+                        str(block.get("text", ""))
+                        for block in content
+                        if isinstance(block, dict) and block.get("type") == "text"
+                    )
                 return content if isinstance(content, str) else ""
         return ""
 
@@ -116,7 +156,8 @@ class FakeReply:
     """One scripted answer.
 
     A 200 to a chat request is built from ``content``, ``tool_calls``, ``finish_reason`` and the
-    token counts (estimated from the request when left ``None``); a 200 to an embeddings
+    token counts (estimated from the request when left ``None``; the cache counts are reported
+    by ``/v1/messages`` only, and are 0 by default); a 200 to an embeddings
     request from ``vectors`` (hashed from the texts when ``None``). ``body`` replaces all of
     that with a JSON value (or a raw string) sent as it is, which is how error bodies are sent.
     ``delay`` is slept before answering; ``disconnect`` closes the connection without a word.
@@ -128,6 +169,8 @@ class FakeReply:
     finish_reason: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
     vectors: tuple[tuple[float, ...], ...] | None = None
     body: Any = None
     headers: Mapping[str, str] = attrs.field(factory=dict)
@@ -143,16 +186,21 @@ class FakeReply:
         finish_reason: str | None = None,
         input_tokens: int | None = None,
         output_tokens: int | None = None,
+        cache_read_tokens: int = 0,
+        cache_write_tokens: int = 0,
         delay: float = 0.0,
         headers: Mapping[str, str] | None = None,
     ) -> FakeReply:
-        """A chat completion; ``finish_reason`` defaults to ``tool_calls`` or ``stop``."""
+        """A chat completion; ``finish_reason`` defaults to ``tool_calls`` or ``stop``
+        (``tool_use`` or ``end_turn`` on ``/v1/messages``)."""
         return cls(
             content=content,
             tool_calls=tuple(tool_calls),
             finish_reason=finish_reason,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
+            cache_read_tokens=cache_read_tokens,
+            cache_write_tokens=cache_write_tokens,
             delay=delay,
             headers=dict(headers or {}),
         )
@@ -218,6 +266,31 @@ class FakeReply:
         return cls(disconnect=True)
 
 
+def _anthropic_stop(reply: FakeReply) -> str:
+    if reply.finish_reason is None:
+        return "tool_use" if reply.tool_calls else "end_turn"
+    return _ANTHROPIC_STOP.get(reply.finish_reason, reply.finish_reason)
+
+
+def _tool_use_block(call: ToolCall, arguments: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
+
+
+def _anthropic_error(status: int, body: Any) -> Any:
+    """An OpenAI-style error body in Anthropic's shape (``{"type": "error", "error": {"type",
+    "message"}}``); any other body is sent as it is."""
+    error = body.get("error") if isinstance(body, dict) and "type" not in body else None
+    if not isinstance(error, dict):
+        return body
+    code = str(error.get("code") or error.get("type") or "")
+    kind = _ANTHROPIC_ERROR.get(status) or (
+        "api_error" if status >= 500 else "invalid_request_error"
+    )
+    if status == 503 and "overload" in code:
+        kind = "overloaded_error"
+    return {"type": "error", "error": {"type": kind, "message": error.get("message") or ""}}
+
+
 FakeStep: TypeAlias = FakeReply | Callable[[FakeRequest], FakeReply]
 """A scripted answer, or a function of the request that returns one."""
 
@@ -273,8 +346,13 @@ class FakeOpenAIServer:
 
     @property
     def base_url(self) -> str:
-        """The URL to give a client, ending in ``/v1``."""
+        """The URL to give an OpenAI-compatible client, ending in ``/v1``."""
         return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def root(self) -> str:
+        """The server's address with no path: the base URL an Anthropic client takes."""
+        return f"http://{self.host}:{self.port}"
 
     @property
     def connections(self) -> int:
@@ -340,9 +418,11 @@ class FakeOpenAIServer:
     # -- answering ------------------------------------------------------------------------------
     def _answer(self, request: FakeRequest) -> FakeReply:
         if self.api_key is not None:
-            if request.headers.get("authorization") != f"Bearer {self.api_key}":
+            bearer = request.headers.get("authorization") == f"Bearer {self.api_key}"
+            keyed = request.path == _MESSAGES and request.headers.get("x-api-key") == self.api_key
+            if not bearer and not keyed:
                 return FakeReply.error(401, "Incorrect API key provided", code="invalid_api_key")
-        if request.path not in ("/v1/chat/completions", "/v1/embeddings"):
+        if request.path not in _PATHS:
             return FakeReply.error(404, f"Unknown path {request.path}", code="not_found")
         if request.method != "POST":
             return FakeReply.error(405, f"{request.method} is not allowed here")
@@ -441,6 +521,80 @@ class FakeOpenAIServer:
         events.append(b"data: [DONE]\n\n")
         return events
 
+    # -- Anthropic's Messages API --------------------------------------------------------------
+    def _message_body(self, request: FakeRequest, reply: FakeReply) -> dict[str, Any]:
+        """A ``message`` object: text and ``tool_use`` blocks, the stop reason, the usage."""
+        content: list[dict[str, Any]] = []
+        if reply.content or not reply.tool_calls:
+            content.append({"type": "text", "text": reply.content})
+        content += [
+            _tool_use_block(call, json.loads(call.arguments or "{}")) for call in reply.tool_calls
+        ]
+        return {
+            "id": f"msg_{len(self.requests)}",
+            "type": "message",
+            "role": "assistant",
+            "model": request.model or self.model,
+            "content": content,
+            "stop_reason": _anthropic_stop(reply),
+            "stop_sequence": None,
+            "usage": self._message_usage(request, reply),
+        }
+
+    def _message_usage(self, request: FakeRequest, reply: FakeReply) -> dict[str, int]:
+        counts = self._usage(request, reply)
+        return {
+            "input_tokens": counts["prompt_tokens"],
+            "output_tokens": counts["completion_tokens"],
+            "cache_creation_input_tokens": reply.cache_write_tokens,
+            "cache_read_input_tokens": reply.cache_read_tokens,
+        }
+
+    def _message_events(self, request: FakeRequest, reply: FakeReply) -> list[bytes]:
+        """The reply as Anthropic streams it: ``message_start``, one block at a time (text a
+        word a delta, a tool's input in two ``input_json_delta`` halves), ``message_delta``
+        with the stop reason and the output count, ``message_stop``."""
+        body = self._message_body(request, reply)
+        usage = body["usage"]
+        start = {**body, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+        events: list[tuple[str, dict[str, Any]]] = [("message_start", {"message": start})]
+        for index, block in enumerate(body["content"]):
+            if block["type"] == "text":
+                events.append(
+                    (
+                        "content_block_start",
+                        {"index": index, "content_block": {"type": "text", "text": ""}},
+                    )
+                )
+                events.append(("ping", {}))
+                words = block["text"].split(" ") if block["text"] else []
+                for i, word in enumerate(words):
+                    piece = word if i == len(words) - 1 else word + " "
+                    delta = {"type": "text_delta", "text": piece}
+                    events.append(("content_block_delta", {"index": index, "delta": delta}))
+            else:
+                arguments = json.dumps(block["input"])
+                half = len(arguments) // 2
+                events.append(
+                    (
+                        "content_block_start",
+                        {"index": index, "content_block": {**block, "input": {}}},
+                    )
+                )
+                for part in (arguments[:half], arguments[half:]):
+                    delta = {"type": "input_json_delta", "partial_json": part}
+                    events.append(("content_block_delta", {"index": index, "delta": delta}))
+            events.append(("content_block_stop", {"index": index}))
+        stop = {"stop_reason": body["stop_reason"], "stop_sequence": None}
+        events.append(
+            ("message_delta", {"delta": stop, "usage": {"output_tokens": usage["output_tokens"]}})
+        )
+        events.append(("message_stop", {}))
+        return [
+            f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
+            for name, data in events
+        ]
+
     # -- the wire -------------------------------------------------------------------------------
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         self._connections += 1
@@ -534,10 +688,16 @@ class FakeOpenAIServer:
     def _payload(self, request: FakeRequest, reply: FakeReply) -> bytes:
         if reply.body is not None:
             body = reply.body
+            if request.path == _MESSAGES and reply.status != 200:
+                body = _anthropic_error(reply.status, body)
         elif reply.status != 200:
             body = {"error": {"message": f"HTTP {reply.status}", "type": None, "code": None}}
+            if request.path == _MESSAGES:
+                body = _anthropic_error(reply.status, body)
         elif request.path == "/v1/embeddings":
             body = self._embeddings_body(request, reply)
+        elif request.path == _MESSAGES:
+            body = self._message_body(request, reply)
         else:
             body = self._completion_body(request, reply)
         return body.encode() if isinstance(body, str) else json.dumps(body).encode()
@@ -558,7 +718,12 @@ class FakeOpenAIServer:
             ],
         )
         await self._send(connection, stream, head)
-        for event in self._stream_events(request, reply):
+        events = (
+            self._message_events(request, reply)
+            if request.path == _MESSAGES
+            else self._stream_events(request, reply)
+        )
+        for event in events:
             await self._send(connection, stream, h11.Data(data=event))
         await self._send(connection, stream, h11.EndOfMessage())
 
