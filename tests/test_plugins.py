@@ -603,6 +603,99 @@ def test_a_database_factory_failure_names_kind_and_plugin_but_no_setting_values(
         kinds.create("renames", "")
 
 
+# --- nucleo_trio_model_provider_kinds ------------------------------------------------------------
+
+
+def _model_kinds_plugin(kinds: Any) -> object:
+    """A plugin object whose model-provider-kinds hook answers ``kinds``."""
+
+    class ModelKindsPlugin:
+        @hookimpl
+        def nucleo_trio_model_provider_kinds(self) -> Any:
+            return kinds
+
+    return ModelKindsPlugin()
+
+
+def test_nucleo_trio_model_provider_kinds_builtin_and_a_plugins_own() -> None:
+    """The built-in kind and a plugin's build a Provider for the key they are given; a kind
+    claimed twice names both plugins; an unknown kind names the known ones; a factory that
+    raises, builds no Provider or builds one for another key is refused naming the kind."""
+    from nucleo_trio.models import Provider
+    from nucleo_trio.plugins import ModelProviderKinds, UnknownModelProviderKindError
+
+    kinds = ModelProviderKinds(make_plugin_manager(load_entrypoints=False))
+    assert kinds.kinds == ("openai_compatible",)
+    local = kinds.create("openai_compatible", "local", base_url="http://127.0.0.1:9/v1")
+    assert isinstance(local, Provider) and local.key == "local" and local.close is not None
+
+    def refuses(key: str, **settings: Any) -> Any:
+        raise ValueError("no such endpoint")
+
+    plugin = _model_kinds_plugin(
+        {
+            "acme": lambda key, **settings: Provider(key, credential=settings.get("credential")),
+            "refuses": refuses,
+            "not_a_provider": lambda key, **settings: object(),
+            "rekeys": lambda key, **settings: Provider("other"),
+        }
+    )
+    kinds = ModelProviderKinds(make_plugin_manager(load_entrypoints=False, plugins=[plugin]))
+    assert kinds.create("acme", "acme", credential="ACME_KEY").credential == "ACME_KEY"
+    assert "ModelKindsPlugin" in kinds.provider("acme")
+    with pytest.raises(UnknownModelProviderKindError, match="'acmee'.*did you mean 'acme'"):
+        kinds.create("acmee", "acme")
+    with pytest.raises(PluginError, match="'refuses'.*ModelKindsPlugin.*no such endpoint") as e:
+        kinds.create("refuses", "acme", api_key="sk-secret")
+    assert "sk-secret" not in str(e.value) and "api_key" in str(e.value)
+    with pytest.raises(PluginError, match="is not a Provider"):
+        kinds.create("not_a_provider", "acme")
+    with pytest.raises(PluginError, match="under the key 'other'"):
+        kinds.create("rekeys", "acme")
+    with pytest.raises(ValueError, match="non-empty string key"):
+        kinds.create("acme", "")
+    twice = _model_kinds_plugin({"openai_compatible": refuses})
+    with pytest.raises(PluginError, match="'openai_compatible' is provided by two plugins"):
+        ModelProviderKinds(make_plugin_manager(load_entrypoints=False, plugins=[twice]))
+
+
+async def test_nucleo_trio_model_provider_kinds_configured_providers_are_registered_and_closed() -> (
+    None
+):
+    """A dispatcher builds each provider its ``model_providers`` table names, registers it on
+    its models under the key, and awaits its close when it stops; a bad one refuses the start
+    naming the key and the kind."""
+    from nucleo_trio.dispatch import DispatcherConfig, ModelProviderConfig, open_dispatcher
+    from nucleo_trio.errors import ConfigError
+    from nucleo_trio.models import Provider
+
+    closed: list[str] = []
+
+    def acme(key: str, *, region: str) -> Provider:
+        async def close() -> None:
+            closed.append(f"{key}@{region}")
+
+        return Provider(key, close=close)
+
+    plugin = _model_kinds_plugin({"acme": acme})
+    config = DispatcherConfig.from_mapping(
+        {"model_providers": {"acme-eu": {"kind": "acme", "settings": {"region": "eu"}}}}
+    )
+    assert config.model_providers == {
+        "acme-eu": ModelProviderConfig(kind="acme", settings={"region": "eu"})
+    }
+    manager = make_plugin_manager(load_entrypoints=False, plugins=[plugin])
+    async with open_dispatcher(config, plugin_manager=manager) as dispatcher:
+        assert dispatcher.models.providers.keys == ("acme-eu",)
+        assert closed == []
+    assert closed == ["acme-eu@eu"]
+    bad = DispatcherConfig(model_providers={"x": ModelProviderConfig(kind="acme")})
+    manager = make_plugin_manager(load_entrypoints=False, plugins=[plugin])
+    with pytest.raises(ConfigError, match="model provider 'x' \\(kind 'acme'\\)"):
+        async with open_dispatcher(bad, plugin_manager=manager):
+            pass  # pragma: no cover
+
+
 # --- every hook is tested and documented ---------------------------------------------------------
 
 

@@ -6,6 +6,7 @@ from .config import (
     HeartbeatConfig as HeartbeatConfig,
     LimiterConfig as LimiterConfig,
     MemoryConfig as MemoryConfig,
+    ModelProviderConfig as ModelProviderConfig,
 )
 from .dispatcher import (
     MAX_CORRECTION_RETRIES as MAX_CORRECTION_RETRIES,
@@ -40,6 +41,7 @@ __all__ = [
     "JobDispatcher",
     "LimiterConfig",
     "MemoryConfig",
+    "ModelProviderConfig",
     "NoGuardrails",
     "StandardDemandAssembler",
     "grace_period",

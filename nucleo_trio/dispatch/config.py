@@ -24,6 +24,7 @@ __all__ = [
     "HeartbeatConfig",
     "LimiterConfig",
     "MemoryConfig",
+    "ModelProviderConfig",
 ]
 
 
@@ -91,6 +92,21 @@ class DatabaseConfig:
     settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings, repr=_shown)
     """The keyword arguments the provider is built with; empty by default. A ``repr`` masks
     URLs and credential-like values (a connection string's password)."""
+
+
+@suggest_keywords
+@attrs.frozen(kw_only=True)
+class ModelProviderConfig:
+    """The provider of one catalog provider key, declared by kind:
+    ``{"kind": "openai", "settings": {"credential": "OPENAI_API_KEY"}}``."""
+
+    kind: str = attrs.field(validator=_kind)
+    """The model provider kind a plugin registers: built in, ``"openai_compatible"``;
+    ``"openai"`` comes with the OpenAI plugin. A blank one raises
+    :class:`~nucleo_trio.errors.ConfigError`; an unknown one stops the dispatcher's start."""
+    settings: dict[str, Any] = attrs.field(factory=dict, validator=_settings, repr=_shown)
+    """The keyword arguments the provider is built with (``base_url``, ``credential``, ...);
+    empty by default. A ``repr`` masks URLs and credential-like values."""
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -243,6 +259,10 @@ class DispatcherConfig:
     """Database providers by name, each declared by plugin kind; built at start, registered in
     ``dispatcher.databases`` under their names (what ``require_database(name)`` finds), and
     closed at shutdown. Empty by default."""
+    model_providers: dict[str, ModelProviderConfig] = attrs.field(factory=dict)
+    """Model providers by the provider key catalog entries name, each declared by plugin kind;
+    built when the plugins load, registered on ``dispatcher.models.providers``, and closed when
+    the dispatcher stops. Empty by default."""
     memory: MemoryConfig = attrs.field(
         factory=MemoryConfig, validator=attrs.validators.instance_of(MemoryConfig)
     )
@@ -349,7 +369,13 @@ def _as_written(value: Any, _: type) -> Any:
 
 
 # A kind written as a number would be read as its string ("3"); judged as written instead.
-for _declared in (LimiterConfig, GuardrailConfig, DatabaseConfig, HeartbeatConfig):
+for _declared in (
+    LimiterConfig,
+    GuardrailConfig,
+    DatabaseConfig,
+    ModelProviderConfig,
+    HeartbeatConfig,
+):
     converter.register_structure_hook(
         _declared,
         make_dict_structure_fn(

@@ -81,6 +81,7 @@ from ..plugins.manager import (
     DBProviderKinds,
     GuardrailKinds,
     LimiterRegistry,
+    ModelProviderKinds,
     PluginError,
     heartbeat_jobs_from,
     make_plugin_manager,
@@ -243,6 +244,9 @@ class JobDispatcher:
         self.db_kinds: DBProviderKinds | None = None
         """The database provider kinds the plugins provide, by name: what ``config.databases``
         is built from. ``None`` until the plugins load."""
+        self.model_provider_kinds: ModelProviderKinds | None = None
+        """The model provider kinds the plugins provide, by name: what
+        ``config.model_providers`` is built from. ``None`` until the plugins load."""
         self.bus = bus or MessageBus()
         """The message bus every event goes through: the ``bus`` passed in, else one of its
         own. Subscribe observers to it; it stops last at shutdown, delivering what was
@@ -584,6 +588,16 @@ class JobDispatcher:
             except (PluginError, RuntimeError, TypeError, ValueError) as exc:
                 raise ConfigError(
                     f"dispatcher config: database {name!r} (kind {database.kind!r}): {exc}"
+                ) from exc
+        self.model_provider_kinds = ModelProviderKinds(self.plugins)
+        for key, provided in self.config.model_providers.items():
+            try:
+                self.models.providers.register(
+                    self.model_provider_kinds.create(provided.kind, key, **provided.settings)
+                )
+            except (PluginError, TypeError, ValueError) as exc:
+                raise ConfigError(
+                    f"dispatcher config: model provider {key!r} (kind {provided.kind!r}): {exc}"
                 ) from exc
         self.guardrail_kinds = GuardrailKinds(self.plugins)
         check_attached_guardrails(self.config.guardrails, self.guardrail_kinds)

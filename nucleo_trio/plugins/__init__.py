@@ -11,7 +11,8 @@ and is found through the ``nucleo_trio`` entry-point group (see ``docs/plugins.m
 
 The runtime builds one manager with :func:`make_plugin_manager` and asks it for limiter kinds
 through a :class:`LimiterRegistry`, for database provider kinds through a
-:class:`DBProviderKinds`, and for guardrails by name through a :class:`GuardrailKinds`.
+:class:`DBProviderKinds`, for model provider kinds through a :class:`ModelProviderKinds`, and
+for guardrails by name through a :class:`GuardrailKinds`.
 """
 
 from nucleo_trio.plugins.hookspecs import (
@@ -19,6 +20,7 @@ from nucleo_trio.plugins.hookspecs import (
     DBProviderFactory as DBProviderFactory,
     GuardrailFactory as GuardrailFactory,
     LimiterFactory as LimiterFactory,
+    ModelProviderFactory as ModelProviderFactory,
     hookimpl as hookimpl,
     hookspec as hookspec,
 )
@@ -26,10 +28,12 @@ from nucleo_trio.plugins.manager import (
     DBProviderKinds as DBProviderKinds,
     GuardrailKinds as GuardrailKinds,
     LimiterRegistry as LimiterRegistry,
+    ModelProviderKinds as ModelProviderKinds,
     PluginError as PluginError,
     UnknownDBProviderKindError as UnknownDBProviderKindError,
     UnknownGuardrailKindError as UnknownGuardrailKindError,
     UnknownLimiterKindError as UnknownLimiterKindError,
+    UnknownModelProviderKindError as UnknownModelProviderKindError,
     heartbeat_jobs_from as heartbeat_jobs_from,
     make_plugin_manager as make_plugin_manager,
     observers_from as observers_from,
@@ -43,10 +47,13 @@ __all__ = [
     "GuardrailKinds",
     "LimiterFactory",
     "LimiterRegistry",
+    "ModelProviderFactory",
+    "ModelProviderKinds",
     "PluginError",
     "UnknownDBProviderKindError",
     "UnknownGuardrailKindError",
     "UnknownLimiterKindError",
+    "UnknownModelProviderKindError",
     "heartbeat_jobs_from",
     "hookimpl",
     "hookspec",
@@ -59,10 +66,12 @@ for _public in (
     DBProviderKinds,
     GuardrailKinds,
     LimiterRegistry,
+    ModelProviderKinds,
     PluginError,
     UnknownDBProviderKindError,
     UnknownGuardrailKindError,
     UnknownLimiterKindError,
+    UnknownModelProviderKindError,
 ):
     _public.__module__ = __name__
 del _public

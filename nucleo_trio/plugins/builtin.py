@@ -30,10 +30,12 @@ from nucleo_trio.guardrails import (
 )
 from nucleo_trio.heartbeat import HeartbeatStore, InMemoryHeartbeatStore, SQLiteHeartbeatStore
 from nucleo_trio.heartbeat.store import _settings_of
+from nucleo_trio.llm.providers import openai_compatible
 from nucleo_trio.plugins.hookspecs import (
     DBProviderFactory,
     GuardrailFactory,
     LimiterFactory,
+    ModelProviderFactory,
     hookimpl,
 )
 from nucleo_trio.resources import CountingDBResourceProvider, SQLiteProvider
@@ -46,6 +48,7 @@ __all__ = [
     "nucleo_trio_heartbeat_store",
     "nucleo_trio_limiter_kinds",
     "nucleo_trio_memory_reader",
+    "nucleo_trio_model_provider_kinds",
     "rate_limit",
     "sqlite_database",
     "token_bucket",
@@ -149,6 +152,14 @@ def nucleo_trio_db_provider_kinds() -> Mapping[str, DBProviderFactory]:
     """Provide ``"sqlite"`` (see :func:`sqlite_database`) and ``"counting"`` (see
     :func:`counting_database`)."""
     return {"sqlite": sqlite_database, "counting": counting_database}
+
+
+@hookimpl
+def nucleo_trio_model_provider_kinds() -> Mapping[str, ModelProviderFactory]:
+    """Provide ``"openai_compatible"``: any OpenAI-compatible endpoint over the runtime's own
+    httpx client (see :func:`~nucleo_trio.llm.openai_compatible`; settings ``base_url``,
+    ``api_key``, ``credential``)."""
+    return {"openai_compatible": openai_compatible}
 
 
 @hookimpl(trylast=True)

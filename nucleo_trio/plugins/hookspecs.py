@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from nucleo_trio.guardrails import Guardrail
     from nucleo_trio.heartbeat import HeartbeatStore
     from nucleo_trio.jobs import AbstractJob, Identifiable
+    from nucleo_trio.models import Provider
     from nucleo_trio.resources import DBResourceProvider
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "DBProviderFactory",
     "GuardrailFactory",
     "LimiterFactory",
+    "ModelProviderFactory",
     "hookimpl",
     "hookspec",
     "nucleo_trio_db_provider_kinds",
@@ -54,6 +56,7 @@ __all__ = [
     "nucleo_trio_limiter_kinds",
     "nucleo_trio_memory_reader",
     "nucleo_trio_model_catalog",
+    "nucleo_trio_model_provider_kinds",
     "nucleo_trio_observers",
 ]
 
@@ -100,6 +103,24 @@ class DBProviderFactory(Protocol):
 
     def __call__(self, name: str, /, *args: Any, **settings: Any) -> DBResourceProvider:
         """Build the provider of the datasource called ``name`` from the kind's keyword
+        ``settings``.
+
+        Raise when a setting cannot be honoured; the registry turns that into a
+        :class:`~nucleo_trio.plugins.PluginError` naming the kind and its plugin.
+        """
+        ...
+
+
+class ModelProviderFactory(Protocol):
+    """Builds the provider of one catalog provider key: ``factory(key, **settings) -> Provider``.
+
+    ``key`` is the provider key catalog entries name as ``provider_key``; ``settings`` are the
+    kind's keyword options from configuration, such as ``base_url`` and ``credential`` (the
+    name of the environment variable that holds the API key, never the key itself).
+    """
+
+    def __call__(self, key: str, /, *args: Any, **settings: Any) -> Provider:
+        """Build the :class:`~nucleo_trio.models.Provider` for ``key`` from the kind's keyword
         ``settings``.
 
         Raise when a setting cannot be honoured; the registry turns that into a
@@ -197,6 +218,20 @@ def nucleo_trio_model_catalog() -> Mapping[str, Any] | None:
     ``models`` list of entries and optionally ``provider_defaults``, or ``None`` to contribute
     nothing. A fragment may not declare ``pins``; an entry id declared by two fragments, and a
     malformed entry, are refused naming the fragment's plugin, the entry and the field.
+    """
+
+
+@hookspec
+def nucleo_trio_model_provider_kinds() -> Mapping[str, ModelProviderFactory]:  # type: ignore[empty-body]
+    """Name the model provider kinds this plugin provides (a registration hook: every answer
+    counts).
+
+    Return a mapping from kind name (``"openai_compatible"``, ``"openai"``, ...) to the
+    :class:`ModelProviderFactory` that builds the :class:`~nucleo_trio.models.Provider` of one
+    provider key. A configuration's ``model_providers`` table names a kind per provider key;
+    the dispatcher builds each when its plugins load and registers it on
+    ``dispatcher.models.providers``, and closes what it holds when the dispatcher stops. A kind
+    provided by two plugins is refused naming both.
     """
 
 

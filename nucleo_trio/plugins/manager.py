@@ -32,12 +32,14 @@ from nucleo_trio.errors._suggest import did_you_mean, nearest
 from nucleo_trio.guardrails import Guardrail
 from nucleo_trio.heartbeat.registry import HeartbeatJobs
 from nucleo_trio.jobs import AbstractJob, Identifiable
+from nucleo_trio.models import Provider
 from nucleo_trio.plugins import builtin, hookspecs
 from nucleo_trio.plugins.hookspecs import (
     PROJECT_NAME,
     DBProviderFactory,
     GuardrailFactory,
     LimiterFactory,
+    ModelProviderFactory,
 )
 from nucleo_trio.resources import DBResourceProvider
 
@@ -45,10 +47,12 @@ __all__ = [
     "DBProviderKinds",
     "GuardrailKinds",
     "LimiterRegistry",
+    "ModelProviderKinds",
     "PluginError",
     "UnknownDBProviderKindError",
     "UnknownGuardrailKindError",
     "UnknownLimiterKindError",
+    "UnknownModelProviderKindError",
     "heartbeat_jobs_from",
     "make_plugin_manager",
     "observers_from",
@@ -70,6 +74,14 @@ class UnknownDBProviderKindError(PluginError, LookupError):
 
     The message lists the kinds that are known; ``"postgres"`` missing usually means the
     ``nucleo-trio-postgres`` distribution is not installed in this environment.
+    """
+
+
+class UnknownModelProviderKindError(PluginError, LookupError):
+    """A model provider kind was asked for that no registered plugin provides.
+
+    The message lists the kinds that are known; ``"openai"`` missing usually means the
+    ``nucleo-trio-openai`` distribution is not installed in this environment.
     """
 
 
@@ -503,6 +515,51 @@ class DBProviderKinds(_NamedFactories[DBProviderFactory]):
             raise PluginError(
                 f"{self._what} {kind!r} from plugin {self.provider(kind)} built {name!r} under "
                 f"the name {provider.name!r}; a provider must carry its datasource's name"
+            )
+        return provider
+
+
+class ModelProviderKinds(_NamedFactories[ModelProviderFactory]):
+    """The model provider kinds every plugin provides, and the one place a
+    :class:`~nucleo_trio.models.Provider` is built by kind (a configuration's
+    ``model_providers`` table names a kind per provider key).
+
+    Built from a plugin manager, it asks the ``nucleo_trio_model_provider_kinds`` hook once. A
+    kind claimed by two plugins is refused naming both, and every failure to build names the
+    kind and the plugin that provides it.
+
+    >>> kinds = ModelProviderKinds(make_plugin_manager(load_entrypoints=False))
+    >>> "openai_compatible" in kinds
+    True
+    >>> provider = kinds.create("openai_compatible", "local", base_url="http://127.0.0.1:8000/v1")
+    >>> provider.key
+    'local'
+    """
+
+    __slots__ = ()
+    _hook = "nucleo_trio_model_provider_kinds"
+    _what = "model provider kind"
+    _unknown = UnknownModelProviderKindError
+
+    def create(self, kind: str, key: str, **settings: Any) -> Provider:
+        """Build the provider of the provider key ``key`` of kind ``kind`` from its
+        ``settings``.
+
+        Raises :class:`UnknownModelProviderKindError` naming the kind and the known ones,
+        ``ValueError`` for an empty or non-string ``key``, and :class:`PluginError` naming the
+        kind and its plugin when the factory raises (chained as ``__cause__``) or returns
+        something that is not a :class:`~nucleo_trio.models.Provider` for ``key``.
+        """
+        self._entry(kind)
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"a {kind!r} model provider needs a non-empty string key, got {key!r}")
+        provider = self._build(kind, key, repr(key), settings)
+        if not isinstance(provider, Provider):
+            raise self._refuse(kind, repr(key), provider, "is not a Provider")
+        if provider.key != key:
+            raise PluginError(
+                f"{self._what} {kind!r} from plugin {self.provider(kind)} built {key!r} under "
+                f"the key {provider.key!r}; a provider must carry the key it is built for"
             )
         return provider
 
