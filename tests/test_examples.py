@@ -64,7 +64,11 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "docs/guide/web-service.md": ("hypercorn", "starlette"),
     "docs/guide/opentelemetry.md": ("opentelemetry.sdk", "nucleo_trio_otel"),
 }
-TIMEOUT = 60.0
+TIMEOUT = 150.0
+"""Seconds an example or the pages' run may take before it counts as hung: a bound for a broken
+build, not a timing. The pages run one after another in one process, a few seconds on an idle
+machine; a loaded one (the suite beside CPU burners) has been seen past 60 s. Below the suite's
+180 s deadline per test, so the hang is named here."""
 MAX_EXAMPLE_LINES = 99
 # A web service carries its framework's glue besides the one thing it teaches (the middleware that
 # turns a client gone into a cancellation, and a server run around itself so it can be run).
