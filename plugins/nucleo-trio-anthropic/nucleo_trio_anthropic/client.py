@@ -16,6 +16,7 @@ from types import MappingProxyType, TracebackType
 from typing import Any, Final, Self
 
 import anthropic
+import anthropic._base_client as anthropic_base_client
 import httpx2
 import trio
 
@@ -53,6 +54,7 @@ SERVICE: Final = "anthropic"
 _ENDPOINT = "/v1/messages"
 _OVERLOADED = 529
 _PREVIEW = 300
+_UNRESOLVED: Final = object()
 
 # The status each error type of Anthropic's error body stands for; a stream that fails after
 # its 200 says what went wrong only in the body of its ``error`` event.
@@ -106,9 +108,24 @@ def open_sdk_client(
         transport=httpx2.AsyncHTTPTransport(limits=limits, retries=0), timeout=timeout
     )
     # A timeout of our own also keeps the SDK from refusing a large max_tokens unstreamed.
-    return anthropic.AsyncAnthropic(
-        api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout, http_client=pool
+    return _platform_resolved(
+        anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout, http_client=pool
+        )
     )
+
+
+def _platform_resolved(client: anthropic.AsyncAnthropic) -> anthropic.AsyncAnthropic:
+    """``client`` with the platform of its request headers already known.
+
+    Left unknown, the SDK works it out in a worker thread at its first request. Under trio's
+    autojump clock a wait on a thread reads as idle, and the clock leaps to the next deadline
+    (a job's timeout) before the request is sent. Worked out here, once, it costs a few
+    ``platform`` calls on the trio thread.
+    """
+    if getattr(client, "_platform", _UNRESOLVED) is None:
+        client._platform = anthropic_base_client.get_platform()
+    return client
 
 
 # --------------------------------------------------------------------------------------------
@@ -453,7 +470,7 @@ class AnthropicClient:
             )
         elif client.max_retries != 0:
             client = client.with_options(max_retries=0)
-        self._sdk = client
+        self._sdk = _platform_resolved(client)
 
     @property
     def model_identifier(self) -> str | None:
