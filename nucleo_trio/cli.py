@@ -33,6 +33,10 @@ PROG = "nucleo-trio"
 
 Handler = Callable[[argparse.Namespace], int]
 
+READER_GONE = 141
+"""The exit status when the reader of the output goes away (``nucleo-trio demo | head``):
+128 + SIGPIPE, what a shell reports for a filter that the signal ended."""
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (``sys.argv[1:]`` when ``None``), run the subcommand, answer its exit code."""
@@ -43,18 +47,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        # The reader went away (`nucleo-trio demo | head`). Point stdout at devnull so the
-        # interpreter's final flush does not fail a second time, as the Python docs advise.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 1
     except Exception as exc:
+        if _reader_gone(exc):
+            # `nucleo-trio demo | head`: the reader has what it wanted. Point stdout at devnull
+            # so the interpreter's final flush does not fail a second time, and end as a filter
+            # that SIGPIPE ended does, without a word: 1 would say the command failed.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return READER_GONE
         refusal = _refusal(exc)
         if refusal is None:
             raise
         print(f"{PROG} {args.command}: {refusal}", file=sys.stderr)
         return 1
+
+
+def _reader_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` is the output's reader having gone away (a ``BrokenPipeError``, perhaps
+    inside error groups, as a write inside a trio run raises it)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_reader_gone(inner) for inner in exc.exceptions)
+    return isinstance(exc, BrokenPipeError)
 
 
 def _refusal(exc: BaseException) -> BaseException | None:
@@ -105,8 +118,9 @@ terminal a progress bar follows the fan-out; piped, the output is the plain repo
 
 By default the run happens in virtual time (trio's MockClock with autojump): instant, and the
 same seed prints the same numbers. --real-time runs it on the wall clock (about ten seconds).
-Exit status: 0 when every job is accounted for exactly once, 1 if the tally does not add up,
-2 for a bad option."""
+Exit status: 0 when every job is accounted for exactly once, 1 if the tally does not add up
+or a file or socket option cannot be used, 2 for a bad option, 130 after Ctrl-C (the report
+tells what happened until then), 141 when the reader of the output goes away (`demo | head`)."""
 
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
