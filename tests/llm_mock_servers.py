@@ -1,7 +1,8 @@
-"""OpenAI-compatible mock servers that are not ours, each run as a process on a free loopback port.
+"""LLM mock servers that are not ours, each run as a process on a free loopback port.
 
 * :func:`running_llmock`: LLMock (``llmock`` on PyPI), a FastAPI server that plays the OpenAI
-  API and breaks it on demand: HTTP errors, streams cut short without a finish reason, dropped
+  API, and Anthropic's Messages API under ``/anthropic`` (:attr:`MockServer.anthropic_base_url`),
+  and breaks them on demand: HTTP errors, streams cut short without a finish reason, dropped
   connections. Behaviours are queued over its control API (:meth:`Llmock.script`) and every
   request it served can be read back (:meth:`Llmock.requests`), with its own verdict on how the
   client coped (:meth:`Llmock.verdict`).
@@ -77,6 +78,11 @@ class MockServer:
     def base_url(self) -> str:
         """The OpenAI API's base URL on this server."""
         return f"{self.root}/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """The base URL of LLMock's Anthropic Messages API, as the ``anthropic`` SDK takes it."""
+        return f"{self.root}/anthropic"
 
     def log_tail(self, lines: int = 30) -> str:
         try:
