@@ -32,7 +32,13 @@ import griffe
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
-PACKAGES = ("nucleo_trio", "nucleo_trio_postgres", "nucleo_trio_redis", "nucleo_trio_otel")
+PACKAGES = (
+    "nucleo_trio",
+    "nucleo_trio_postgres",
+    "nucleo_trio_redis",
+    "nucleo_trio_otel",
+    "nucleo_trio_mcp",
+)
 _DIRECTIVE = re.compile(r"^::: ([\w.]+)", re.M)
 
 RULE_ID = re.compile(r"\b(?!SHA-)[A-Z]{2,5}-\d{2,3}\b")

@@ -1,0 +1,196 @@
+"""The servers of one configuration, and the task their connections run in.
+
+:class:`McpServers` holds every server of an :class:`~nucleo_trio_mcp.McpConfig`, the
+``mcp:stdio`` gate they share, and one task that runs their connections. Whoever holds it runs
+that task: a dispatcher whose configuration declares the servers runs it for its own life, or a
+program runs it for the duration of a block::
+
+    async with McpServers({"servers": {"calc": {"command": "python", "args": ["calc.py"]}}}) as mcp:
+        tools = await mcp.tools()
+
+Closing (the end of the block, the dispatcher's stop) refuses every later call, ends each
+connection and waits for each server process to exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from types import TracebackType
+from typing import Any
+
+import trio
+
+from nucleo_trio.admission import StdioPoolGate
+from nucleo_trio.errors._suggest import did_you_mean
+from nucleo_trio.jobs import AbstractStoppable
+
+from .config import McpConfig
+from .server import McpServer
+from .tools import McpTool
+
+__all__ = ["CLOSE_WINDOW", "McpServers"]
+
+log = logging.getLogger("nucleo_trio_mcp")
+
+CLOSE_WINDOW = 10.0
+"""Seconds closing waits for the servers' processes to exit before it cancels what is left
+(the SDK then kills them)."""
+
+_Task = tuple[Callable[..., Awaitable[None]], Any]
+
+
+class McpServers(Mapping[str, McpServer], AbstractStoppable):
+    """Every server of a configuration, by name, and the task their connections run in.
+
+    ``config`` is an :class:`~nucleo_trio_mcp.McpConfig` or the plain data of one (the
+    ``[mcp]`` table); a bad one raises :class:`~nucleo_trio.errors.ConfigError`. It is a
+    read-only mapping of the servers by name (``servers["calc"]``, a name it does not hold a
+    :class:`KeyError` naming those it does). Use it as ``async with``, run :meth:`run` in a
+    nursery, or let a dispatcher hold it (its configuration's ``mcp`` table).
+    """
+
+    def __init__(self, config: McpConfig | Mapping[str, Any]) -> None:
+        if not isinstance(config, McpConfig):
+            config = McpConfig.from_mapping(config)
+        self.config = config
+        """The configuration the servers were built from."""
+        self.pool = StdioPoolGate(config.stdio_pool_max)
+        """The ``mcp:stdio`` gate every stdio server's calls share."""
+        self._servers = {
+            name: McpServer(name, settings, pool=self.pool, spawn=self._spawn)
+            for name, settings in config.servers.items()
+        }
+        send, receive = trio.open_memory_channel[_Task](math.inf)
+        self._requests = send
+        self._incoming = receive
+        self._running = False
+        self._done = trio.Event()
+        self._host: trio.CancelScope | None = None
+        self._block: Any = None  # the nursery of `async with`
+
+    # -- the mapping ----------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> McpServer:
+        server = self._servers.get(name)
+        if server is None:
+            known = ", ".join(sorted(self._servers)) or "none"
+            raise KeyError(
+                f"no MCP server named {name!r} (configured: {known})"
+                + did_you_mean(name, self._servers)
+            )
+        return server
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._servers)
+
+    def __len__(self) -> int:
+        return len(self._servers)
+
+    # -- tools ----------------------------------------------------------------------------------
+    async def tools(self, *names: str) -> list[type[McpTool]]:
+        """The tool classes of the servers called ``names`` (all of them when none is named),
+        server by server in configuration order, starting each that is not up (together).
+
+        A server that cannot be started raises its failure (see :meth:`McpServer.connect`)."""
+        chosen = [self[name] for name in names] if names else list(self._servers.values())
+        failures: list[BaseException] = []
+
+        async def connect(server: McpServer) -> None:
+            try:
+                await server.connect()
+            except Exception as exc:
+                failures.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for server in chosen:
+                nursery.start_soon(connect, server)
+        if failures:
+            raise failures[0]
+        return [cls for server in chosen for cls in server.tools.values()]
+
+    # -- the task -------------------------------------------------------------------------------
+    def _spawn(self, task: Callable[..., Awaitable[None]], argument: Any) -> None:
+        """Hand a connection's task to :meth:`run` (connections are started from its own task,
+        so they carry none of a calling job's context)."""
+        self._requests.send_nowait((task, argument))  # ClosedResourceError once closed
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run the servers' connections until :meth:`aclose`; servers set to start
+        ``"at_start"`` are started at once. Cancelled, it ends every connection (the SDK stops
+        each process, shielded) and returns. A second run raises :class:`RuntimeError`."""
+        if self._running:
+            raise RuntimeError("McpServers.run: already running")
+        self._running = True
+        try:
+            async with trio.open_nursery() as nursery:
+                self._host = nursery.cancel_scope
+                for server in self._servers.values():
+                    if server.config.start == "at_start":
+                        nursery.start_soon(self._start_early, server)
+                task_status.started()
+                async with self._incoming:
+                    async for task, argument in self._incoming:
+                        nursery.start_soon(task, argument)
+        finally:
+            self._done.set()
+
+    async def _start_early(self, server: McpServer) -> None:
+        try:
+            await server.connect()
+        except Exception as exc:  # its first call meets the failure again
+            log.warning("mcp:%s: could not start: %s", server.name, exc)
+
+    async def aclose(self) -> None:
+        """Close: every later call is refused, each connection ends, and this waits for the
+        server processes to exit (at most :data:`CLOSE_WINDOW` seconds, then the rest are
+        killed). Safe to call more than once."""
+        for server in self._servers.values():
+            server.close()
+        self._requests.close()
+        if not self._running:
+            return
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(CLOSE_WINDOW):
+                await self._done.wait()
+            if not self._done.is_set() and self._host is not None:
+                log.error(
+                    "MCP servers still running %.0f s after the close; cancelled", CLOSE_WINDOW
+                )
+                self._host.cancel()
+                await self._done.wait()
+
+    async def do_stop(self) -> None:
+        """What a dispatcher's stop runs: :meth:`aclose`."""
+        await self.aclose()
+
+    async def __aenter__(self) -> McpServers:
+        block = trio.open_nursery()
+        nursery = await block.__aenter__()
+        try:
+            await nursery.start(self.run)
+        except BaseException as exc:
+            await block.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        self._block = block
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        try:
+            await self.aclose()
+        finally:
+            try:
+                swallowed: bool | None = await self._block.__aexit__(exc_type, exc, tb)
+            except BaseExceptionGroup as group:
+                if exc is not None and list(group.exceptions) == [exc]:
+                    return False  # the block's own exception leaves as itself, not in a group
+                raise
+        return swallowed
+
+    def __repr__(self) -> str:
+        return f"<McpServers {', '.join(self._servers) or '(none)'}>"

@@ -1,0 +1,157 @@
+"""MCP servers written with the official SDK, for the MCP plugin's tests to talk to.
+
+Run as a program, it serves one of them: ``python tests/mcp_test_server.py kit`` on stdio, or
+``python tests/mcp_test_server.py kit --http PORT`` as a streamable HTTP server on 127.0.0.1.
+
+* ``kit``: ``add``, ``echo``, ``fail`` (answers ``isError``), ``slow`` (sleeps, counting the
+  calls in flight and the ones cancelled), ``stats`` (those counts), ``pid``, ``grow`` and
+  ``shrink`` (add or remove a tool, and say the list changed), ``crash`` (exits the process);
+* ``notes``: ``remember`` and ``recall``, a small key-value store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+
+
+class Counts:
+    """What the server saw: calls in flight now and at most, cancellations, calls."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.cancelled = 0
+        self.calls = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "in_flight": self.in_flight,
+            "max_in_flight": self.max_in_flight,
+            "cancelled": self.cancelled,
+            "calls": self.calls,
+        }
+
+
+def kit() -> MCPServer[Any]:
+    server: MCPServer[Any] = MCPServer("kit", log_level="WARNING")
+    counts = Counts()
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @server.tool()
+    def echo(text: str) -> str:
+        """Say the text back."""
+        return text
+
+    @server.tool()
+    def fail(message: str) -> str:
+        """Fail with the message."""
+        raise ValueError(message)
+
+    @server.tool()
+    async def slow(seconds: float) -> str:
+        """Sleep for the seconds given, then say so."""
+        counts.calls += 1
+        counts.in_flight += 1
+        counts.max_in_flight = max(counts.max_in_flight, counts.in_flight)
+        try:
+            await anyio.sleep(seconds)
+        except BaseException:
+            counts.cancelled += 1
+            raise
+        finally:
+            counts.in_flight -= 1
+        return f"slept {seconds:g} s"
+
+    @server.tool()
+    def stats() -> dict[str, int]:
+        """The calls of slow in flight now and at most, and how many were cancelled."""
+        return counts.as_dict()
+
+    @server.tool()
+    def pid() -> int:
+        """The server's process id."""
+        return os.getpid()
+
+    @server.tool()
+    def crash() -> str:
+        """Exit the server's process at once."""
+        os._exit(3)
+
+    @server.tool()
+    async def grow(name: str, ctx: Context) -> str:
+        """Offer one more tool, called name, that doubles a text."""
+
+        def double(text: str) -> str:
+            return text * 2
+
+        server.add_tool(double, name=name, description="Say the text twice.")
+        await _tell_changed(ctx)
+        return f"added {name}"
+
+    @server.tool()
+    async def shrink(name: str, ctx: Context) -> str:
+        """Stop offering the tool called name."""
+        server.remove_tool(name)
+        await _tell_changed(ctx)
+        return f"removed {name}"
+
+    return server
+
+
+async def _tell_changed(ctx: Context) -> None:
+    """Say the tool list changed both ways: the change stream of a 2026 connection and the
+    notice of a 2025 one (each side hears the one it understands)."""
+    await ctx.notify_tools_changed()
+    try:
+        await ctx.request_context.session.send_tool_list_changed()
+    except Exception:  # a 2026 connection has no session notices
+        pass
+
+
+def notes() -> MCPServer[Any]:
+    server: MCPServer[Any] = MCPServer("notes", log_level="WARNING")
+    store: dict[str, str] = {}
+
+    @server.tool()
+    def remember(key: str, value: str) -> str:
+        """Keep a value under a key."""
+        store[key] = value
+        return f"kept {key}"
+
+    @server.tool()
+    def recall(key: str) -> str:
+        """The value kept under a key."""
+        if key not in store:
+            raise KeyError(f"nothing kept under {key!r}")
+        return store[key]
+
+    return server
+
+
+SERVERS = {"kit": kit, "notes": notes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("server", choices=sorted(SERVERS))
+    parser.add_argument("--http", type=int, metavar="PORT")
+    options = parser.parse_args()
+    server = SERVERS[options.server]()
+    if options.http is None:
+        server.run()
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=options.http)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
