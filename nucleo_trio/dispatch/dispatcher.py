@@ -231,7 +231,9 @@ class JobDispatcher:
         (``dispatcher.limiters["search"]``). Empty until then; a kind or a setting its plugin
         refuses stops the start with :class:`~nucleo_trio.errors.ConfigError`. A name it does
         not hold raises :class:`~nucleo_trio.errors.UsageKeyError` (a ``KeyError``) listing the
-        configured names and the nearest one."""
+        configured names and the nearest one. Shutdown closes each one it built that has an
+        ``aclose()`` (a shared account gives its lease back then), after the jobs end."""
+        self._built_limiters: list[RateLimiter] = []  # closed at shutdown
         self.accounts = RateLimiterRegistry()
         """The shared accounts, built on first use and kept for the dispatcher's life: one
         instance per limiter class (``dispatcher.accounts.instance(RenderSlots)``), and a token
@@ -574,11 +576,11 @@ class JobDispatcher:
         self.limiter_kinds = LimiterRegistry(self.plugins)
         for name, declared in self.config.limiters.items():
             try:
-                self.limiters[name] = self.limiter_kinds.create(
-                    declared.kind, name, **declared.settings
-                )
+                limiter = self.limiter_kinds.create(declared.kind, name, **declared.settings)
             except (PluginError, TypeError, ValueError) as exc:
                 raise ConfigError(f"dispatcher config: limiter {name!r}: {exc}") from exc
+            self.limiters[name] = limiter
+            self._built_limiters.append(limiter)
         self.db_kinds = DBProviderKinds(self.plugins)
         for name, database in self.config.databases.items():
             try:
@@ -684,6 +686,7 @@ class JobDispatcher:
             except Exception:
                 log.exception("stopping %r failed", stoppable)
         await self._close_built_databases()
+        await self._close_built_limiters()
         self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STOPPED))
         self._stopped = True
         if self.bus.is_running:
@@ -756,6 +759,26 @@ class JobDispatcher:
                     )
             except Exception:
                 log.exception("closing database %r failed", provider.name)
+
+    async def _close_built_limiters(self) -> None:
+        """Close the accounts this dispatcher built from its config that hold something
+        outside the process (a shared account's hub and lease); a limiter passed in by the
+        caller is the caller's to close."""
+        for limiter in self._built_limiters:
+            aclose = getattr(limiter, "aclose", None)
+            if aclose is None:
+                continue
+            try:
+                with trio.move_on_after(DATABASE_CLOSE_WINDOW) as window:
+                    await aclose()
+                if window.cancelled_caught:
+                    log.error(
+                        "closing limiter %r took over %.0f s; abandoned",
+                        limiter.limiter_name,
+                        DATABASE_CLOSE_WINDOW,
+                    )
+            except Exception:
+                log.exception("closing limiter %r failed", limiter.limiter_name)
 
     def schedule_heartbeat(
         self, spec: ScheduleHeartbeat, user_id: str, *, scope_guard: ScopeGuard | None = None

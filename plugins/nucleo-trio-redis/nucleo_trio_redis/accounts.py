@@ -89,7 +89,8 @@ def _whole(value: float) -> str:
 @attrs.frozen
 class SharedAccountStatus:
     """A shared account at one instant: the global picture at the last settle and this
-    worker's share.
+    worker's share. ``account.status()`` reads it without a round trip;
+    ``await account.fresh_status()`` settles with Redis first.
 
     ``used`` and ``capacity`` are in the account's first unit (tokens, requests, permits);
     ``requests_used``/``requests_capacity`` are a bucket's requests (0 otherwise). ``lease`` is
@@ -110,8 +111,15 @@ class SharedAccountStatus:
     gate's permits."""
     used: float
     """The global use, in ``unit``, as this worker knows it: the capacity less what Redis had
-    free at the last settle and less this worker's lease. Before the first settle, this
-    worker's own use."""
+    free at the last settle and less this worker's lease.
+
+    It counts every other worker's lease as used, spent or not (a bucket's tokens not yet
+    refilled, a window's slots inside the window, a gate's permits held by every worker's jobs
+    and spare), and this worker's own takes and gives the moment they happen. It leaves out
+    whatever changed in Redis since the last settle: other workers' takes and give-backs, a
+    bucket's refill, the slots that left a window, a dead worker's holdings that expired. So
+    between settles a bucket or a window reads higher than the truth, never lower. Before the
+    first settle it is this worker's own use alone."""
     requests_capacity: float
     """A bucket's request bound (``burst``, else ``rpm``); 0 for a window or a gate."""
     requests_used: float
@@ -179,6 +187,7 @@ class SharedAccount(AbstractRateLimiter):
     """What the account's first amount counts: ``tokens``, ``requests`` or ``permits``."""
     increment: ClassVar[float] = 0.0
     """How much one unit of push-back raises the shared throttle."""
+    _owns_hub = False  # the plugin's limiter kinds build the hub for this account alone
 
     def __init__(
         self,
@@ -359,8 +368,29 @@ class SharedAccount(AbstractRateLimiter):
     def _held(self) -> float:
         return self._used_a
 
+    async def fresh_status(self) -> SharedAccountStatus:
+        """Settle with Redis now, then answer :meth:`status`: the global use as Redis has it
+        at this instant. One round trip for the whole hub
+        (:meth:`RedisAccounts.settle_now <nucleo_trio_redis.RedisAccounts.settle_now>`).
+        When Redis cannot be reached it raises nothing: the row's ``redis`` says
+        ``lost: <reason>``."""
+        await self._hub.settle_now()
+        return self.status()
+
+    async def aclose(self) -> None:
+        """Close the hub this account was built on when the hub is the account's own: the
+        limiter kinds of the plugin build each account from configuration on a hub of its
+        own, and the dispatcher that built it calls this when it stops, so the lease goes
+        back then. On an account made through a hub of yours this does nothing: close the
+        hub (leave its ``async with`` block, or :meth:`RedisAccounts.aclose
+        <nucleo_trio_redis.RedisAccounts.aclose>`)."""
+        if self._owns_hub:
+            await self._hub.aclose()
+
     def status(self) -> SharedAccountStatus:
-        """The global use at the last settle and this worker's share, in one frozen row."""
+        """The global use at the last settle and this worker's share, in one frozen row; no
+        round trip (see :attr:`SharedAccountStatus.used` for what the global use leaves out).
+        :meth:`fresh_status` settles first."""
         cap_a, cap_b = self._caps()
         return SharedAccountStatus(
             name=self._name,

@@ -18,8 +18,9 @@ Run it for the life of the dispatcher that uses its accounts::
 
 or ``await nursery.start(redis.run)``. Leaving gives the unused leases back. A hub whose run is
 never started starts itself in a trio system task the first time one of its accounts is asked
-inside a run (the path of accounts built from configuration); it then gives its leases back
-when the run ends.
+inside a run (the path of accounts built from configuration); :meth:`~RedisAccounts.aclose`
+stops it and gives its leases back (the dispatcher that built such an account calls it when it
+stops), and otherwise the leases go back when the run ends.
 
 Losing Redis (a refused connection, a timeout, a restart) drops every lease at once (a lease
 may expire before Redis answers again, and a restarted Redis forgot it), so a shared account
@@ -90,7 +91,9 @@ class RedisAccounts:
     local stand-in holding ``local_share`` of the quota, which starts with nothing to give;
     give each of N workers ``1/N`` and together they stay within the quota; what it granted is
     paid back to Redis when Redis answers again). ``timeout`` bounds one round trip and one
-    connect.
+    connect. The TTLs are the hub's, the same for every account it makes: accounts that need
+    different TTLs need a hub each (each account built from configuration has its own hub, so
+    there the TTLs are set per account).
     ``autostart=False`` keeps a hub that is never run from starting itself in a system task.
     ``redis_clock`` is for tests only: the instant (seconds) the script reads instead of Redis's
     ``TIME``, so that a test can drive the shared arithmetic deterministically; every worker
@@ -165,7 +168,14 @@ class RedisAccounts:
         """Settles sent to Redis (one round trip each), for measuring."""
         self._poke: trio.Event | None = None
         self._running = False
-        self._closing = False
+        self._live = False  # a settling task runs, or a system task was spawned to be one
+        self._scope: trio.CancelScope | None = None  # the settling task's, for aclose
+        self._ended = trio.Event()  # set when the settling task has given back and ended
+        # settle_now: the calls are numbered; a settle begun after call n answers every call
+        # up to n, and each answer wakes the callers to check their number.
+        self._asked = 0
+        self._answered = 0
+        self._answer = trio.Event()
         self._auto: trio.lowlevel.TrioToken | None = None  # the run it started itself in
         if not isinstance(autostart, bool):
             raise TypeError(f"{owner}: autostart must be a bool, got {autostart!r}")
@@ -300,9 +310,15 @@ class RedisAccounts:
         if self._running or self._explicit or self._auto is token:
             return  # running, run by its owner, or already started in this run
         self._auto = token
+        self._live = True
         trio.lowlevel.spawn_system_task(self._run_in_system_task)
 
     async def _run_in_system_task(self) -> None:
+        if self._explicit:  # closed, or run by its owner, before this task began
+            if not self._running:
+                self._live = False
+                self._ended.set()
+            return
         try:
             await self._run(trio.TASK_STATUS_IGNORED)
         except BaseException as exc:  # noqa: BLE001 - a system task's crash ends the whole run
@@ -321,8 +337,9 @@ class RedisAccounts:
         nursery = await self._nursery_cm.__aenter__()
         try:
             await nursery.start(self.run)
-        except BaseException as exc:
-            await self._nursery_cm.__aexit__(type(exc), exc, exc.__traceback__)
+        except BaseException:
+            nursery.cancel_scope.cancel()
+            await self._close_nursery()
             raise
         self._nursery = nursery
         return self
@@ -332,35 +349,72 @@ class RedisAccounts:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool | None:
+    ) -> None:
+        # The body's exception is not handed to the nursery, so it leaves as it was raised,
+        # never wrapped in a group; only a failure of the settling task itself comes out of
+        # the nursery, and then in its place (the body's exception is its context).
         assert self._nursery is not None
         self._nursery.cancel_scope.cancel()
-        swallowed: bool | None = await self._nursery_cm.__aexit__(exc_type, exc, tb)
-        return swallowed
+        await self._close_nursery()
+
+    async def _close_nursery(self) -> None:
+        nursery_cm, self._nursery_cm, self._nursery = self._nursery_cm, None, None
+        try:
+            await nursery_cm.__aexit__(None, None, None)
+        except BaseExceptionGroup as group:
+            failure = _lone_failure(group)
+            if failure is group:
+                raise
+        else:
+            return
+        raise failure  # outside the except block: it keeps its own context
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Settle the accounts' leases until cancelled, then give the unused leases back.
+        """Settle the accounts' leases until cancelled or :meth:`aclose`, then give the unused
+        leases back and return.
 
         Starts at once, connected or not: accounts refuse (or wait for the first settle) until
-        Redis answers."""
+        Redis answers. A second run while one runs raises :class:`RuntimeError`."""
         self._explicit = True
         await self._run(task_status)
+
+    async def aclose(self) -> None:
+        """Stop the settling task, give the unused leases back, and return once they are back
+        (or after ``timeout`` seconds, when Redis does not answer: the leases then expire
+        within ``lease_ttl``). Safe to call more than once; on a hub that is not running it
+        returns at once.
+
+        This is how the life of a hub that started itself is tied to its owner's: the
+        dispatcher that built an account from configuration closes the account's hub when it
+        stops. Afterwards the hub never starts itself again; ``async with`` or :meth:`run`
+        runs it again."""
+        self._explicit = True
+        if self._scope is not None:
+            self._scope.cancel()
+        if self._live:
+            with trio.CancelScope(shield=True):
+                await self._ended.wait()
 
     async def _run(self, task_status: trio.TaskStatus[None]) -> None:
         if self._running:
             raise RuntimeError(f"{self!r} is already running")
-        self._running = True
+        self._running = self._live = True
+        self._ended = trio.Event()
         self._poke = trio.Event()
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._listen)
-                task_status.started()
-                await self._settle_forever()
+            with trio.CancelScope() as self._scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._listen)
+                    task_status.started()
+                    await self._settle_forever()
         finally:
+            self._scope = None
             self._poke = None
             with trio.CancelScope(shield=True), trio.move_on_after(self.timeout):
                 await self._give_back()
-            self._running = False
+            self._running = self._live = False
+            self._answer_up_to(self._asked)  # the give-back was the last settle there is
+            self._ended.set()
 
     def _client(self) -> coredis.Redis[str]:
         client: coredis.Redis[str] = coredis.Redis.from_url(
@@ -386,6 +440,7 @@ class RedisAccounts:
                 if trouble is None:
                     raise
                 self._lose(trouble)
+                self._answer_up_to(self._asked)  # the answer is that Redis is out of reach
             await trio.sleep(backoff)
             backoff = min(_BACKOFF_MOST, backoff * 2)
 
@@ -411,7 +466,9 @@ class RedisAccounts:
     async def _settle(self, client: coredis.Redis[str], *, closing: bool = False) -> None:
         """One round trip: settle every account of the hub in one atomic script call."""
         accounts = list(self.accounts.values())
+        asked = self._asked  # the settle_now calls this settle answers
         if not accounts:
+            self._answer_up_to(asked)
             return
         now = trio.current_time()
         sent = time.monotonic()  # Redis stamps the leases no earlier than this
@@ -436,6 +493,7 @@ class RedisAccounts:
             if not closing and not _only_cancelled(exc):
                 for account in accounts:
                     account._lose(f"a settle failed: {type(exc).__name__}")
+                self._answer_up_to(asked)
             raise
         at = trio.current_time()
         was_lost = any(account.lost for account in accounts)
@@ -449,16 +507,61 @@ class RedisAccounts:
             account._settled(plan, answer, at, sent)
         if was_lost:
             log.warning("%r: Redis answers again; shared accounts grant again", self)
+        self._answer_up_to(asked)
+
+    def _answer_up_to(self, asked: int) -> None:
+        if asked > self._answered:
+            self._answered = asked
+            self._answer.set()
+            self._answer = trio.Event()
+
+    async def settle_now(self) -> None:
+        """Settle every account with Redis now, and return once that settle has answered: the
+        way to a fresh reading, since :meth:`SharedAccount.status
+        <nucleo_trio_redis.SharedAccount.status>` shows the accounts as the last settle left
+        them (see :meth:`SharedAccount.fresh_status <nucleo_trio_redis.SharedAccount.fresh_status>`).
+
+        On a running hub it asks the settling task for a settle and waits for one that began
+        after the call; on a hub that starts itself it starts it first. A hub that is not
+        running and does not start itself (``autostart=False``, closed, or driven by
+        :meth:`settle_once`) settles on a connection of its own, as :meth:`settle_once` does.
+        Redis being out of reach raises nothing: the call returns after the failed attempt
+        and each account's status says ``lost: <reason>``. One round trip when Redis answers;
+        bound the wait with a cancel scope if Redis may be slow."""
+        if not self._live:
+            self.poke()  # a hub that starts itself starts now
+        if not self._live:
+            await self._settle_alone()
+            return
+        self._asked += 1
+        mine = self._asked
+        self.poke()
+        while self._answered < mine:
+            await self._answer.wait()
 
     async def settle_once(self) -> None:
         """Settle every account once on a connection of its own, for a hub its owner drives
         by hand (a script, a test) instead of running it: the needs the accounts noted are
-        asked for, and nothing is given back afterwards. Such a hub never starts itself."""
+        asked for, and nothing is given back afterwards. Such a hub never starts itself. A
+        running hub refuses it with :class:`RuntimeError`; :meth:`settle_now` settles either
+        kind. A connection that fails raises what the client raised."""
         if self._running:
-            raise RuntimeError(f"{self!r} is running: its own task settles")
+            raise RuntimeError(
+                f"{self!r} is running: its own task settles (await settle_now() asks it to)"
+            )
         self._explicit = True
         async with self._client() as client:
             await self._settle(client)
+
+    async def _settle_alone(self) -> None:
+        """:meth:`settle_once`, with a lost Redis reported through the accounts, not raised."""
+        try:
+            await self.settle_once()
+        except BaseException as exc:  # noqa: BLE001 - sorted right below
+            trouble = _connection_trouble(exc)
+            if trouble is None:
+                raise
+            self._lose(trouble)
 
     async def _eval(
         self, client: coredis.Redis[str], keys: Sequence[str], args: Sequence[str]
@@ -528,6 +631,20 @@ class RedisAccounts:
                 )
             await trio.sleep(backoff)
             backoff = min(_BACKOFF_MOST, backoff * 2)
+
+
+def _lone_failure(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """What leaves ``async with hub`` for a group its nursery raised: the one failure in it
+    that is not a cancellation, as itself; the group when there are several (or none)."""
+    leaves: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        exc = stack.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            stack.extend(exc.exceptions)
+        elif not isinstance(exc, trio.Cancelled):
+            leaves.append(exc)
+    return leaves[0] if len(leaves) == 1 else group
 
 
 def _only_cancelled(exc: BaseException) -> bool:

@@ -7,20 +7,23 @@ from configuration::
      "settings": {"url": "redis://127.0.0.1:6379/0", "rpm": 600, "tpm": 60000, "burst": 20}}
 
 The settings are the hub's keyword arguments (``url``, ``namespace``, ``worker``, ``lease_ttl``,
-``reservation_ttl``, ``on_redis_lost``, ``timeout``) and the account's. Such a hub starts itself
-the first time admission asks its account inside a trio run, and gives its lease back when the
-run ends. The Redis heartbeat store answers ``nucleo_trio_heartbeat_store`` from this module too.
+``reservation_ttl``, ``on_redis_lost``, ``local_share``, ``timeout``) and the account's. Each
+account has its hub to itself, so its TTLs are its own. Such a hub starts itself the first time
+admission asks its account inside a trio run, and stops, giving its lease back, when the
+dispatcher that built the account stops (it closes the account, :meth:`SharedAccount.aclose
+<nucleo_trio_redis.SharedAccount.aclose>`). The Redis heartbeat store answers
+``nucleo_trio_heartbeat_store`` from this module too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from nucleo_trio.heartbeat import HeartbeatStore
 from nucleo_trio.plugins.hookspecs import LimiterFactory, hookimpl
 
-from .accounts import SharedCountingGate, SharedElasticWindow, SharedTokenBucket
+from .accounts import SharedAccount, SharedCountingGate, SharedElasticWindow, SharedTokenBucket
 from .heartbeat_store import RedisHeartbeatStore
 from .hub import RedisAccounts
 
@@ -31,6 +34,8 @@ __all__ = [
     "redis_elastic_window",
     "redis_token_bucket",
 ]
+
+_A = TypeVar("_A", bound=SharedAccount)
 
 _HUB_SETTINGS = (
     "namespace",
@@ -50,22 +55,27 @@ def _hub(kind: str, settings: dict[str, Any]) -> RedisAccounts:
     return RedisAccounts(settings.pop("url"), **options)
 
 
+def _own_hub(account: _A) -> _A:
+    account._owns_hub = True  # closing the account closes its hub
+    return account
+
+
 def redis_token_bucket(name: str, **settings: Any) -> SharedTokenBucket:
     """A :class:`~nucleo_trio_redis.SharedTokenBucket` (``rpm``, ``tpm``, ``burst``, ``lease``,
     ``lease_max``, ``grant_log``) on a hub of its own (``url`` and the hub's settings)."""
-    return _hub("redis_token_bucket", settings).token_bucket(name, **settings)
+    return _own_hub(_hub("redis_token_bucket", settings).token_bucket(name, **settings))
 
 
 def redis_elastic_window(name: str, **settings: Any) -> SharedElasticWindow:
     """A :class:`~nucleo_trio_redis.SharedElasticWindow` (``max_requests``, ``window``,
     ``max_throttle``, the lease settings) on a hub of its own."""
-    return _hub("redis_elastic_window", settings).elastic_window(name, **settings)
+    return _own_hub(_hub("redis_elastic_window", settings).elastic_window(name, **settings))
 
 
 def redis_counting(name: str, **settings: Any) -> SharedCountingGate:
     """A :class:`~nucleo_trio_redis.SharedCountingGate` (``capacity``, the lease settings) on a
     hub of its own."""
-    return _hub("redis_counting", settings).counting_gate(name, **settings)
+    return _own_hub(_hub("redis_counting", settings).counting_gate(name, **settings))
 
 
 @hookimpl
