@@ -7,6 +7,7 @@ beyond a generous bound that keeps a hang from stalling the suite.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -75,3 +76,18 @@ def test_ctrl_c_on_the_demo_prints_what_it_had_and_exits_130() -> None:
     assert "Jobs by kind" in out
     assert "Interrupted" in out and "was cancelled" in out
     assert "Traceback" not in err
+    # The rate counts the jobs that settled before Ctrl-C, not the ones its stop cancelled.
+    elapsed = re.search(
+        r"^Elapsed: ([\d.]+) s of real time for (\d+) jobs finished before Ctrl-C, "
+        r"([\d.]+) jobs/s\.$",
+        out,
+        re.M,
+    )
+    assert elapsed is not None, out
+    seconds, finished, rate = float(elapsed[1]), int(elapsed[2]), float(elapsed[3])
+    totals = re.search(r"^  all jobs +300 +(\d+) +(\d+) +(\d+) +(\d+) ", out, re.M)
+    assert totals is not None, out
+    cancelled = int(totals[4])
+    assert finished <= 300 - cancelled + 3, (finished, cancelled)  # 3 planned cancellations
+    assert finished < 300
+    assert rate == pytest.approx(finished / seconds, abs=0.1 + finished / seconds * 0.01)

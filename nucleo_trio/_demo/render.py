@@ -126,15 +126,21 @@ def render_health(snapshot: HealthSnapshot, at: float, options: DemoOptions, sty
 
 # -- the report -----------------------------------------------------------------------------------
 def render_report(
-    report: TallyReport, elapsed: float, wall: float, options: DemoOptions, style: Style
+    report: TallyReport,
+    elapsed: float,
+    wall: float,
+    options: DemoOptions,
+    style: Style,
+    finished: int | None = None,
 ) -> str:
-    """The five sections after the run, each a title and an indented block."""
+    """The five sections after the run, each a title and an indented block. ``finished``,
+    after Ctrl-C, is how many jobs settled before it: the rate counts those alone."""
     sections = [
         _kinds(report, style),
         _accounts(report.accounts, style, report.rejections),
         _events(report, style),
         _examples(report, style),
-        _elapsed(report, elapsed, wall, options, style),
+        _elapsed(report, elapsed, wall, options, style, finished),
     ]
     return "\n" + "\n\n".join(sections)
 
@@ -266,15 +272,18 @@ def _examples(report: TallyReport, style: Style) -> str:
 
 
 def _elapsed(
-    report: TallyReport, elapsed: float, wall: float, options: DemoOptions, style: Style
+    report: TallyReport,
+    elapsed: float,
+    wall: float,
+    options: DemoOptions,
+    style: Style,
+    finished: int | None = None,
 ) -> str:
-    settled = report.total.settled
+    settled = report.total.settled if finished is None else finished
     rate = settled / elapsed if elapsed > 0 else float("inf")
     clock = "real" if options.real_time else "virtual"
-    line = (
-        f"{style.bold('Elapsed')}: {elapsed:.2f} s of {clock} time for {settled} jobs, "
-        f"{rate:.1f} jobs/s"
-    )
+    jobs = f"{settled} jobs" if finished is None else f"{settled} jobs finished before Ctrl-C"
+    line = f"{style.bold('Elapsed')}: {elapsed:.2f} s of {clock} time for {jobs}, {rate:.1f} jobs/s"
     if not options.real_time:
         line += style.dim(f" (the run took {wall:.2f} s of real time)")
     lines = [line + "."]

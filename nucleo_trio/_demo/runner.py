@@ -87,6 +87,9 @@ class DemoOutcome:
     interrupted: bool = False
     """Ctrl-C stopped the run: the dispatcher cancelled what was left, and the report tells
     what happened until then."""
+    finished: int | None = None
+    """After Ctrl-C, how many jobs had settled before it (those its stop cancelled left out);
+    ``None`` for a run that was not interrupted. ``elapsed`` then runs to the interrupt."""
 
     def inconsistencies(self, jobs: int) -> list[str]:
         """Where the numbers do not add up; empty when every job is accounted for once."""
@@ -145,7 +148,9 @@ def run_demo(
             options, plans, on_health=show, plugins=plugins, on_settled=progress.advance
         )
     print(
-        render_report(outcome.report, outcome.elapsed, outcome.wall, options, style),
+        render_report(
+            outcome.report, outcome.elapsed, outcome.wall, options, style, outcome.finished
+        ),
         file=stream,
         flush=True,
     )
@@ -200,11 +205,11 @@ def execute_demo(
         run = (tuple(plans), options, on_health, recorder, plugins, tally, observer)
         try:
             if options.real_time:
-                report, states, elapsed, health, root, interrupted = trio.run(_run, *run)
+                report, states, elapsed, health, root, finished = trio.run(_run, *run)
             else:
                 with _seeded_scheduler(options.seed):
                     clock = trio.testing.MockClock(autojump_threshold=0)
-                    report, states, elapsed, health, root, interrupted = trio.run(
+                    report, states, elapsed, health, root, finished = trio.run(
                         _run, *run, clock=clock
                     )
         finally:
@@ -213,7 +218,9 @@ def execute_demo(
                 sink.close()
         recorded = trajectory(database, root)
     wall = time.perf_counter() - started
-    return DemoOutcome(report, states, elapsed, wall, health, recorded, interrupted)
+    return DemoOutcome(
+        report, states, elapsed, wall, health, recorded, finished is not None, finished
+    )
 
 
 async def _run(
@@ -224,7 +231,7 @@ async def _run(
     plugins: pluggy.PluginManager | None,
     tally: Tally,
     observer: JobObserver[ev.JobEvent],
-) -> tuple[TallyReport, Mapping[JobState, int], float, HealthSnapshot | None, str, bool]:
+) -> tuple[TallyReport, Mapping[JobState, int], float, HealthSnapshot | None, str, int | None]:
     accounts = Accounts(
         db=CountingGate("db", DB_SLOTS),
         search_api=SearchApiQuota("search-api", SEARCH_REQUESTS_PER_SECOND, 1.0),
@@ -242,6 +249,8 @@ async def _run(
     root = Fanout(workflow("demo-user", "demo"), plans, accounts, signals)
     states: Mapping[JobState, int] = {}
     started = trio.current_time()
+    interrupt: list[float] = []  # the wall-clock and trio instants Ctrl-C reached the run
+    finished: int | None = None
     try:
         # The process's real memory would make two runs print two different "Memory:" lines.
         async with open_dispatcher(
@@ -251,28 +260,46 @@ async def _run(
             tally.watch(accounts.search_api, f"{SEARCH_REQUESTS_PER_SECOND} per second")
             started = trio.current_time()
             handle = dispatcher.submit(root)
-            async with trio.open_nursery() as nursery:
+            with _noting_interrupt(interrupt):
+                async with trio.open_nursery() as nursery:
 
-                async def look_mid_run() -> None:
-                    await trio.sleep_until(started + HEALTH_AT)
-                    health.append(dispatcher.health())
-                    if on_health is not None:
-                        on_health(health[0], HEALTH_AT)
+                    async def look_mid_run() -> None:
+                        await trio.sleep_until(started + HEALTH_AT)
+                        health.append(dispatcher.health())
+                        if on_health is not None:
+                            on_health(health[0], HEALTH_AT)
 
-                nursery.start_soon(look_mid_run)
-                states = await handle.result()
-                elapsed = trio.current_time() - started
-                nursery.cancel_scope.cancel()
+                    nursery.start_soon(look_mid_run)
+                    states = await handle.result()
+                    elapsed = trio.current_time() - started
+                    nursery.cancel_scope.cancel()
     except KeyboardInterrupt:
         # Ctrl-C: the dispatcher cancelled every job and the bus delivered every terminal
-        # event before the interrupt left the block, so the tally is whole up to here.
-        interrupted = True
-        elapsed = trio.current_time() - started
-    else:
-        interrupted = False
+        # event before the interrupt left the block, so the tally is whole up to here. The
+        # rate counts the jobs that settled before the interrupt, not those it cancelled.
+        if not interrupt:  # it came while the dispatcher started or stopped
+            interrupt.extend((time.time(), trio.current_time()))
+        wall, at = interrupt
+        elapsed = at - started
+        finished = tally.settled_by(wall)
     # Leaving the block shut the dispatcher down, and the bus delivered everything before it.
     snapshot = health[0] if health else None
-    return tally.report(), states, elapsed, snapshot, root.workflow_id, interrupted
+    return tally.report(), states, elapsed, snapshot, root.workflow_id, finished
+
+
+@contextlib.contextmanager
+def _noting_interrupt(moments: list[float]) -> Iterator[None]:
+    """Note in ``moments`` the wall-clock and trio instants a Ctrl-C leaves the block with,
+    before the dispatcher's stop cancels what is left."""
+    try:
+        yield
+    except BaseException as exc:
+        interrupted = isinstance(exc, KeyboardInterrupt) or (
+            isinstance(exc, BaseExceptionGroup) and exc.split(KeyboardInterrupt)[0] is not None
+        )
+        if interrupted and not moments:
+            moments.extend((time.time(), trio.current_time()))
+        raise
 
 
 def _tally(on_settled: Callable[[], None] | None) -> Tally:

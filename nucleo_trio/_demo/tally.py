@@ -149,6 +149,7 @@ class Tally(JobObserver[ev.JobEvent]):
         self._parked_waits: dict[str, float] = {}
         self._examples: dict[str, tuple[_ExampleKey, Example]] = {}
         self._heard: dict[str, int] = {}  # job id -> the order the tally first heard of it
+        self._settled_at: list[float] = []  # each terminal event's wall-clock timestamp
         self._workflow: str | None = None
 
     def watch(self, account: RateLimiter, size: str) -> None:
@@ -175,8 +176,10 @@ class Tally(JobObserver[ev.JobEvent]):
         counts = self._by_kind[kind]
         counts.jobs.add(snapshot.job_id)
         heard = self._heard.setdefault(snapshot.job_id, len(self._heard))
-        if self._on_settled is not None and isinstance(event, ev.TerminalEvent):
-            self._on_settled()
+        if isinstance(event, ev.TerminalEvent):
+            self._settled_at.append(event.timestamp)
+            if self._on_settled is not None:
+                self._on_settled()
         label = str(snapshot.metadata.get(META_LABEL, snapshot.name))
         if isinstance(event, ev.RetryEvent):
             counts.reruns += 1
@@ -238,6 +241,12 @@ class Tally(JobObserver[ev.JobEvent]):
         kept = self._examples.get(outcome)
         if kept is None or (key[0] is not None and key[0] == kept[0][0] and key[1] < kept[0][1]):
             self._examples[outcome] = (key, Example(outcome, label, text))
+
+    def settled_by(self, wall: float) -> int:
+        """How many terminal events of the demo's jobs were built by the wall-clock instant
+        ``wall`` (:func:`time.time`), however late they were delivered: after Ctrl-C, the jobs
+        that finished before it, not those its stop cancelled."""
+        return sum(1 for at in self._settled_at if at <= wall)
 
     # -- the report -------------------------------------------------------------------------------
     def report(self) -> TallyReport:
