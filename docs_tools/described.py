@@ -37,6 +37,7 @@ PACKAGES = (
     "nucleo_trio_postgres",
     "nucleo_trio_redis",
     "nucleo_trio_otel",
+    "nucleo_trio_anthropic",
     "nucleo_trio_mcp",
 )
 _DIRECTIVE = re.compile(r"^::: ([\w.]+)", re.M)
@@ -91,7 +92,9 @@ def shown_objects() -> Iterator[tuple[str, griffe.Object | griffe.Alias]]:
     """Every object the reference shows, with the dotted path it is shown under, once each."""
     seen: set[str] = set()
 
-    def walk(obj: griffe.Object | griffe.Alias, path: str) -> Iterator[tuple[str, griffe.Object | griffe.Alias]]:
+    def walk(
+        obj: griffe.Object | griffe.Alias, path: str
+    ) -> Iterator[tuple[str, griffe.Object | griffe.Alias]]:
         if path in seen:
             return
         seen.add(path)
