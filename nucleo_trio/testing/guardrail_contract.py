@@ -362,6 +362,7 @@ class GuardrailContract:
         positive number of seconds, on the rung its kind (and a content guard's direction)
         names. Auth and admission guards judge no target (``target_type`` ``None``); content
         and validation guards judge a class of target."""
+        # Holds GRD-01, GRD-02, GRD-04, GRD-08, GRD-11.
         parent = _GatedTool(workflow(_USER, "contract"), self.make_guardrail)
         guard = self._fresh(parent)
         kind = self._kind(guard)
@@ -397,6 +398,7 @@ class GuardrailContract:
     def test_it_judges_in_a_coroutine(self) -> None:
         """``validate`` and the kind's method are ``async``: the dispatcher awaits them, and a
         plain method's answer cannot be awaited."""
+        # Holds GRD-03.
         guard = self._fresh()
         for name in {"validate", _HOOK[self._kind(guard)]}:
             assert inspect.iscoroutinefunction(getattr(guard, name)), (
@@ -407,6 +409,7 @@ class GuardrailContract:
         """At least one passing and one refused sample, each of what the kind judges: an
         instance of the guard's ``target_type`` (a target the dispatcher would give it), a
         principal (a user id or ``None``), or an ``AdmissionContext``."""
+        # Holds GRD-08, GRD-11.
         guard = self._fresh()
         for which in ("passing_samples", "refused_samples"):
             assert self._samples(which), f"{which}() gave no sample"
@@ -435,6 +438,7 @@ class GuardrailContract:
     async def test_it_lets_each_passing_sample_through(self) -> None:
         """Called directly, the kind's method returns ``None`` for each passing sample: a
         verdict is returning or raising, never a value (the dispatcher ignores one)."""
+        # Holds GRD-03.
         for sample in self._samples("passing_samples"):
             try:
                 answer = await self._judge(sample)
@@ -452,6 +456,7 @@ class GuardrailContract:
         """Called directly, the kind's method raises ``GuardrailError`` with a message for each
         refused sample. Returning, even ``False``, lets the sample through; any other
         exception is a crash, which fails the gated job instead of refusing it."""
+        # Holds GRD-10, GRD-13.
         for sample in self._samples("refused_samples"):
             try:
                 answer = await self._judge(sample)
@@ -472,6 +477,7 @@ class GuardrailContract:
     async def test_it_leaves_what_it_judges_as_it_was(self) -> None:
         """Judging a sample, directly or under enforcement, changes nothing of it: every
         sample equals its copy afterwards, and so do the gated tool's input and result."""
+        # Holds GRD-04 (a read-only job, for what it is handed too).
         samples = [
             *self._samples("passing_samples"),
             *self._samples("refused_samples"),
@@ -502,6 +508,7 @@ class GuardrailContract:
         each refused one with ``GuardrailError``: on the input side the tool never runs; an
         output guard withholds the result of a tool that ran; a validation guard's refusal
         reaches the thinker's seat."""
+        # Holds GRD-12, GRD-15, GRD-16, GRD-33.
         guard = self._fresh()
         count = (
             OBS_GUARDS_VALIDATION
@@ -536,6 +543,7 @@ class GuardrailContract:
         """The guard records its run on its own context: its target (``obs.input``), the job
         it gates (``obs.gates_job_id``), its rung (``obs.gates_phase``) and its verdict
         (``obs.output``: ``PASS``, or ``FAIL`` for a refusal)."""
+        # Holds GRD-05.
         for verdict, which in ((PASS, "passing_samples"), (FAIL, "refused_samples")):
             sample = next((s for s in self._samples(which) if self._enforceable(s)), None)
             if sample is None:
@@ -562,6 +570,7 @@ class GuardrailContract:
         ``GuardrailError`` anywhere in the chain (the tool never runs on the input side, an
         output guard withholds the result), and a validation seat answers a
         ``NucleoSystemError``, so nothing is fed back as a correction."""
+        # Holds GRD-13, GRD-33.
         guard = self._fresh()
         for sample in self._samples("unjudgeable_samples"):
             try:

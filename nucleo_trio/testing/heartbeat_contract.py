@@ -268,6 +268,7 @@ class HeartbeatStoreContract:
         answers an unregister. A durable store keeps the codec it is given, takes the same one
         again, and refuses another (``UsageValueError``) and anything that is not a codec
         (``TypeError``)."""
+        # Holds HB-03, HB-16.
         store = self._fresh(key=None)
         for name in _OPERATIONS:
             method = getattr(store, name)
@@ -300,6 +301,7 @@ class HeartbeatStoreContract:
     async def test_an_empty_store_holds_nothing(self) -> None:
         """A fresh schedule: no next instant, nothing due however late, nothing listed, and
         cancelling an id that was never scheduled answers ``None`` without an error."""
+        # Holds HB-13, HB-14.
         store = self._fresh()
         assert await store.peek_next_run_at() is None, "an empty store names a next instant"
         assert await store.poll_due(1e12) is None, "an empty store answered a due heartbeat"
@@ -311,6 +313,7 @@ class HeartbeatStoreContract:
         """``poll_due(now)`` answers the earliest run instant first, ties broken by id, and
         never one after ``now``; ``peek_next_run_at`` answers the earliest instant held, and
         ``inspect`` lists the schedule in the order it falls due."""
+        # Holds HB-13.
         store = self._fresh()
         for heartbeat_id, run_at in (("c", 30.0), ("m", 10.0), ("z", 10.0), ("a", 20.0)):
             await store.enqueue(_beat(heartbeat_id, run_at))
@@ -332,6 +335,7 @@ class HeartbeatStoreContract:
         """A heartbeat comes back from ``inspect``, a displacing ``enqueue``, ``cancel`` and
         ``poll_due`` equal to what was stored: job class, id, instant, conversation, input,
         recurrence, user and scope guard, and genuine."""
+        # Holds HB-03, HB-11, HB-14.
         store = self._fresh()
         first, rebound = _full("full", 10.0), _full("full", 12.0)
         await store.enqueue(first)
@@ -358,6 +362,7 @@ class HeartbeatStoreContract:
     async def test_one_heartbeat_per_id_and_the_latest_wins(self) -> None:
         """Enqueueing an id already held replaces it and answers the one it displaced; one
         entry stays. ``cancel`` answers what it removed, then ``None``."""
+        # Holds HB-07, HB-14.
         store = self._fresh()
         first = _beat("x", 10.0, input="first")
         assert await store.enqueue(first) is None, "a new id displaced something"
@@ -375,6 +380,7 @@ class HeartbeatStoreContract:
         """``re_enqueue_if_absent`` stores the recurrence's next slot only when the id is free:
         an operator who rebound the id while its slot fired keeps the rebinding (``False``), a
         free id takes the slot (``True``), and the slot falls due at its instant."""
+        # Holds HB-15.
         store = self._fresh()
         await store.enqueue(_beat("x", 10.0, recurrence=FixedInterval(10)))
         fired = await store.poll_due(10.0)
@@ -400,6 +406,7 @@ class HeartbeatStoreContract:
         """A stopping Heart puts a slot it took and did not fire back as it was, with
         ``re_enqueue_if_absent``: it is on the schedule again and falls due at the next poll,
         for the next start to fire."""
+        # Holds HB-13, HB-15.
         store = self._fresh()
         once = _beat("once", 10.0)
         await store.enqueue(once)
@@ -414,6 +421,7 @@ class HeartbeatStoreContract:
         """The change listener is called, by the time the operation returns, whenever the
         earliest entry appears, is replaced or leaves (enqueue, cancel, poll, re-enqueue); a
         listener unregistered hears no more. A store may tell more often, never less."""
+        # Holds HB-16.
         store = self._fresh()
         heard = _Heard()
         unregister = store.on_change(heard)
@@ -438,6 +446,7 @@ class HeartbeatStoreContract:
     async def test_a_listener_that_raises_is_logged_and_the_others_still_hear(self) -> None:
         """One listener that raises neither fails the operation nor keeps the change from the
         others, and is logged (at WARNING or above)."""
+        # Holds HB-16.
         store = self._fresh()
 
         def broken() -> None:
@@ -464,6 +473,7 @@ class HeartbeatStoreContract:
         """``enqueue`` and ``re_enqueue_if_absent`` refuse a Heartbeat built past the runtime's
         mints with a ``TypeError`` naming its id, and anything that is not a Heartbeat with one
         naming its type; nothing is stored."""
+        # Holds HB-03.
         store = self._fresh()
         forged = _forged("forged-beat")
         assert not is_genuine(forged)
@@ -491,8 +501,10 @@ class HeartbeatStoreContract:
 
     @_in_trio
     async def test_closing_twice_is_harmless(self) -> None:
-        """``aclose`` lets go of what the store holds open; the dispatcher may call it once more
-        at shutdown, and a second call raises nothing."""
+        """``aclose`` lets go of what the store holds open, and a second call raises nothing:
+        the program that built a store may close it after the dispatcher closed it at
+        shutdown."""
+        # Holds no numbered rule: aclose is idempotent, as trio's resources' is.
         store = self._fresh()
         await store.enqueue(_beat("x", 10.0))
         self._opened.remove(store)
@@ -504,6 +516,7 @@ class HeartbeatStoreContract:
         """A durable store with no codec refuses to write a row (``UsageRuntimeError`` naming
         the codec it needs); with one, a value that would not read back equal is refused when
         it is stored (``NucleoSystemError`` naming the heartbeat), and nothing is written."""
+        # Holds HB-05, HB-11 (the input a fire hands over is the input stored).
         bare = self._fresh(key=None)
         if not isinstance(bare, DurableHeartbeatStore):
             return
@@ -528,6 +541,7 @@ class HeartbeatStoreContract:
         """Opened again on the same backing store (after a close, unless the store is shared),
         the schedule holds every heartbeat with all its fields, the next slot put back
         included, and none that was taken out."""
+        # Holds HB-11, HB-13.
         store = self._fresh()
         if self.open_again(store) is None:
             return
@@ -553,6 +567,7 @@ class HeartbeatStoreContract:
         whose job class (a ``RefusedHeartbeatRow``) fails the fire with
         ``HeartbeatRowRefused`` naming the id, under no user, guard, input or recurrence of the
         row's, and it is off the schedule after."""
+        # Holds HB-03.
         store = self._fresh()
         if not isinstance(store, DurableHeartbeatStore) or self.open_again(store) is None:
             return
@@ -565,6 +580,7 @@ class HeartbeatStoreContract:
     async def test_an_edited_row_is_refused_at_its_fire(self) -> None:
         """A row changed behind the store's back (:meth:`tamper`) no longer matches its
         signature: it falls due as the refused stand-in, never as what it now says."""
+        # Holds HB-03.
         store = self._fresh()
         if not isinstance(store, DurableHeartbeatStore):
             return
@@ -578,6 +594,7 @@ class HeartbeatStoreContract:
         """Two stores on one schedule, polled at once as two workers poll it, each putting its
         next slot back: every slot of every heartbeat comes out exactly once, and a one-shot
         heartbeat one worker took never comes out on the other."""
+        # Holds HB-13, HB-15 (one winner per slot, across workers).
         if not self.shared:
             return
         first = self._fresh()
@@ -613,6 +630,7 @@ class HeartbeatStoreContract:
     async def test_a_listener_hears_what_another_store_changes(self) -> None:
         """A listener on one store is told when another store on the same schedule moves its
         head, so a worker wakes for a heartbeat another worker scheduled sooner."""
+        # Holds HB-16.
         if not self.shared:
             return
         listening = self._fresh()
@@ -633,6 +651,7 @@ class HeartbeatStoreContract:
         """Given to a real dispatcher (which hands a durable store its codec), a heartbeat
         recurring every 0.2 s fires its first three slots in order, each once, for the user it
         was scheduled for and never before its instant."""
+        # Holds HB-01, HB-09, HB-12.
         store = self._fresh(key=None)
         runs: list[tuple[str, str, float]] = []
         _RUNS.set(runs)
