@@ -259,6 +259,27 @@ async def test_a_stream_hands_text_over_as_it_comes_and_returns_the_whole_turn()
     assert json.loads(streamed.tool_calls[0].arguments) == {"a": 5}
 
 
+async def test_a_stream_hands_tool_calls_over_piece_by_piece_when_asked() -> None:
+    """Each call's first piece names it; the pieces after it carry its JSON arguments, which
+    joined are the arguments the returned call holds."""
+    calls = [
+        ToolCall(id="toolu_a", name="add", arguments='{"a": 1, "b": 2}'),
+        ToolCall(id="toolu_b", name="neg", arguments='{"x": 7}'),
+    ]
+    pieces: list[tuple[int, str | None, str, str]] = []
+    async with serve_fake_openai(FakeReply.completion("Two calls.", tool_calls=calls)) as server:
+        async with client_for(server) as client:
+            response = await client.stream(
+                ask(), lambda _: None, on_tool_call=lambda *piece: pieces.append(piece)
+            )
+    assert response.tool_calls == tuple(calls)
+    assert [p for p in pieces if p[2]] == [(0, "toolu_a", "add", ""), (1, "toolu_b", "neg", "")]
+    for index, call in enumerate(calls):
+        assert all(p[1] == call.id for p in pieces if p[0] == index)
+        joined = "".join(p[3] for p in pieces if p[0] == index)
+        assert json.loads(joined) == json.loads(call.arguments)
+
+
 async def test_a_streamed_error_status_is_the_same_signal() -> None:
     pieces: list[str] = []
     async with serve_fake_openai(FakeReply.rate_limited(retry_after=7)) as server:

@@ -10,7 +10,7 @@ one request an admitted attempt sends is the only one that goes out.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import MappingProxyType, TracebackType
 from typing import Any, Final, Self
@@ -420,6 +420,25 @@ def _response(message: Any, model: str, started: float, headers: httpx2.Headers)
     )
 
 
+_ToolCallPieces = Callable[[int, "str | None", str, str], object]
+"""Receives each piece of a streamed tool call: ``(index, id, name, arguments)``."""
+
+
+def _hand_over_call(
+    event: Any, calls: dict[int, tuple[int, str]], on_tool_call: _ToolCallPieces
+) -> None:
+    """Pass a streamed ``tool_use`` block's start (its id and name) and each of its
+    ``input_json_delta`` pieces to ``on_tool_call``, numbering the calls in order."""
+    if event.type == "content_block_start" and event.content_block.type == "tool_use":
+        block = event.content_block
+        calls[event.index] = (len(calls), block.id)
+        on_tool_call(len(calls) - 1, block.id, block.name, "")
+    elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+        position, call_id = calls.get(event.index, (None, None))
+        if position is not None and event.delta.partial_json:
+            on_tool_call(position, call_id, "", event.delta.partial_json)
+
+
 # --------------------------------------------------------------------------------------------
 # The client
 # --------------------------------------------------------------------------------------------
@@ -503,9 +522,20 @@ class AnthropicClient:
             message = await raw.parse()
         return _response(message, model, started, raw.headers)
 
-    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
+    async def stream(
+        self,
+        request: LLMRequest,
+        on_text: TextSink,
+        *,
+        on_tool_call: _ToolCallPieces | None = None,
+    ) -> LLMResponse:
         """Send ``request`` streamed; each piece of text goes to ``on_text`` as it arrives, and
         the whole turn comes back as :meth:`complete` would return it.
+
+        ``on_tool_call``, when given, receives each tool call as it arrives, as ``(index, id,
+        name, arguments)`` pieces: the call's position among the reply's calls, its id, and
+        the name and the piece of JSON arguments the fragment adds (``""`` when none). A call's
+        first piece names it, with no arguments yet; the pieces after it carry its arguments.
 
         A stream that ends before ``message_stop`` was cut by the upstream: it raises
         :class:`~nucleo_trio.errors.TransientErrorRetry` (the text already handed to
@@ -515,6 +545,7 @@ class AnthropicClient:
         params = _request_params(request, model)
         started = trio.current_time()
         stopped = False
+        calls: dict[int, tuple[int, str]] = {}  # content block index -> (call position, id)
         with _translated(model):
             async with self._sdk.messages.stream(**params) as stream:
                 headers = stream.response.headers
@@ -523,6 +554,8 @@ class AnthropicClient:
                         on_text(event.text)
                     elif event.type == "message_stop":
                         stopped = True
+                    elif on_tool_call is not None:
+                        _hand_over_call(event, calls, on_tool_call)
                 message = stream.current_message_snapshot if stopped else None
         if message is None:
             error = ExternalServiceError(
