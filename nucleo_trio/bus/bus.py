@@ -117,6 +117,14 @@ class Subscription(abc.ABC):
     def unsubscribe(self) -> None:
         """Stop routing events here; whatever is already queued is still delivered."""
 
+    @abc.abstractmethod
+    async def wait_drained(self) -> None:
+        """Return once the subscription has delivered all it ever will: it was unsubscribed,
+        or its bus stopped, and the observer has returned from the last event queued for it
+        (or the bus's stop gave up on it). Called on an active subscription, it waits for
+        one of those. Unsubscribe, then wait, to close an observer without losing what was
+        published before."""
+
 
 class _NoOpSubscription(Subscription):
     __slots__ = ()
@@ -135,6 +143,9 @@ class _NoOpSubscription(Subscription):
 
     def unsubscribe(self) -> None:
         return None
+
+    async def wait_drained(self) -> None:
+        await trio.lowlevel.checkpoint()
 
     def __repr__(self) -> str:
         return "<Subscription noop>"
@@ -254,6 +265,9 @@ class _LiveSubscription(Subscription):
 
     def unsubscribe(self) -> None:
         self._bus._remove(self)
+
+    async def wait_drained(self) -> None:
+        await self._done.wait()
 
     def __repr__(self) -> str:
         scope = f" workflow={self.workflow_id}" if self.workflow_id is not None else ""
@@ -703,6 +717,8 @@ class MessageBus:
                 self._by_workflow.pop(subscription.workflow_id, None)
         # What is queued is still delivered; a consumer that never started has nothing queued.
         subscription.close_queue()
+        if subscription not in self._consumers:
+            subscription._done.set()  # no consumer runs, nor will: nothing is left to deliver
 
 
 def _hear_jobs(subscriptions: tuple[_LiveSubscription, ...]) -> bool:

@@ -694,6 +694,10 @@ class JsonLinesSink(JobObserver[ev.JobEvent]):
     Lines are written as events arrive, through the file's buffer, in the subscription's own
     task (so in publish order); :meth:`flush` pushes the buffer out, :meth:`close` (or leaving
     the ``with`` block) flushes and closes a file the sink opened. ``written`` counts the lines.
+
+    A sink closed while its bus still runs would lose the events still queued for it: close
+    it with ``await sink.aclose()`` (or ``async with JsonLinesSink(path) as sink:``), which
+    ends its subscriptions and writes everything published before the call first.
     """
 
     def __init__(self, target: str | os.PathLike[str] | TextIO, *, append: bool = False) -> None:
@@ -719,6 +723,11 @@ class JsonLinesSink(JobObserver[ev.JobEvent]):
         self.written = 0
         """How many lines the sink has written so far."""
         self._closed = False
+        self._subscriptions: list[Subscription] = []
+
+    def on_subscribe(self, subscription: Subscription) -> None:
+        """Keep ``subscription``, for :meth:`aclose` to end and drain."""
+        self._subscriptions.append(subscription)
 
     async def on_event(self, event: ev.JobEvent) -> None:
         """Write the event's line."""
@@ -741,7 +750,9 @@ class JsonLinesSink(JobObserver[ev.JobEvent]):
             self._stream.flush()
 
     def close(self) -> None:
-        """Flush, and close the file if the sink opened it; writing afterwards raises."""
+        """Flush, and close the file if the sink opened it; writing afterwards raises. The
+        subscriptions stay: an event the bus delivers later is refused and logged by the bus.
+        :meth:`aclose` ends them first."""
         if self._closed:
             return
         self._stream.flush()
@@ -749,8 +760,34 @@ class JsonLinesSink(JobObserver[ev.JobEvent]):
             self._stream.close()
         self._closed = True
 
+    async def aclose(self) -> None:
+        """Unsubscribe from every bus the sink is subscribed to, wait until each event
+        published before the call is written, then :meth:`close`. The wait is the sink's own
+        writes (a bus's stop would cut it at :data:`~nucleo_trio.bus.DRAIN_TIMEOUT`); a
+        cancelled ``aclose()`` still closes the file, and what was still queued is lost.
+        Calling it again does nothing."""
+        subscriptions, self._subscriptions = self._subscriptions, []
+        try:
+            for subscription in subscriptions:
+                subscription.unsubscribe()
+            for subscription in subscriptions:
+                await subscription.wait_drained()
+        finally:
+            self.close()
+
     def __enter__(self) -> JsonLinesSink:
         return self
+
+    async def __aenter__(self) -> JsonLinesSink:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     def __exit__(
         self,
