@@ -3,9 +3,10 @@
 Run as a program, it serves one of them: ``python tests/mcp_test_server.py kit`` on stdio, or
 ``python tests/mcp_test_server.py kit --http PORT`` as a streamable HTTP server on 127.0.0.1.
 
-* ``kit``: ``add``, ``echo``, ``fail`` (answers ``isError``), ``slow`` (sleeps, counting the
-  calls in flight and the ones cancelled), ``stats`` (those counts), ``pid``, ``grow`` and
-  ``shrink`` (add or remove a tool, and say the list changed), ``crash`` (exits the process);
+* ``kit``: ``add``, ``echo``, ``fail`` (answers ``isError``), ``refuse`` (answers a JSON-RPC
+  error), ``slow`` (sleeps, counting the calls in flight and the ones cancelled), ``stats``
+  (those counts), ``pid``, ``grow`` and ``shrink`` (add or remove a tool, and say the list
+  changed), ``crash`` (exits the process);
 * ``notes``: ``remember`` and ``recall``, a small key-value store.
 """
 
@@ -18,6 +19,8 @@ from typing import Any
 
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 
 
 class Counts:
@@ -55,7 +58,7 @@ def kit() -> MCPServer[Any]:
     @server.tool()
     def fail(message: str) -> str:
         """Fail with the message."""
-        raise ValueError(message)
+        raise ToolError(message)
 
     @server.tool()
     async def slow(seconds: float) -> str:
@@ -76,6 +79,11 @@ def kit() -> MCPServer[Any]:
     def stats() -> dict[str, int]:
         """The calls of slow in flight now and at most, and how many were cancelled."""
         return counts.as_dict()
+
+    @server.tool()
+    def refuse(code: int, message: str) -> str:
+        """Answer with a JSON-RPC error of the code given, not a result."""
+        raise MCPError(code=code, message=message)
 
     @server.tool()
     def pid() -> int:
@@ -132,7 +140,7 @@ def notes() -> MCPServer[Any]:
     def recall(key: str) -> str:
         """The value kept under a key."""
         if key not in store:
-            raise KeyError(f"nothing kept under {key!r}")
+            raise ToolError(f"nothing kept under {key!r}")
         return store[key]
 
     return server

@@ -6,18 +6,54 @@ These tests run real processes on the real clock; they assert outcomes, never du
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import pytest
 import trio
-from nucleo_trio_mcp import McpServers, McpTool, McpToolResult
+from nucleo_trio_mcp import (
+    McpArgumentsError,
+    McpProtocolError,
+    McpServerError,
+    McpServers,
+    McpTool,
+    McpToolError,
+    McpToolResult,
+)
 
-from nucleo_trio.dispatch import DispatcherConfig, open_dispatcher
+from nucleo_trio.bus import events as ev
+from nucleo_trio.dispatch import DispatcherConfig, JobDispatcher, open_dispatcher
+from nucleo_trio.errors import CorrectableError, UncorrectableError
 from nucleo_trio.jobs import workflow
+from nucleo_trio.plugins import make_plugin_manager
 
 SERVER = str(Path(__file__).with_name("mcp_test_server.py"))
+
+
+@asynccontextmanager
+async def a_dispatcher(**config: Any) -> AsyncIterator[JobDispatcher]:
+    """A dispatcher with the built-in plugins only (the installed ones cost seconds to import,
+    and these tests bring what they use)."""
+    plugins = make_plugin_manager(load_entrypoints=False)
+    async with open_dispatcher(
+        DispatcherConfig(seed=1, **config), plugin_manager=plugins
+    ) as dispatcher:
+        yield dispatcher
+
+
+async def stats(servers: McpServers, name: str = "kit") -> dict[str, int]:
+    """What the server counted, asked through a call of its own (outside any dispatcher)."""
+    server = servers[name]
+    connection = await server._connected()
+    assert connection.client is not None
+    result = await connection.client.call_tool("stats", {})
+    counted: dict[str, int] = result.structured_content
+    return counted
 
 
 def stdio(name: str, **settings: Any) -> dict[str, Any]:
@@ -76,3 +112,126 @@ def test_trio_runs_the_sdk() -> None:
                 )
 
     assert trio.run(main) == "hi"
+
+
+async def test_fifty_concurrent_calls_never_exceed_the_server_gates_or_the_stdio_pool() -> None:
+    """50 calls at once over two stdio servers: at most max_concurrent of them in flight on each
+    server (as the server itself counts them), at most stdio_pool_max on both together (as
+    admission granted them), and every call a job with its events and both gates' grants."""
+    config = {
+        "stdio_pool_max": 5,
+        "servers": {"a": stdio("kit", max_concurrent=3), "b": stdio("kit", max_concurrent=3)},
+    }
+    async with McpServers(config) as servers:
+        await servers.tools()
+        peak = 0
+
+        async def watch_pool() -> None:
+            nonlocal peak
+            async for _, now in servers.pool.use.transitions():
+                peak = max(peak, now)
+
+        events: list[ev.JobEvent] = []
+        async with a_dispatcher() as dispatcher:
+            dispatcher.bus.subscribe(events.append)
+            async with trio.open_nursery() as watcher:
+                watcher.start_soon(watch_pool)
+                root = workflow("u", "fan-out")
+                handles = [
+                    dispatcher.submit(servers["ab"[n % 2]].tool("slow")(root, {"seconds": 0.1}))
+                    for n in range(50)
+                ]
+                results = [await handle.result() for handle in handles]
+                watcher.cancel_scope.cancel()
+        assert results == ["slept 0.1 s"] * 50
+        counted = {name: await stats(servers, name) for name in "ab"}
+        assert counted["a"]["calls"] == counted["b"]["calls"] == 25
+        assert 1 <= counted["a"]["max_in_flight"] <= 3 and 1 <= counted["b"]["max_in_flight"] <= 3
+        assert 3 <= peak <= 5
+        assert servers.pool.in_use == servers["a"].gate.in_use == servers["b"].gate.in_use == 0
+        first = handles[0].job.job_id
+        kinds = [type(e).__name__ for e in events if e.snapshot and e.snapshot.job_id == first]
+        assert kinds[0] == "JobScheduled" and kinds[-1] == "WorkflowCompleteEvent"
+        assert {"JobStartedEvent", "JobCompletedEvent"} <= set(kinds)
+        granted = {
+            e.limiter_name
+            for e in events
+            if isinstance(e, ev.LimiterEvent)
+            and e.snapshot is not None
+            and e.snapshot.job_id == first
+            and e.type.name.startswith("GRANTED")
+        }
+        assert granted == {"mcp:a", "mcp:stdio"}
+
+
+async def test_arguments_the_schema_refuses_fail_correctably_before_admission() -> None:
+    """A call whose arguments do not match the input schema fails with every problem listed,
+    as a correctable failure, without asking admission for anything or reaching the server."""
+    async with McpServers({"servers": {"kit": stdio("kit")}}) as servers:
+        await servers.tools()
+        add = servers["kit"].tool("add")
+        events: list[ev.JobEvent] = []
+        async with a_dispatcher() as dispatcher:
+            dispatcher.bus.subscribe(events.append)
+            handle = dispatcher.submit(add(workflow("u", "bad"), {"a": "two", "c": 1}))
+            with pytest.raises(McpArgumentsError) as refused:
+                await handle.result()
+        error = refused.value
+        assert isinstance(error, CorrectableError)
+        assert error.problems == (
+            "(the arguments): 'b' is a required property",
+            "a: 'two' is not of type 'integer'",
+        )
+        assert "The arguments of add were refused:\n- (the arguments): 'b'" in error.llm_message
+        assert not [e for e in events if isinstance(e, ev.LimiterEvent)]
+        assert servers["kit"].gate.in_use == 0
+
+
+async def test_a_tool_that_answers_is_error_fails_correctably_with_what_it_said() -> None:
+    async with McpServers({"servers": {"kit": stdio("kit")}}) as servers:
+        await servers.tools()
+        fail = servers["kit"].tool("fail")
+        async with a_dispatcher() as dispatcher:
+            handle = dispatcher.submit(fail(workflow("u", "f"), {"message": "no such file"}))
+            with pytest.raises(McpToolError) as failed:
+                await handle.result()
+        assert isinstance(failed.value, CorrectableError)
+        assert failed.value.tool == "fail" and "no such file" in failed.value.text
+        assert failed.value.explain_to_llm().startswith("The tool fail failed: ")
+
+
+async def test_a_protocol_error_is_uncorrectable_unless_it_refuses_the_arguments() -> None:
+    """A JSON-RPC error answer: invalid params (-32602) is the model's to fix; any other code
+    (an internal error) is an uncorrectable protocol error carrying its code."""
+    async with McpServers({"servers": {"kit": stdio("kit")}}) as servers:
+        await servers.tools()
+        refuse = servers["kit"].tool("refuse")
+        root = workflow("u", "p")
+        async with a_dispatcher() as dispatcher:
+            params = dispatcher.submit(
+                refuse(root, {"code": mcp_types.INVALID_PARAMS, "message": "path outside root"})
+            )
+            internal = dispatcher.submit(
+                refuse(root, {"code": mcp_types.INTERNAL_ERROR, "message": "database down"})
+            )
+            with pytest.raises(McpArgumentsError, match="path outside root"):
+                await params.result()
+            with pytest.raises(McpProtocolError) as broken:
+                await internal.result()
+        assert isinstance(broken.value, UncorrectableError)
+        assert broken.value.code == mcp_types.INTERNAL_ERROR
+        assert broken.value.service == "mcp:kit"
+        assert "database down" in str(broken.value)
+
+
+async def test_closed_servers_refuse_every_later_call() -> None:
+    async with McpServers({"servers": {"kit": stdio("kit")}}) as servers:
+        await servers.tools()
+        echo = servers["kit"].tool("echo")
+    with pytest.raises(McpServerError, match="closed"):
+        await servers["kit"].connect()
+    async with a_dispatcher() as dispatcher:
+        handle = dispatcher.submit(echo(workflow("u", "late"), {"text": "hi"}))
+        with pytest.raises(UncorrectableError, match="closed"):
+            await handle.result()
+    assert json.dumps(str(echo))  # the class outlives its servers, harmlessly
