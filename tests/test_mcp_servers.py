@@ -235,3 +235,29 @@ async def test_closed_servers_refuse_every_later_call() -> None:
         with pytest.raises(UncorrectableError, match="closed"):
             await handle.result()
     assert json.dumps(str(echo))  # the class outlives its servers, harmlessly
+
+
+@asynccontextmanager
+async def serving(**servers: dict[str, Any]) -> AsyncIterator[JobDispatcher]:
+    """A dispatcher whose configuration declares ``servers``, served by the plugin (registered
+    as its entry point would register it)."""
+    import nucleo_trio_mcp.plugin
+
+    plugins = make_plugin_manager(load_entrypoints=False, plugins=[nucleo_trio_mcp.plugin])
+    config = DispatcherConfig(seed=1, mcp={"servers": servers})
+    async with open_dispatcher(config, plugin_manager=plugins) as dispatcher:
+        yield dispatcher
+
+
+async def test_the_servers_of_a_dispatchers_config_are_its_own() -> None:
+    """Declared in the dispatcher's configuration, the servers start on first use, serve its
+    jobs, and stop with it."""
+    async with serving(kit=stdio("kit")) as dispatcher:
+        servers = McpServers.of(dispatcher)
+        assert servers["kit"].starts == 0
+        (add,) = [cls for cls in await servers.tools() if cls.tool_name == "add"]
+        result = await dispatcher.submit(add(workflow("u", "cfg"), {"a": 1, "b": 2})).result()
+        assert result == "3" and servers["kit"].starts == 1
+    assert not servers["kit"].is_connected
+    with pytest.raises(McpServerError, match="closed"):
+        await servers["kit"].connect()

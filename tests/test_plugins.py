@@ -1071,3 +1071,62 @@ async def test_nucleo_trio_observers_subscribe_each_answer_to_the_dispatchers_bu
         with pytest.raises(PluginError, match=message):
             async with open_dispatcher(plugin_manager=broken):
                 pass  # pragma: no cover - the start is refused
+
+
+# --- nucleo_trio_mcp_servers ------------------------------------------------------------------------
+
+
+async def test_nucleo_trio_mcp_servers_gives_a_dispatcher_the_servers_its_mcp_table_declares() -> (
+    None
+):
+    """A dispatcher whose config has an mcp table asks nucleo_trio_mcp_servers once, with
+    itself and the table as written: the first answer is dispatcher.mcp and stops with the
+    dispatcher. A plugin that raises, an answer that is not a stoppable, and no answer at all
+    stop the start with a ConfigError; an empty table asks nobody."""
+    from nucleo_trio.dispatch import DispatcherConfig, open_dispatcher
+    from nucleo_trio.errors import ConfigError
+    from nucleo_trio.jobs import AbstractStoppable
+
+    asked: list[tuple[object, Mapping[str, Any]]] = []
+
+    class Servers(AbstractStoppable):
+        stopped = False
+
+        def do_stop(self) -> None:
+            self.stopped = True
+
+    class McpPlugin:
+        @hookimpl
+        def nucleo_trio_mcp_servers(self, dispatcher: Any, settings: Mapping[str, Any]) -> Any:
+            asked.append((dispatcher, settings))
+            return Servers()
+
+    table = {"servers": {"files": {"command": "files-server"}}}
+    pm = make_plugin_manager(load_entrypoints=False, plugins=[McpPlugin()])
+    async with open_dispatcher(DispatcherConfig(mcp=table), plugin_manager=pm) as dispatcher:
+        assert asked == [(dispatcher, table)]
+        servers = dispatcher.mcp
+        assert isinstance(servers, Servers) and not servers.stopped
+    assert servers.stopped
+    async with open_dispatcher(plugin_manager=pm) as dispatcher:
+        assert dispatcher.mcp is None and len(asked) == 1
+
+    class Refuses:
+        @hookimpl
+        def nucleo_trio_mcp_servers(self) -> Any:
+            raise ValueError("servers.files: unknown key comand")
+
+    class NotStoppable:
+        @hookimpl
+        def nucleo_trio_mcp_servers(self) -> Any:
+            return object()
+
+    for plugins, message in (
+        ([Refuses()], r"mcp: plugin .*Refuses.* refused it: servers.files: unknown key comand"),
+        ([NotStoppable()], r"mcp: plugin .*NotStoppable.* not an AbstractStoppable"),
+        ([], r"no installed plugin serves MCP servers.*pip install -e plugins/nucleo-trio-mcp"),
+    ):
+        broken = make_plugin_manager(load_entrypoints=False, plugins=plugins)
+        with pytest.raises(ConfigError, match=message):
+            async with open_dispatcher(DispatcherConfig(mcp=table), plugin_manager=broken):
+                pass  # pragma: no cover - the start is refused

@@ -263,6 +263,13 @@ class DispatcherConfig:
     """Model providers by the provider key catalog entries name, each declared by plugin kind;
     built when the plugins load, registered on ``dispatcher.models.providers``, and closed when
     the dispatcher stops. Empty by default."""
+    mcp: dict[str, Any] = attrs.field(factory=dict, repr=_shown)
+    """The MCP servers a deployment declares, as its ``[mcp]`` table is written
+    (``[mcp.servers.NAME]`` with a ``command`` or a ``url``, ``stdio_pool_max``); empty by
+    default. The plugin that serves MCP (``nucleo-trio-mcp``) reads it when the plugins load,
+    and its servers are the dispatcher's, as :attr:`JobDispatcher.mcp
+    <nucleo_trio.dispatch.JobDispatcher.mcp>`; a table with no such plugin installed, or one it
+    refuses, stops the start with :class:`~nucleo_trio.errors.ConfigError`."""
     memory: MemoryConfig = attrs.field(
         factory=MemoryConfig, validator=attrs.validators.instance_of(MemoryConfig)
     )
@@ -298,6 +305,11 @@ class DispatcherConfig:
     directory that must belong to the user and be writable by nobody else; at most 107 bytes.
     ``None``, the default, is off; on, it costs each job a little, as :attr:`health_every`
     does."""
+
+    @mcp.validator
+    def _check_mcp(self, attribute: attrs.Attribute[dict[str, Any]], value: object) -> None:
+        if not isinstance(value, Mapping):
+            raise _refused(attribute, "a table of MCP settings (servers, stdio_pool_max)", value)
 
     @http_connections.validator
     def _check_http(self, attribute: attrs.Attribute[int], value: object) -> None:
@@ -410,5 +422,6 @@ converter.register_structure_hook(
         log_events=override(struct_hook=_as_written),
         models=override(struct_hook=_as_written),
         control_socket=override(struct_hook=_as_written),
+        mcp=override(struct_hook=_as_written),
     ),
 )

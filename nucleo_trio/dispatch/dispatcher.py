@@ -85,6 +85,7 @@ from ..plugins.manager import (
     PluginError,
     heartbeat_jobs_from,
     make_plugin_manager,
+    mcp_servers_from,
     observers_from,
 )
 from ..resources import (
@@ -249,6 +250,10 @@ class JobDispatcher:
         self.model_provider_kinds: ModelProviderKinds | None = None
         """The model provider kinds the plugins provide, by name: what
         ``config.model_providers`` is built from. ``None`` until the plugins load."""
+        self.mcp: AbstractStoppable | None = None
+        """The MCP servers ``config.mcp`` declares, as the plugin that serves them holds them
+        (a :class:`nucleo_trio_mcp.McpServers` with ``nucleo-trio-mcp``), built when the plugins
+        load and stopped when the dispatcher stops; ``None`` when the table is empty."""
         self.bus = bus or MessageBus()
         """The message bus every event goes through: the ``bus`` passed in, else one of its
         own. Subscribe observers to it; it stops last at shutdown, delivering what was
@@ -606,6 +611,9 @@ class JobDispatcher:
         for observer in observers_from(self.plugins, self):
             self.bus.subscribe(observer)
         heartbeat_jobs_from(self.plugins, self.heartbeat_jobs)
+        if self.config.mcp:
+            self.mcp = mcp_servers_from(self.plugins, self, self.config.mcp)
+            self.register_stoppable(self.mcp)
         # Last: the store may open a file, and nothing after it can refuse the start.
         store = self._heartbeat_store or heartbeat_store_from(self.plugins, self.config.heartbeat)
         self.heart = Heart(self, store)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from nucleo_trio.dispatch import JobDispatcher
     from nucleo_trio.guardrails import Guardrail
     from nucleo_trio.heartbeat import HeartbeatStore
-    from nucleo_trio.jobs import AbstractJob, Identifiable
+    from nucleo_trio.jobs import AbstractJob, AbstractStoppable, Identifiable
     from nucleo_trio.models import Provider
     from nucleo_trio.resources import DBResourceProvider
 
@@ -54,6 +54,7 @@ __all__ = [
     "nucleo_trio_heartbeat_jobs",
     "nucleo_trio_heartbeat_store",
     "nucleo_trio_limiter_kinds",
+    "nucleo_trio_mcp_servers",
     "nucleo_trio_memory_reader",
     "nucleo_trio_model_catalog",
     "nucleo_trio_model_provider_kinds",
@@ -279,6 +280,29 @@ def nucleo_trio_heartbeat_jobs() -> Mapping[str, type[AbstractJob[Any]]]:  # typ
     the dispatcher's own ``heartbeat_jobs`` give another class, is a
     :class:`~nucleo_trio.plugins.PluginError` naming the plugin; returning ``None`` or an empty
     mapping contributes nothing.
+    """
+
+
+# --- MCP servers --------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def nucleo_trio_mcp_servers(
+    dispatcher: JobDispatcher, settings: Mapping[str, Any]
+) -> AbstractStoppable | None:
+    """Provide the MCP servers of a dispatcher whose configuration declares some (a provider
+    hook: ``firstresult``, the first answer that is not ``None`` wins).
+
+    Called once per dispatcher while it loads its plugins, when its configuration's ``mcp``
+    table is not empty, with the dispatcher and that table as written
+    (``{"servers": {"files": {"command": "...", "args": [...]}}, "stdio_pool_max": 20}``).
+    Answer the object that holds the servers, an
+    :class:`~nucleo_trio.jobs.AbstractStoppable`: the dispatcher keeps it as
+    ``dispatcher.mcp`` and stops it when it stops, after its jobs, however it stops. Answer
+    ``None`` when you do not serve MCP. The ``nucleo-trio-mcp`` distribution answers it. A table
+    nobody answers for stops the start with a :class:`~nucleo_trio.errors.ConfigError` naming
+    the distribution to install; settings the provider refuses by raising, and an answer that
+    is not a stoppable, stop it too, naming the plugin.
     """
 
 

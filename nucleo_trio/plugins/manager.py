@@ -27,11 +27,11 @@ import pluggy
 from nucleo_trio._plugin_errors import PluginError, plugin_label as _label
 from nucleo_trio.admission import RateLimiter
 from nucleo_trio.bus import JobObserver
-from nucleo_trio.errors import UsageError
+from nucleo_trio.errors import ConfigError, UsageError
 from nucleo_trio.errors._suggest import did_you_mean, nearest
 from nucleo_trio.guardrails import Guardrail
 from nucleo_trio.heartbeat.registry import HeartbeatJobs
-from nucleo_trio.jobs import AbstractJob, Identifiable
+from nucleo_trio.jobs import AbstractJob, AbstractStoppable, Identifiable
 from nucleo_trio.models import Provider
 from nucleo_trio.plugins import builtin, hookspecs
 from nucleo_trio.plugins.hookspecs import (
@@ -55,6 +55,7 @@ __all__ = [
     "UnknownModelProviderKindError",
     "heartbeat_jobs_from",
     "make_plugin_manager",
+    "mcp_servers_from",
     "observers_from",
 ]
 
@@ -298,6 +299,42 @@ def observers_from(
                 )
             found.append(observer)
     return found
+
+
+def mcp_servers_from(
+    plugins: pluggy.PluginManager, dispatcher: object, settings: Mapping[str, Any]
+) -> AbstractStoppable:
+    """The MCP servers the plugins provide for ``dispatcher`` from its ``mcp`` table
+    (``nucleo_trio_mcp_servers``, the first answer that is not ``None``).
+
+    Each implementation is asked on its own so that a failure names its plugin: one that raises
+    (settings it refuses) and one that answers something other than an
+    :class:`~nucleo_trio.jobs.AbstractStoppable` are each a
+    :class:`~nucleo_trio.errors.ConfigError` naming the plugin; no answer at all is one naming
+    the distribution to install.
+    """
+    for impl in reversed(plugins.hook.nucleo_trio_mcp_servers.get_hookimpls()):
+        if impl.hookwrapper or impl.wrapper:
+            continue
+        label = _label(plugins, impl.plugin)
+        arguments = {"dispatcher": dispatcher, "settings": settings}
+        try:
+            answer = impl.function(*(arguments[name] for name in impl.argnames))
+        except Exception as exc:
+            raise ConfigError(f"dispatcher config: mcp: plugin {label} refused it: {exc}") from exc
+        if answer is None:
+            continue
+        if not isinstance(answer, AbstractStoppable):
+            raise ConfigError(
+                f"dispatcher config: mcp: plugin {label} answered nucleo_trio_mcp_servers with "
+                f"{answer!r}, which is not an AbstractStoppable"
+            )
+        return answer
+    raise ConfigError(
+        "dispatcher config: mcp: no installed plugin serves MCP servers; the nucleo-trio-mcp "
+        "plugin does: install it with `pip install -e plugins/nucleo-trio-mcp` from the "
+        "repository's root"
+    )
 
 
 F = TypeVar("F", bound=Callable[..., Any])

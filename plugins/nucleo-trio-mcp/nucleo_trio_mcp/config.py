@@ -149,8 +149,9 @@ class McpServerConfig:
         if self.url is not None:
             stray = [key for key in ("args", "env", "cwd") if getattr(self, key)]
             if stray:
+                verb = "belongs" if len(stray) == 1 else "belong"
                 raise ConfigError(
-                    f"McpServerConfig: {', '.join(stray)} belong to a command, not to a url"
+                    f"McpServerConfig: {' and '.join(stray)} {verb} to a command, not to a url"
                 )
 
     @property
@@ -213,6 +214,18 @@ def _as_written(value: Any, _: type) -> Any:
     return value
 
 
+def _structure_servers(data: Any) -> Any:
+    """Each server's table on its own, so a refusal names the server."""
+    if not isinstance(data, Mapping):
+        return data  # the field's validator says what is wrong
+    return {
+        name: structure_config(table, McpServerConfig, what=f"server {name!r}")
+        if isinstance(table, Mapping)
+        else table
+        for name, table in data.items()
+    }
+
+
 _every_field_as_written: dict[str, Any] = {
     field.name: override(struct_hook=_as_written) for field in attrs.fields(McpServerConfig)
 }
@@ -225,13 +238,7 @@ converter.register_structure_hook(
     make_dict_structure_fn(
         McpConfig,
         converter,
-        servers=override(
-            struct_hook=lambda data, _: (
-                {name: converter.structure(table, McpServerConfig) for name, table in data.items()}
-                if isinstance(data, Mapping)
-                else data
-            )
-        ),
+        servers=override(struct_hook=lambda data, _: _structure_servers(data)),
         stdio_pool_max=override(struct_hook=_as_written),
     ),
 )

@@ -14,21 +14,27 @@ connection and waits for each server process to exit.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from nucleo_trio.admission import StdioPoolGate
+from nucleo_trio.dispatch import DispatcherState
+from nucleo_trio.errors import UsageKeyError
 from nucleo_trio.errors._suggest import did_you_mean
 from nucleo_trio.jobs import AbstractStoppable
 
 from .config import McpConfig
 from .server import McpServer
 from .tools import McpTool
+
+if TYPE_CHECKING:
+    from nucleo_trio.dispatch import JobDispatcher
 
 __all__ = ["CLOSE_WINDOW", "McpServers"]
 
@@ -69,6 +75,54 @@ class McpServers(Mapping[str, McpServer], AbstractStoppable):
         self._done = trio.Event()
         self._host: trio.CancelScope | None = None
         self._block: Any = None  # the nursery of `async with`
+
+    @classmethod
+    def of(cls, dispatcher: JobDispatcher) -> McpServers:
+        """The servers of ``dispatcher``, the ones its configuration's ``mcp`` table declares;
+        a dispatcher that declares none raises :class:`~nucleo_trio.errors.UsageKeyError` (a
+        ``KeyError``) saying where to declare them."""
+        servers = dispatcher.mcp
+        if not isinstance(servers, McpServers):
+            raise UsageKeyError(
+                "nucleo_trio_mcp",
+                "the dispatcher has no MCP servers (its configuration's mcp table is empty)",
+                "declare them under [mcp.servers.NAME] in the dispatcher's configuration "
+                '(DispatcherConfig(mcp={"servers": {...}})), or hold them yourself with '
+                "`async with McpServers(...)`",
+            )
+        return servers
+
+    def serve_for(self, dispatcher: JobDispatcher) -> None:
+        """Run the connections for ``dispatcher``'s life, in a task of trio's own: from its
+        start (servers set to start ``"at_start"`` are started then) until it stops, when its
+        stop closes them (register this with
+        :meth:`~nucleo_trio.dispatch.JobDispatcher.register_stoppable`, as the plugin does).
+        Call it inside a trio run."""
+        trio.lowlevel.spawn_system_task(
+            self._run_for,
+            dispatcher,
+            name=f"MCP servers of {dispatcher!r}",
+            context=contextvars.Context(),
+        )
+
+    async def _run_for(self, dispatcher: JobDispatcher) -> None:
+        try:
+            state = await dispatcher.state.wait_value(lambda now: now is not DispatcherState.NEW)
+            if state is not DispatcherState.RUNNING:
+                return
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._close_when_stopped, dispatcher)
+                await self.run()
+                nursery.cancel_scope.cancel()
+        except Exception:  # a system task's failure would end the whole trio run
+            log.exception("the MCP servers' task failed; their calls fail from now on")
+            await self.aclose()
+
+    async def _close_when_stopped(self, dispatcher: JobDispatcher) -> None:
+        """However the dispatcher's run ends, its servers end with it (its stop closes them
+        first, in order; this is for a run that ended without its stop)."""
+        await dispatcher.state.wait_value(DispatcherState.STOPPED)
+        await self.aclose()
 
     # -- the mapping ----------------------------------------------------------------------------
     def __getitem__(self, name: str) -> McpServer:
