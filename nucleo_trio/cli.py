@@ -117,7 +117,10 @@ writes every event as JSON lines, which `nucleo-trio events FILE` filters and pr
 terminal a progress bar follows the fan-out; piped, the output is the plain report alone.
 
 By default the run happens in virtual time (trio's MockClock with autojump): instant, and the
-same seed prints the same numbers. --real-time runs it on the wall clock (about ten seconds).
+same seed prints the same numbers. --real-time runs it on the wall clock (about ten seconds);
+with --control-socket, `nucleo-trio top` in another terminal watches it (without a PATH the
+socket is where top looks by default: $XDG_RUNTIME_DIR/nucleo-trio.sock, or
+/tmp/nucleo-trio-UID/nucleo-trio.sock where that variable is unset or not this user's).
 Exit status: 0 when every job is accounted for exactly once, 1 if the tally does not add up
 or a file or socket option cannot be used, 2 for a bad option, 130 after Ctrl-C (the report
 tells what happened until then), 141 when the reader of the output goes away (`demo | head`)."""
@@ -169,8 +172,11 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.add_argument(
         "--control-socket",
         metavar="PATH",
+        nargs="?",
+        const="",  # given without a PATH: the default place, made before the run starts
         default=None,
-        help="open the dispatcher's control socket there, to watch the run with `nucleo-trio top`",
+        help="open the dispatcher's control socket at PATH (without one, where `nucleo-trio "
+        "top` looks by default), to watch the run with `nucleo-trio top`",
     )
     demo.add_argument(
         "-v",
@@ -208,6 +214,21 @@ def _run_demo(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
+    control_socket = args.control_socket
+    if control_socket is not None:
+        from .errors import ConfigError
+        from .observability.control import check_socket_path, default_socket_path
+
+        try:
+            if not control_socket:
+                control_socket = str(default_socket_path(make=True))
+            # Checked before the run, as the files are: the dispatcher's start would refuse
+            # it only once the header is out.
+            check_socket_path(control_socket)
+        except (ConfigError, OSError) as exc:
+            hint = "" if not args.control_socket else "; without a PATH it picks one of yours"
+            print(f"{PROG} demo: --control-socket: {exc}{hint}", file=sys.stderr)
+            return 1
     color = {"auto": None, "always": True, "never": False}[args.color]
     options = DemoOptions(
         jobs=args.jobs,
@@ -217,7 +238,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         color=color,
         record=args.record,
         events=args.events,
-        control_socket=args.control_socket,
+        control_socket=control_socket,
     )
     return run_demo(options)
 
@@ -571,9 +592,14 @@ Watch a running dispatcher: its accounts with their bars, memory, the jobs runni
 in admission, and the recent failures, redrawn in place every --interval seconds until Ctrl-C
 (or --count frames). It reads the control socket the dispatcher opens when its configuration
 sets control_socket (off by default); name it with --socket, or with --config, the dispatcher's
-own configuration file. --once prints one snapshot as plain text for scripts; --json prints it
-as JSON. If the dispatcher goes away, the last frame stays with a line saying so.
-Exit status: 0 when shown, 1 when the socket cannot be read, 2 for a bad option."""
+own configuration file. Without either, top reads the socket `nucleo-trio demo --control-socket`
+opens when given no path: $XDG_RUNTIME_DIR/nucleo-trio.sock, or
+/tmp/nucleo-trio-UID/nucleo-trio.sock where that variable is unset or names another user's
+directory (a container, a root shell). --once prints one snapshot as plain text for scripts;
+--json prints it as JSON. If the dispatcher stops while watched, the last frame stays, its
+header saying it no longer answers, and top exits saying why.
+Exit status: 0 when shown (Ctrl-C ends the live view), 1 when the socket cannot be read or
+the dispatcher stops answering while watched, 2 for a bad option."""
 
 
 def _add_top(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -583,8 +609,12 @@ def _add_top(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         description=_TOP_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    where = top.add_mutually_exclusive_group(required=True)
-    where.add_argument("--socket", metavar="PATH", help="the dispatcher's control socket")
+    where = top.add_mutually_exclusive_group()
+    where.add_argument(
+        "--socket",
+        metavar="PATH",
+        help="the dispatcher's control socket (default: where `demo --control-socket` opens it)",
+    )
     where.add_argument(
         "--config",
         metavar="FILE",
@@ -636,11 +666,13 @@ def _run_top(args: argparse.Namespace) -> int:
 
     from .dispatch import DispatcherConfig
     from .errors import ConfigError
-    from .observability.control import ControlSocketError, request_snapshot
+    from .observability.control import ControlSocketError, default_socket_path, request_snapshot
     from .observability.top import render_text, watch
 
     path = args.socket
-    if path is None:
+    if path is None and args.config is None:
+        path = str(default_socket_path())
+    elif path is None:
         try:
             path = DispatcherConfig.from_file(args.config).control_socket
         except ConfigError as exc:

@@ -30,6 +30,7 @@ for the recent failures, so every job's events are built (a few microseconds per
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import heapq
 import json
@@ -40,9 +41,10 @@ import re
 import socket
 import stat
 import struct
+import tempfile
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -50,10 +52,11 @@ import attrs
 import trio
 
 from .. import _bounded_json
+from ..admission.limiter import LimiterIdentity
 from ..bus.events import FailureEvent, JobEvent, TerminalEvent
 from ..errors import ConfigError
 from ..jobs.state import JobType
-from .health import HealthSnapshot, LimiterRow, QueueSizes
+from .health import HealthSnapshot, LimiterRow, QueueSizes, capture_health
 
 if TYPE_CHECKING:
     from ..bus.bus import Subscription
@@ -61,12 +64,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLIENT_TIMEOUT",
+    "DEFAULT_SOCKET_NAME",
     "LISTED_JOBS",
     "MAX_ANSWER_BYTES",
     "MAX_CLIENTS",
     "MAX_REQUEST_BYTES",
     "PROTOCOL",
     "RECENT_FAILURES",
+    "REMEMBERED_ACCOUNTS",
     "ControlServer",
     "ControlSocketError",
     "FailureRow",
@@ -74,6 +79,8 @@ __all__ = [
     "ParkedRow",
     "RunningRow",
     "check_socket_directory",
+    "check_socket_path",
+    "default_socket_path",
     "live_snapshot",
     "request_snapshot",
 ]
@@ -94,10 +101,14 @@ RECENT_FAILURES: Final = 20
 """How many of the latest failed or timed-out jobs a snapshot lists."""
 LISTED_JOBS: Final = 50
 """How many running and how many parked jobs a snapshot lists at most (the oldest first)."""
+REMEMBERED_ACCOUNTS: Final = 64
+"""How many accounts a server remembers once admission has forgotten them (idle), so that
+they stay in ``top``'s table; past that, the least recently busy is let go."""
 
 _DRAIN_BYTES = 64 * MAX_REQUEST_BYTES
 _CHUNK_BYTES = 65536  # one read's buffer: an answer's size limit is not allocated per read
 _MESSAGE_CHARS = 500  # a failure's message in a snapshot is cut to this
+_STATUS_CHARS = 300  # an account's status line likewise
 
 
 class ControlSocketError(Exception):
@@ -187,6 +198,14 @@ class LiveSnapshot:
     """How many jobs are parked in all, listed or not."""
     failures: tuple[FailureRow, ...] = ()
     """The latest failed or timed-out jobs (at most :data:`RECENT_FAILURES`), newest first."""
+    status_lines: tuple[tuple[str, str], ...] = ()
+    """``(account name, status line)`` for the accounts of ``health.limiters``: each one's
+    ``status().summary`` (``"permits 2/4 active, ..."``), cut to 300 characters, or
+    ``"unavailable (...)"`` when reading it raised. Empty from a server that sends none."""
+
+    def status_line(self, name: str) -> str | None:
+        """The status line of the account ``name``, or ``None`` when the snapshot has none."""
+        return next((line for account, line in self.status_lines if account == name), None)
 
     def to_json(self) -> dict[str, Any]:
         """The snapshot as plain JSON data, with stable field names."""
@@ -208,6 +227,7 @@ class LiveSnapshot:
             "parked": [{**attrs.asdict(row), "held_on": list(row.held_on)} for row in self.parked],
             "parked_total": self.parked_total,
             "failures": [attrs.asdict(row) for row in self.failures],
+            "status_lines": [[name, line] for name, line in self.status_lines],
         }
 
     @classmethod
@@ -363,13 +383,36 @@ def _snapshot_from(data: object) -> LiveSnapshot:
             )
             for row in _rows(top["failures"], "failures")
         ),
+        status_lines=tuple(
+            (_text(name, "a status line's account"), _text(line, "a status line"))
+            for name, line in (
+                _pair(item) for item in _listed(top.get("status_lines", []), "status_lines")
+            )
+        ),
     )
 
 
-def live_snapshot(dispatcher: JobDispatcher, failures: tuple[FailureRow, ...] = ()) -> LiveSnapshot:
-    """``dispatcher`` at this instant: its :meth:`health`, its running and parked jobs.
+def _pair(value: object) -> tuple[object, object]:
+    pair = _listed(value, "a status line")
+    if len(pair) != 2:
+        raise ValueError(f"a status line has {len(pair)} items, not [account, line]")
+    return pair[0], pair[1]
 
-    Called inside the dispatcher's trio run (the parked jobs' waits are on its clock).
+
+def live_snapshot(
+    dispatcher: JobDispatcher,
+    failures: tuple[FailureRow, ...] = (),
+    *,
+    remembered: Sequence[LimiterIdentity] = (),
+) -> LiveSnapshot:
+    """``dispatcher`` at this instant: its :meth:`health`, its running and parked jobs, and
+    each account's status line.
+
+    ``remembered`` are accounts an earlier snapshot showed. Admission forgets an account once
+    nobody holds or waits on it, and the health report then leaves it out; each one here that
+    the report lacks is added as a row of its own, read live (an idle gate shows 0 used), so a
+    live view does not lose it between two busy moments. Called inside the dispatcher's trio
+    run (the parked jobs' waits are on its clock).
     """
     now_wall = time.time()
     now = trio.current_time()
@@ -408,17 +451,83 @@ def live_snapshot(dispatcher: JobDispatcher, failures: tuple[FailureRow, ...] = 
                 held_on=held_on,
             )
         )
+    health = dispatcher.health()
+    known = _accounts_of(dispatcher)
+    shown = {row.name for row in health.limiters}
+    idle = [account for account in remembered if _name_of(account) not in shown]
+    if idle:
+        extra = capture_health(idle, waiters=dispatcher.admission.held_on, at=health.at)
+        health = attrs.evolve(health, limiters=health.limiters + extra.limiters)
+    by_name: dict[str, LimiterIdentity] = {}
+    for account in (*known, *idle):
+        by_name.setdefault(_name_of(account) or "", account)
+    lines = tuple(
+        (row.name, _status_line(by_name[row.name]))
+        for row in health.limiters
+        if row.name in by_name
+    )
     return LiveSnapshot(
         state=dispatcher.state.value.name,
         pid=os.getpid(),
         wall=now_wall,
-        health=dispatcher.health(),
+        health=health,
         running=running,
         running_total=len(started),
         parked=tuple(parked),
         parked_total=dispatcher.admission.queue_size,
         failures=failures,
+        status_lines=lines,
     )
+
+
+def _accounts_of(dispatcher: JobDispatcher) -> list[LimiterIdentity]:
+    """The accounts :meth:`JobDispatcher.health` reads, as objects: the ``http`` gate, the
+    configured limiters, the registry's accounts, each database's gate, those admission holds
+    now, and the memory account."""
+    admission = dispatcher.admission
+    databases = dispatcher.databases
+    return [
+        dispatcher.http_gate,
+        *dispatcher.limiters.values(),
+        *dispatcher.accounts.accounts(),
+        *(databases.provider(name).admission() for name in databases.names()),
+        *admission.accounts(),
+        admission.memory.account_for(None),
+    ]
+
+
+def _name_of(account: LimiterIdentity) -> str | None:
+    try:
+        return str(account.limiter_name)
+    except Exception:  # noqa: BLE001 - one broken account must not hide the others
+        return None
+
+
+def _status_line(account: LimiterIdentity) -> str:
+    """The account's ``status().summary``, cut to 300 characters; ``"unavailable (...)"``
+    naming the error when reading it raised."""
+    try:
+        line = str(account.status().summary)
+    except Exception as exc:  # noqa: BLE001 - a snapshot must not fail on one bad reading
+        line = f"unavailable ({type(exc).__name__}: {exc})"
+    return _cut(line, _STATUS_CHARS)
+
+
+class _Remembered:
+    """The accounts admission has held, the most recently seen last, at most ``keep``."""
+
+    def __init__(self, keep: int) -> None:
+        self._keep = keep
+        self._accounts: dict[int, LimiterIdentity] = {}
+
+    def note(self, accounts: Iterable[LimiterIdentity]) -> tuple[LimiterIdentity, ...]:
+        """Remember ``accounts`` as seen now; answer every account remembered."""
+        for account in accounts:
+            self._accounts.pop(id(account), None)
+            self._accounts[id(account)] = account
+        while len(self._accounts) > self._keep:
+            del self._accounts[next(iter(self._accounts))]
+        return tuple(self._accounts.values())
 
 
 class _Failures:
@@ -478,6 +587,60 @@ def check_socket_directory(path: str | os.PathLike[str]) -> Path:
             "directory only you can write, such as $XDG_RUNTIME_DIR"
         )
     return socket_path
+
+
+DEFAULT_SOCKET_NAME: Final = "nucleo-trio.sock"
+"""The file name of :func:`default_socket_path`."""
+
+
+def default_socket_path(*, make: bool = False) -> Path:
+    """Where ``nucleo-trio demo --control-socket`` opens its socket when given no path, and
+    where ``nucleo-trio top`` looks when given neither ``--socket`` nor ``--config``.
+
+    ``$XDG_RUNTIME_DIR/nucleo-trio.sock`` when that variable names a directory
+    :func:`check_socket_directory` accepts. Otherwise (it is unset, as in most containers, or
+    names another user's directory, as in a root shell opened with ``sudo``) the socket is
+    ``nucleo-trio.sock`` in ``nucleo-trio-<uid>`` under the temporary directory
+    (:func:`tempfile.gettempdir`, usually ``/tmp``): a directory of this user's own, which
+    ``make=True`` creates with mode 0700 when it is not there. Nothing else is checked here;
+    the server's start checks that directory as it checks any.
+    """
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime):
+        candidate = Path(runtime) / DEFAULT_SOCKET_NAME
+        try:
+            return check_socket_directory(candidate)
+        except ConfigError:
+            pass  # not a place of this user's own: the fallback below is
+    directory = Path(tempfile.gettempdir()) / f"nucleo-trio-{os.getuid()}"
+    if make:
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
+    return directory / DEFAULT_SOCKET_NAME
+
+
+def check_socket_path(path: str | os.PathLike[str]) -> Path:
+    """What a server's start checks of ``path``, checked now, without binding it: the
+    directory as :func:`check_socket_directory` does, and that nothing but a dead server's
+    socket is there. A ConfigError says what is wrong, as the start would; a caller can refuse
+    a path before it prints or starts anything (``nucleo-trio demo`` does)."""
+    socket_path = check_socket_directory(path)
+    try:
+        info = os.lstat(socket_path)
+    except FileNotFoundError:
+        return socket_path
+    except OSError as exc:
+        raise ConfigError(f"control socket {str(socket_path)!r}: cannot read it: {exc}") from exc
+    where = f"control socket {str(socket_path)!r}"
+    if not stat.S_ISSOCK(info.st_mode):
+        raise ConfigError(f"{where}: something that is not a socket is there; not replacing it")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(socket_path))
+        except OSError:
+            return socket_path  # nobody answers: the start will replace it
+    raise ConfigError(f"{where}: another process is serving on it")
 
 
 async def _clear_stale(path: Path) -> None:
@@ -549,6 +712,7 @@ class ControlServer:
         (:data:`CLIENT_TIMEOUT` by default)."""
         self._slots = trio.Semaphore(max_clients)
         self._failures = _Failures(failures)
+        self._remembered = _Remembered(REMEMBERED_ACCOUNTS)
         self._subscription: Subscription | None = None
         self.served = 0
         """How many requests have been answered (a well-formed request or not)."""
@@ -685,7 +849,8 @@ class ControlServer:
                     "error": f'unknown request {request[:80]!r}; this socket answers {{"get": "snapshot"}}',
                 }
             )
-        snapshot = live_snapshot(self.dispatcher, tuple(self._failures.rows))
+        remembered = self._remembered.note(self.dispatcher.admission.accounts())
+        snapshot = live_snapshot(self.dispatcher, tuple(self._failures.rows), remembered=remembered)
         return _line({"ok": True, "protocol": PROTOCOL, "snapshot": snapshot.to_json()})
 
 

@@ -67,8 +67,13 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 3)] + "..."
 
 
-def _header(snapshot: LiveSnapshot, source: str | None) -> str:
+def _header(snapshot: LiveSnapshot, source: str | None, *, answering: bool = True) -> str:
     where = f" on {source}" if source else ""
+    if not answering:
+        return (
+            f"nucleo-trio top: dispatcher pid {snapshot.pid}{where}, not answering "
+            f"(last seen {snapshot.state} at {_clock(snapshot.wall)})"
+        )
     return (
         f"nucleo-trio top: dispatcher pid {snapshot.pid}{where}, {snapshot.state}, "
         f"at {_clock(snapshot.wall)}"
@@ -142,18 +147,26 @@ def _accounts(snapshot: LiveSnapshot) -> Table:
     table.add_column("%", justify="right", no_wrap=True, min_width=5)
     table.add_column("used/total", justify="right", no_wrap=True, min_width=10)
     table.add_column("waiters", justify="right", no_wrap=True)
-    table.add_column("status", no_wrap=True)
+    # The status line wraps in what width is left rather than being cut: it is the one
+    # column whose words matter past its first few.
+    table.add_column("status", overflow="fold")
     for row in snapshot.health.limiters:
         share = row.utilisation
         style = _status_style(row.status)
         unit = f" {row.unit}" if row.unit else ""
+        status = Text()
+        if row.status:  # the indicator, tinted like the name, then the line itself
+            status.append(row.status, style=style)
+        line = snapshot.status_line(row.name)
+        if line:
+            status.append(("; " if row.status else "") + line)
         table.add_row(
             Text(row.name, style=style),
             _bar(share),
             f"{share * 100:.1f}",
             f"{_layout.short_count(row.used)}/{_layout.short_count(row.capacity)}{unit}",
             str(row.waiters),
-            Text(row.status or "", style=style),
+            status,
         )
     if not snapshot.health.limiters:
         table.add_row("(none active)", "", "", "", "", "")
@@ -216,16 +229,19 @@ def render_view(
     source: str | None = None,
     rows: int = LISTED_ROWS,
     note: str | None = None,
+    answering: bool = True,
 ) -> RenderableType:
     """The snapshot as a rich renderable: what one frame of ``nucleo-trio top`` shows.
 
     ``note``, when given, is a last line in bold (why the view stopped refreshing).
+    ``answering=False`` is for a snapshot the dispatcher can no longer be asked for: the
+    header then says ``not answering (last seen RUNNING at 08:00:00)`` instead of the state.
     """
     health = snapshot.health
     by_type = ", ".join(f"{count} {kind.value}" for kind, count in health.running) or "none"
     queues = health.queues
     parts: list[RenderableType] = [
-        Text(_header(snapshot, source), style="bold"),
+        Text(_header(snapshot, source, answering=answering), style="bold"),
         _accounts(snapshot),
         Text(f"Memory: {health.memory}"),
         Text(
@@ -245,6 +261,13 @@ def render_view(
     return Group(*parts)
 
 
+def _why_not(source: str, failure: ControlSocketError) -> str:
+    """Why a dispatcher that answered no longer does, for the last frame and the error."""
+    if not os.path.lexists(source):  # a dispatcher removes its socket as its run ends
+        return f"stopped: its control socket {source!r} is gone"
+    return f"stopped answering: {failure}"
+
+
 async def watch(
     path: str | os.PathLike[str],
     *,
@@ -255,10 +278,11 @@ async def watch(
 ) -> LiveSnapshot:
     """Redraw :func:`render_view` of the dispatcher at ``path`` every ``interval`` seconds.
 
-    Stops after ``refreshes`` frames (``None``: until cancelled), or when the dispatcher goes
-    away after the first frame: the last frame then stays, with a line saying why. Answers the
-    last snapshot read. The first read failing raises its
-    :class:`~nucleo_trio.observability.control.ControlSocketError`.
+    Stops after ``refreshes`` frames (``None``: until cancelled) and answers the last snapshot
+    read. A read failing raises :class:`~nucleo_trio.observability.control.ControlSocketError`:
+    the first one with nothing drawn; a later one (the dispatcher stopped, or does not answer)
+    once the last frame is redrawn with its header saying ``not answering`` and a line saying
+    why, left on the screen.
     """
     if isinstance(interval, bool) or not isinstance(interval, int | float):
         raise TypeError(f"watch: interval must be seconds, got {interval!r}")
@@ -283,11 +307,10 @@ async def watch(
             try:
                 last = await request_snapshot(path, within=CLIENT_TIMEOUT)
             except ControlSocketError as exc:
-                live.update(
-                    render_view(last, source=source, rows=rows, note=f"stopped refreshing: {exc}"),
-                    refresh=True,
-                )
-                return last
+                why = f"dispatcher pid {last.pid} {_why_not(source, exc)}"
+                frame = render_view(last, source=source, rows=rows, note=why, answering=False)
+                live.update(frame, refresh=True)
+                raise ControlSocketError(why) from exc
             live.update(render_view(last, source=source, rows=rows), refresh=True)
             shown += 1
     return last
