@@ -464,6 +464,7 @@ def _sample() -> LiveSnapshot:
                 message="Job timed out after 2 seconds",
             ),
         ),
+        status_lines=(("render", "permits 2/2 active, last activity at 11.500s"),),
     )
 
 
@@ -483,6 +484,8 @@ def test_a_snapshot_survives_json_whole() -> None:
             lambda data: data["health"].update(running=[["NOPE", 1]]),
             "'NOPE' is not a valid JobType",
         ),
+        (lambda data: data.update(status_lines=[["render"]]), "a status line has 1 items"),
+        (lambda data: data.update(status_lines=[["render", 7]]), "a status line is 7"),
     ],
 )
 def test_a_damaged_snapshot_is_refused_naming_the_damage(damage: object, complaint: str) -> None:
@@ -490,3 +493,105 @@ def test_a_damaged_snapshot_is_refused_naming_the_damage(damage: object, complai
     damage(data)  # type: ignore[operator]
     with pytest.raises(ValueError, match=complaint):
         LiveSnapshot.from_json(data)
+
+
+def test_a_snapshot_from_a_server_that_sends_no_status_lines_reads_as_none() -> None:
+    data = _sample().to_json()
+    del data["status_lines"]
+    snapshot = LiveSnapshot.from_json(data)
+    assert snapshot.status_lines == ()
+    assert snapshot.status_line("render") is None
+    assert _sample().status_line("render") == "permits 2/2 active, last activity at 11.500s"
+
+
+# -- accounts at rest, and their status lines ----------------------------------------------------
+db = CountingGate("db", 4)
+
+
+class Query(Tool[str]):
+    def requirements(self) -> JobRequirements:
+        return JobRequirements().require_rate_limiter(db)
+
+    async def execute(self, context: JobContext) -> str:
+        await trio.sleep(1)
+        return "rows"
+
+
+async def test_an_account_that_goes_idle_stays_in_the_snapshot_read_live(
+    autojump_clock: trio.testing.MockClock, place: Path
+) -> None:
+    """Admission forgets "db" once its query ends, and the health report leaves it out; the
+    socket, which showed it busy, keeps showing it, at rest, with its status line."""
+    path = place / "d.sock"
+    async with open_dispatcher(_config(path)) as dispatcher:
+        handle = dispatcher.submit(Query(workflow("alice", "report")))
+        await trio.sleep(0.5)
+        busy = await request_snapshot(path)
+        await handle.result()
+        assert dispatcher.health().limiter("db") is None  # forgotten by admission
+        idle = await request_snapshot(path)
+        again = await request_snapshot(path)
+    for snapshot, used in ((busy, 1), (idle, 0), (again, 0)):
+        row = snapshot.health.limiter("db")
+        assert row is not None, snapshot.health.limiters
+        assert (row.used, row.capacity, row.waiters) == (used, 4, 0)
+        line = snapshot.status_line("db")
+        assert line is not None and line.startswith(f"permits {used}/4 active, last activity")
+    assert [name for name, _ in idle.status_lines] == [row.name for row in idle.health.limiters]
+    http = idle.status_line("http")
+    assert http is not None and http.startswith("permits 0/"), idle.status_lines
+
+
+async def test_an_account_never_seen_busy_is_not_listed(
+    autojump_clock: trio.testing.MockClock, place: Path
+) -> None:
+    path = place / "d.sock"
+    async with open_dispatcher(_config(path)) as dispatcher:
+        await dispatcher.submit(Query(workflow("alice", "report"))).result()
+        snapshot = await request_snapshot(path)
+    assert snapshot.health.limiter("db") is None  # busy only between two snapshots
+    assert [name for name, _ in snapshot.status_lines] == ["http"]
+
+
+class Broken(CountingGate):
+    """Keeps the contract when admission checks it; its status fails once ``fell`` is set."""
+
+    fell = False
+
+    def status(self) -> control.Any:
+        if self.fell:
+            raise RuntimeError("the gauge fell off")
+        return super().status()
+
+
+async def test_a_status_that_cannot_be_read_is_a_line_saying_so(
+    autojump_clock: trio.testing.MockClock, place: Path
+) -> None:
+    broken = Broken("broken", 1)
+
+    class UsesBroken(Tool[str]):
+        def requirements(self) -> JobRequirements:
+            return JobRequirements().require_rate_limiter(broken)
+
+        async def execute(self, context: JobContext) -> str:
+            await trio.sleep(1)
+            return "done"
+
+    path = place / "d.sock"
+    async with open_dispatcher(_config(path)) as dispatcher:
+        handle = dispatcher.submit(UsesBroken(workflow("alice", "x")))
+        await trio.sleep(0.5)
+        broken.fell = True
+        snapshot = await request_snapshot(path)
+        broken.fell = False
+        await handle.result()
+    assert snapshot.status_line("broken") == "unavailable (RuntimeError: the gauge fell off)"
+
+
+def test_a_server_remembers_at_most_its_bound_of_idle_accounts() -> None:
+    remembered = control._Remembered(2)
+    a, b, c = (CountingGate(name, 1) for name in "abc")
+    assert remembered.note([a, b]) == (a, b)
+    assert remembered.note([a]) == (b, a)  # a seen again: the most recent
+    assert remembered.note([c]) == (a, c)  # b, the least recently busy, is let go
+    assert control.REMEMBERED_ACCOUNTS == 64
