@@ -138,6 +138,9 @@ SAMPLES: dict[type[ev.JobEvent], Callable[[], ev.JobEvent]] = {
     ev.ContentStreamEvent: lambda: ev.ContentStreamEvent(
         snapshot=SNAPSHOT, timestamp=AT, chunk="The answer is", last=True
     ),
+    ev.ToolCallStreamEvent: lambda: ev.ToolCallStreamEvent(
+        snapshot=SNAPSHOT, timestamp=AT, index=1, call_id="call_2", name="wea", arguments='{"ci'
+    ),
     ev.RateLimitRetryEvent: lambda: ev.RateLimitRetryEvent(
         snapshot=SNAPSHOT, timestamp=AT, attempt=2, delay=12.5, reason="429", model="m-1"
     ),

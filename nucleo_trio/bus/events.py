@@ -93,6 +93,7 @@ __all__ = [
     "SuccessEvent",
     "SystemEvent",
     "TerminalEvent",
+    "ToolCallStreamEvent",
     "TransientErrorRetryEvent",
     "UserNotificationEvent",
     "WorkflowCompleteEvent",
@@ -844,6 +845,60 @@ class ContentStreamEvent(JobProgressEvent):
     @property
     def msg_type(self) -> MsgType:
         return MsgType.COMPLETING if self.last else MsgType.PROGRESSING
+
+
+def _tool_call_payload(self: "ToolCallStreamEvent") -> dict[str, Any]:
+    return {
+        "index": self.index,
+        "id": self.call_id,
+        "name": self.name,
+        "arguments": self.arguments,
+    }
+
+
+@final
+@attrs.frozen(kw_only=True)
+class ToolCallStreamEvent(JobProgressEvent):
+    """One fragment of a tool call a model is streaming, published by the model call's job as
+    it arrives.
+
+    A reply may call several tools; ``index`` says which (0 for the first), so the fragments
+    of one call are those of one index, in order. ``call_id`` is the call's id on the fragment
+    that first says it (``None`` on the others), and ``name`` and ``arguments`` are the pieces
+    of the tool's name and of its JSON arguments this fragment adds (``""`` when it adds none):
+    joined in order they are the call's whole name and arguments. The payload is the four as a
+    mapping; the message is "Streaming tool call <index>: <name and the first 50 characters of
+    the arguments>".
+    """
+
+    index: int = attrs.field(validator=_non_negative_int)
+    """Which of the reply's tool calls the fragment belongs to: 0 for the first; an int >= 0."""
+    call_id: str | None = attrs.field(default=None, validator=_optional_str)
+    """The call's id, on the fragment that says it; ``None`` (the default) on the others."""
+    name: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    """The piece of the tool's name this fragment adds; ``""`` by default."""
+    arguments: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    """The piece of the call's JSON arguments this fragment adds; ``""`` by default."""
+    payload: Any = attrs.field(
+        init=False, default=attrs.Factory(_tool_call_payload, takes_self=True)
+    )
+    """``{"index", "id", "name", "arguments"}``; not a constructor argument."""
+    percent: int | None = attrs.field(init=False, default=None)
+    """Always ``None``; not a constructor argument."""
+    title: str | None = attrs.field(init=False, default="Streaming Tool Call")
+    """``"Streaming Tool Call"``; not a constructor argument."""
+
+    @property
+    def message(self) -> str:
+        return f"Streaming tool call {self.index}: {self.name}{self.arguments[:50]}"
+
+    @property
+    def human_message(self) -> str:
+        return self.name + self.arguments
+
+    @property
+    def msg_type(self) -> MsgType:
+        return MsgType.PROGRESSING
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,6 +21,14 @@ entry's client (every call lands on the job's context) and reads the reply:
 * a reply that reports no token usage is recorded at the call's reservation, marked estimated
   (:class:`~nucleo_trio.llm.clients.ObservableLLMClient`), so a spend ledger books what the
   call was let through on rather than nothing.
+
+A call made with ``stream=True`` asks the client for a stream: each piece of text is published
+on the dispatcher's bus as a :class:`~nucleo_trio.bus.ContentStreamEvent`, and each fragment of
+a tool call as a :class:`~nucleo_trio.bus.ToolCallStreamEvent`, as they arrive and before the
+call's terminal event (a client that cannot stream tool calls has each one published whole
+once its reply is in). The reply is read exactly as a completed one, and its usage is recorded
+once, when the stream ends. A re-run streams again from the start; each event's snapshot says
+which attempt it belongs to.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
+from ..bus.events import ContentStreamEvent, ToolCallStreamEvent
 from ..errors import (
     CorrectableError,
     ExternalServiceError,
@@ -46,7 +55,7 @@ from ..jobs.state import JobType
 from ..models.binding import ModelBinding
 from ..models.grades import Depth, Grade
 from .answers import RawResponse, ResponseHandler
-from .clients import LLMResponse, ObservableLLMClient, ToolSpec, Usage
+from .clients import LLMRequest, LLMResponse, ObservableLLMClient, ToolSpec, Usage
 from .conversation import Conversation
 
 if TYPE_CHECKING:
@@ -78,6 +87,8 @@ class LLMCall(Tool[T], Generic[T]):
     ``grade`` (default: the conversation's) and ``depth`` say what model the call needs;
     ``pinned`` names one entry instead, skipping the picker but not the gate. ``answer`` reads
     the reply (default: the :class:`LLMResponse` itself). ``tools`` are offered to the model.
+    ``stream`` asks for the reply as a stream, its pieces published on the bus as they arrive
+    (default ``False``).
     """
 
     job_type: ClassVar[JobType] = JobType.LLM_CALL
@@ -97,6 +108,7 @@ class LLMCall(Tool[T], Generic[T]):
         pinned: ModelSpec | None = None,
         answer: ResponseHandler[T] | None = None,
         tools: Sequence[ToolSpec] = (),
+        stream: bool = False,
     ) -> None:
         if conversation is None:
             raise ValueError("LLMCall needs a conversation, got None")
@@ -123,6 +135,9 @@ class LLMCall(Tool[T], Generic[T]):
         self.tools = tuple(tools)
         """The tools offered to the model, as :class:`~nucleo_trio.llm.clients.ToolSpec`
         records; empty by default."""
+        self.stream = stream
+        """Whether the reply is asked for as a stream, each piece of text and of a tool call
+        published on the bus as it arrives; ``False`` by default."""
         self.corrections = 0
         """Corrections made so far; the count survives the dispatcher's re-runs."""
         self.binding: ModelBinding | None = None
@@ -179,7 +194,10 @@ class LLMCall(Tool[T], Generic[T]):
             spec, tools=self.tools, output_schema=self.answer.output_schema()
         )
         try:
-            response = await client.complete(request)
+            if self.stream:
+                response = await self._streamed(context, client, request)
+            else:
+                response = await client.complete(request)
         except (
             UpstreamRetry,
             ExternalServiceError,
@@ -198,6 +216,34 @@ class LLMCall(Tool[T], Generic[T]):
         except CorrectableError as mistake:
             self._correct(spec, mistake, response)
             raise
+
+    async def _streamed(
+        self, context: JobContext, client: ObservableLLMClient, request: LLMRequest
+    ) -> LLMResponse:
+        """The reply as a stream, each piece published on the bus as it arrives."""
+        bus = context.dispatcher.bus
+
+        def on_text(piece: str) -> None:
+            if piece:
+                bus.publish(ContentStreamEvent(snapshot=context.snapshot(), chunk=piece))
+
+        def on_tool_call(index: int, call_id: str | None, name: str, arguments: str) -> None:
+            bus.publish(
+                ToolCallStreamEvent(
+                    snapshot=context.snapshot(),
+                    index=index,
+                    call_id=call_id,
+                    name=name,
+                    arguments=arguments,
+                )
+            )
+
+        streams_calls = client.streams_tool_calls()
+        response = await client.stream(request, on_text, on_tool_call=on_tool_call)
+        if not streams_calls:
+            for index, call in enumerate(response.tool_calls):
+                on_tool_call(index, call.id, call.name, call.arguments)
+        return response
 
     def _truncated(self, spec: ModelSpec, budget: int) -> None:
         """Re-run once at the model's ceiling; a reply already cut there fails (TOOL-28, 37)."""

@@ -19,6 +19,11 @@ A reply that is neither is asked again.
 Tools are job classes: each call builds a fresh instance with the thinker as parent, sets its
 ``input`` to the call's arguments, and submits it. A thinker used as a tool never works
 deeper than the thinker that called it.
+
+A thinker built with ``stream=True`` streams every turn: each turn's
+:class:`~nucleo_trio.llm.LLMCall` publishes its text and its tool calls on the bus as they
+arrive (see :mod:`nucleo_trio.llm.call`), under the call's own job; the thinker reads each
+reply exactly as it reads a completed one.
 """
 
 from __future__ import annotations
@@ -158,7 +163,8 @@ class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
     ``system`` the system prompt; ``tools`` the job classes offered to the model; ``answer``
     the type of the final answer (``str`` by default, or an attrs class); ``depth`` how hard to
     think; ``pinned`` one entry for every call instead of the picker. ``max_iterations`` bounds
-    the turns (default 50). A tool named ``final_answer``, or two tools of one name, is a
+    the turns (default 50). ``stream`` streams every turn's reply onto the bus (default
+    ``False``). A tool named ``final_answer``, or two tools of one name, is a
     :class:`ValueError`.
     """
 
@@ -180,6 +186,7 @@ class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
         depth: Depth = Depth.STANDARD,
         pinned: ModelSpec | None = None,
         max_iterations: int = DEFAULT_MAX_ITERATIONS,
+        stream: bool = False,
     ) -> None:
         super().__init__(parent)
         if not isinstance(declaration, ThinkerDeclaration):
@@ -208,6 +215,9 @@ class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
         """The model entry every call is pinned to, or ``None`` (the default) for the picker's
         choice."""
         self.set_max_iterations(max_iterations)
+        self.stream = stream
+        """Whether each turn's reply is streamed, its pieces published on the bus as they
+        arrive; ``False`` by default."""
         self._conversation_id: str | None = None
         self.conversation: Conversation | None = None
         """The conversation of the current or last run; ``None`` before the first run."""
@@ -256,7 +266,8 @@ class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
 
     def new_llm_call(self, context: JobContext, conversation: Conversation) -> LLMCall[LLMResponse]:
         """The call of one turn: on the pin (or the declared grade), at the thinker's depth,
-        offering its tools and ``final_answer``, with the thinker's upstream re-run budget.
+        offering its tools and ``final_answer``, streamed when the thinker streams, with the
+        thinker's upstream re-run budget.
         Override it to change how each turn's call is built."""
         # TOOL-30: the pin; TOOL-31: the thinker's upstream re-run budget.
         call: LLMCall[LLMResponse] = LLMCall(
@@ -267,6 +278,7 @@ class Thinker(Orchestrator[T | None], ConversationCarrier, Generic[T]):
             pinned=self.pinned,
             answer=RawResponse(),
             tools=(*(t.spec() for t in self.tools), self._final_answer_spec()),
+            stream=self.stream,
         )
         call.upstream_retries = self.upstream_retries
         return call
@@ -450,7 +462,8 @@ class ToollessThinker(Thinker[T]):
 
     The reply itself is the candidate (text, or JSON for an attrs answer type). A validation
     refusal is fed back as a correction at most :data:`MAX_GUARDRAIL_CORRECTIONS` times; the
-    next refusal fails the run with it. Implement :meth:`system_prompt_text`.
+    next refusal fails the run with it. ``stream`` streams each reply onto the bus, as for a
+    :class:`Thinker`. Implement :meth:`system_prompt_text`.
     """
 
     MAX_GUARDRAIL_CORRECTIONS: ClassVar[int] = MAX_GUARDRAIL_CORRECTIONS
@@ -464,8 +477,17 @@ class ToollessThinker(Thinker[T]):
         answer: type[T] = str,  # type: ignore[assignment]  # T is str when omitted
         depth: Depth = Depth.STANDARD,
         pinned: ModelSpec | None = None,
+        stream: bool = False,
     ) -> None:
-        super().__init__(parent, declaration, objective, answer=answer, depth=depth, pinned=pinned)
+        super().__init__(
+            parent,
+            declaration,
+            objective,
+            answer=answer,
+            depth=depth,
+            pinned=pinned,
+            stream=stream,
+        )
         self.system = self.system_prompt_text()
 
     @abc.abstractmethod
@@ -494,6 +516,7 @@ class ToollessThinker(Thinker[T]):
                 depth=self.depth,
                 pinned=self.pinned,
                 answer=handler,
+                stream=self.stream,
             )
             call.upstream_retries = self.upstream_retries
             candidate = await self.submit(call).result()

@@ -18,7 +18,9 @@ The protocols (all methods are async and run on trio)::
                         purpose: EmbeddingPurpose = EmbeddingPurpose.DOCUMENT) -> EmbeddingsResponse
 
 ``stream`` hands each piece of text to ``on_text`` as it arrives and then returns the whole
-response, exactly as ``complete`` would have. A client answers a call the model completed with
+response, exactly as ``complete`` would have. A client that streams tool calls too takes a
+keyword-only ``on_tool_call`` (a :data:`ToolCallSink`, called with each fragment as
+``(index, id, name, arguments)``); the shipped clients all do. A client answers a call the model completed with
 a successful response, *whatever the stop reason*: a reply cut at ``max_tokens`` comes back with
 ``stop_reason is LLMStopReason.MAX_TOKENS`` (it is the caller, an ``LLMCall``, that turns it into
 an :class:`~nucleo_trio.errors.OutputTruncationRetry`). A call that did not complete raises:
@@ -108,6 +110,7 @@ from .protocols import (
     EmbeddingsClient as EmbeddingsClient,
     LLMClient as LLMClient,
     TextSink as TextSink,
+    ToolCallSink as ToolCallSink,
 )
 from .rate_limit_info import (
     RateLimitInfo as RateLimitInfo,
@@ -154,6 +157,7 @@ __all__ = [
     "ScriptedEmbeddingsClient",
     "ScriptedLLMClient",
     "TextSink",
+    "ToolCallSink",
     "ToolCall",
     "ToolSpec",
     "Usage",

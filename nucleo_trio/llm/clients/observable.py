@@ -23,14 +23,15 @@ so no call is ever recorded twice.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import attrs
 import trio
 
 from ...jobs.context import JobContext, current_job
-from .protocols import EmbeddingsClient, LLMClient, TextSink
+from .protocols import EmbeddingsClient, LLMClient, TextSink, ToolCallSink
 from .records import EmbeddingPurpose, EmbeddingsResponse, LLMRequest, LLMResponse, Usage
 
 __all__ = ["ObservableEmbeddingsClient", "ObservableLLMClient"]
@@ -133,13 +134,30 @@ class ObservableLLMClient(_Observing[LLMClient]):
         :class:`LLMResponse`, is a :class:`TypeError`."""
         return await self._observe(request, lambda: self._delegate.complete(request), stream=False)
 
-    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
+    def streams_tool_calls(self) -> bool:
+        """Whether the delegate hands tool calls over as they arrive: its ``stream`` takes an
+        ``on_tool_call`` keyword."""
+        try:
+            parameters = inspect.signature(self._delegate.stream).parameters
+        except (TypeError, ValueError):
+            return False
+        return "on_tool_call" in parameters
+
+    async def stream(
+        self, request: LLMRequest, on_text: TextSink, *, on_tool_call: ToolCallSink | None = None
+    ) -> LLMResponse:
         """The delegate's streamed reply, recorded through the same path as :meth:`complete`.
 
-        A streamed response that arrives without a start time gets the call's own.
+        ``on_tool_call`` is passed on when given and the delegate takes it
+        (:meth:`streams_tool_calls`); a delegate that does not still returns its tool calls in
+        the response. A streamed response that arrives without a start time gets the call's
+        own.
         """
+        extra: dict[str, Any] = {}
+        if on_tool_call is not None and self.streams_tool_calls():
+            extra["on_tool_call"] = on_tool_call
         return await self._observe(
-            request, lambda: self._delegate.stream(request, on_text), stream=True
+            request, lambda: self._delegate.stream(request, on_text, **extra), stream=True
         )
 
     async def _observe(

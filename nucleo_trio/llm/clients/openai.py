@@ -81,7 +81,7 @@ from ...errors import (
     http_error_from_status,
 )
 from ...http import HttpSettings, open_http_client
-from .protocols import TextSink
+from .protocols import TextSink, ToolCallSink
 from .rate_limit_info import RateLimitInfo
 from .records import (
     EmbeddingPurpose,
@@ -776,8 +776,11 @@ class OpenAICompatibleClient(_PooledClient):
                 json.dumps(data)[:_PREVIEW],
             ) from exc
 
-    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
-        """Send ``request`` with ``stream: true``; each text delta goes to ``on_text``.
+    async def stream(
+        self, request: LLMRequest, on_text: TextSink, *, on_tool_call: ToolCallSink | None = None
+    ) -> LLMResponse:
+        """Send ``request`` with ``stream: true``; each text delta goes to ``on_text``, and each
+        tool-call fragment to ``on_tool_call`` when one is given.
 
         A stream that ends with neither a finish reason nor ``[DONE]`` was cut by the upstream:
         it raises :class:`~nucleo_trio.errors.TransientErrorRetry` (the text already handed to
@@ -828,7 +831,7 @@ class OpenAICompatibleClient(_PooledClient):
                     if isinstance(delta.get("refusal"), str):
                         refusal.append(delta["refusal"])
                     for raw in delta.get("tool_calls") or ():
-                        _merge_call_delta(calls, raw)
+                        _merge_call_delta(calls, raw, on_tool_call)
                     finish = choice.get("finish_reason") or finish
         content = "".join(text)
         if not done and finish is None:
@@ -869,19 +872,28 @@ class OpenAICompatibleClient(_PooledClient):
         return f"<OpenAICompatibleClient {self.base_url} model={self._model}>"
 
 
-def _merge_call_delta(calls: dict[int, _StreamedCall], raw: object) -> None:
+def _merge_call_delta(
+    calls: dict[int, _StreamedCall], raw: object, on_tool_call: ToolCallSink | None = None
+) -> None:
     if not isinstance(raw, dict):
         return
     index = raw.get("index", len(calls))
-    call = calls.setdefault(index if isinstance(index, int) else len(calls), _StreamedCall())
-    if isinstance(raw.get("id"), str):
-        call.id = raw["id"]
+    position = index if isinstance(index, int) else len(calls)
+    call = calls.setdefault(position, _StreamedCall())
+    call_id = raw["id"] if isinstance(raw.get("id"), str) else None
+    if call_id is not None:
+        call.id = call_id
+    name = arguments = ""
     function = raw.get("function")
     if isinstance(function, dict):
         if isinstance(function.get("name"), str):
-            call.name += function["name"]
+            name = function["name"]
         if isinstance(function.get("arguments"), str):
-            call.arguments += function["arguments"]
+            arguments = function["arguments"]
+    call.name += name
+    call.arguments += arguments
+    if on_tool_call is not None and (call_id is not None or name or arguments):
+        on_tool_call(position, call_id, name, arguments)
 
 
 # --------------------------------------------------------------------------------------------

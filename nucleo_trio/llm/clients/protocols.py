@@ -12,10 +12,16 @@ from typing import Protocol, runtime_checkable
 
 from .records import EmbeddingPurpose, EmbeddingsResponse, LLMRequest, LLMResponse
 
-__all__ = ["EmbeddingsClient", "LLMClient", "TextSink"]
+__all__ = ["EmbeddingsClient", "LLMClient", "TextSink", "ToolCallSink"]
 
 TextSink = Callable[[str], object]
 """Receives each piece of a streamed reply's text as it arrives."""
+
+ToolCallSink = Callable[[int, "str | None", str, str], object]
+"""Receives each fragment of a streamed tool call as it arrives, as ``(index, id, name,
+arguments)``: the call's position in the reply, its id once the model has said it (else
+``None``), and the pieces of its name and of its JSON arguments this fragment adds (``""`` when
+it adds none). Joined in order, a call's pieces are its whole name and arguments."""
 
 
 @runtime_checkable
@@ -39,7 +45,12 @@ class LLMClient(Protocol):
 
     async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
         """Send ``request``, hand each piece of text to ``on_text`` as it arrives, and return
-        the whole reply, as :meth:`complete` would have."""
+        the whole reply, as :meth:`complete` would have.
+
+        A client that can also hand over tool calls as they arrive takes a keyword-only
+        ``on_tool_call`` (a :data:`ToolCallSink`, default ``None``) beside ``on_text``; the
+        observable wrapper passes it on only to a client whose ``stream`` names it.
+        """
         ...
 
 

@@ -33,7 +33,7 @@ import attrs
 import trio
 
 from ...errors import LLMStopReason
-from .protocols import TextSink
+from .protocols import TextSink, ToolCallSink
 from .records import (
     EmbeddingPurpose,
     EmbeddingsResponse,
@@ -202,12 +202,19 @@ class ScriptedLLMClient:
             )
         return self._stamp(answer, request, started)
 
-    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
-        """Play the next step and hand its text to ``on_text`` a word at a time."""
+    async def stream(
+        self, request: LLMRequest, on_text: TextSink, *, on_tool_call: ToolCallSink | None = None
+    ) -> LLMResponse:
+        """Play the next step and hand its text to ``on_text`` a word at a time, then each
+        tool call to ``on_tool_call`` in two fragments: its id and name, then its arguments."""
         response = await self.complete(request)
         pieces = response.content.split(" ")
         for index, piece in enumerate(pieces):
             on_text(piece if index == len(pieces) - 1 else piece + " ")
+        if on_tool_call is not None:
+            for index, call in enumerate(response.tool_calls):
+                on_tool_call(index, call.id, call.name, "")
+                on_tool_call(index, None, "", call.arguments)
         return response
 
     def _next_step(self, call_number: int) -> LLMStep:

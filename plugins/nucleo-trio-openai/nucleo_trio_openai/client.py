@@ -37,6 +37,7 @@ from nucleo_trio.llm.clients import (
     Role,
     TextSink,
     ToolCall,
+    ToolCallSink,
     Usage,
 )
 
@@ -340,9 +341,12 @@ class OpenAIClient:
             rate_limit_info=RateLimitInfo.from_response_headers(model, raw.headers),
         )
 
-    async def stream(self, request: LLMRequest, on_text: TextSink) -> LLMResponse:
+    async def stream(
+        self, request: LLMRequest, on_text: TextSink, *, on_tool_call: ToolCallSink | None = None
+    ) -> LLMResponse:
         """Send ``request`` as a stream; each piece of text goes to ``on_text`` as it arrives,
-        and the whole reply is returned as :meth:`complete` would have returned it.
+        each tool-call fragment to ``on_tool_call`` (``(index, id, name, arguments)``) when one
+        is given, and the whole reply is returned as :meth:`complete` would have returned it.
 
         A stream that ends without a finish reason was cut by the upstream: it raises
         :class:`~nucleo_trio.errors.TransientErrorRetry`, never returns the part that came.
@@ -377,9 +381,14 @@ class OpenAIClient:
                         for piece in delta.tool_calls or ():
                             call = calls.setdefault(piece.index, _StreamedCall())
                             call.id = piece.id or call.id
+                            name = fragment = ""
                             if piece.function is not None:
-                                call.name += piece.function.name or ""
-                                call.arguments += piece.function.arguments or ""
+                                name = piece.function.name or ""
+                                fragment = piece.function.arguments or ""
+                            call.name += name
+                            call.arguments += fragment
+                            if on_tool_call is not None and (piece.id or name or fragment):
+                                on_tool_call(piece.index, piece.id, name, fragment)
                         finish = choice.finish_reason or finish
         except (openai.OpenAIError, httpx2.TransportError) as exc:
             raise self._failure(exc)  # noqa: B904

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_CREDENTIAL", "openai_provider"]
 
+_TIMEOUTS = ("connect_timeout", "read_timeout", "write_timeout", "pool_timeout")
+
 DEFAULT_CREDENTIAL = "OPENAI_API_KEY"
 """The environment variable the provider reads its API key from unless told otherwise."""
 
@@ -33,6 +35,7 @@ def openai_provider(
     organization: str | None = None,
     project: str | None = None,
     pool_size: int = DEFAULT_HTTP_POOL_SIZE,
+    timeout: float | None = None,
     max_tokens_field: str = "max_tokens",
     headers: Mapping[str, str] | None = None,
 ) -> Provider:
@@ -47,12 +50,16 @@ def openai_provider(
     with ``credential=None`` and no ``api_key`` the key is not needed and none is sent.
     ``base_url`` defaults to the SDK's (``OPENAI_BASE_URL``, else OpenAI's API).
     ``pool_size`` sizes the connection pool: give it the dispatcher's ``http_connections``
-    (default 1000, the same default). ``max_tokens_field`` is where the output budget goes
+    (default 1000, the same default). ``timeout``, in seconds, replaces all four of the pool's
+    timeouts (connecting, each read, each write, waiting for a connection); ``None``, the
+    default, keeps :class:`~nucleo_trio.http.HttpSettings`' (30 s to connect, 15 minutes a read
+    or a write, an hour for a connection). ``max_tokens_field`` is where the output budget goes
     (``max_completion_tokens`` for OpenAI's reasoning models).
     """
     if not isinstance(key, str) or not key:
         raise ValueError(f"openai_provider needs a non-empty provider key, got {key!r}")
-    settings = HttpSettings(pool_size=pool_size)
+    waits = {} if timeout is None else dict.fromkeys(_TIMEOUTS, timeout)
+    settings = HttpSettings(pool_size=pool_size, **waits)
     opened: list[openai.AsyncOpenAI] = []
 
     def sdk() -> openai.AsyncOpenAI:
