@@ -163,16 +163,30 @@ class MemoryClaim:
 
 @attrs.frozen
 class MemoryReservationsStatus:
-    """The reservations at one look: bytes promised by running jobs (``reserved_bytes``), the
-    part the reading does not show yet (``unseen_bytes``), against ``max_bytes``."""
+    """The memory promises at one look, as ``gate.reservations.status()`` answers them: the
+    bytes the running jobs promised (``reserved_bytes``), the part of it the memory reading
+    does not show yet (``unseen_bytes``), and the limit (``max_bytes``). All in bytes."""
 
     reserved_bytes: int
+    """The bytes promised by the jobs that hold a promise now, summed: each one's
+    ``require_memory``, or for a job that declared none its class's learnt estimate, from
+    its grant until it gives its resources back. A promise, not a measurement: what the jobs
+    really allocated is in the reading. 0 when no job holds one."""
     unseen_bytes: int
+    """The part of ``reserved_bytes`` the reading does not show yet: the promises less the
+    growth in use since the promises began, of which only the promising jobs' share counts.
+    A new promise fits while the bytes in use, this and the promise stay under 95 % of
+    ``max_bytes``."""
     max_bytes: int
+    """The memory limit in bytes, as the reader gave it at this look; 0 when the reader cannot
+    tell, and then no promise is ever held back."""
     jobs: int
+    """How many running jobs hold a promise."""
 
     @property
     def summary(self) -> str:
+        """One line: ``300 MiB promised by 3 running jobs, 120 MiB not yet in the reading,
+        limit 4096 MiB``."""
         return (
             f"{self.reserved_bytes / _MIB:.0f} MiB promised by {self.jobs} running jobs, "
             f"{self.unseen_bytes / _MIB:.0f} MiB not yet in the reading, "

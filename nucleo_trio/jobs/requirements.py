@@ -83,6 +83,19 @@ class JobRequirements:
     the demand gets one permit on each provider's gate, and the job finds its connection
     through ``context.resources``. With :meth:`require_transaction` the dispatcher runs
     ``execute`` inside ``begin_all``/``commit_all``, rolling back on a failure.
+
+    An events file (:class:`~nucleo_trio.observability.JsonLinesSink`) writes the
+    requirements a ``JobScheduled`` event carries as a summary by name, an object with these
+    keys, which reads back as a plain ``dict``:
+
+    - ``requires_queueing``, ``requires_http``, ``requires_transaction``, ``read_only``: the
+      flags below, as declared (``requires_http`` is the job's own; a model or a limiter that
+      needs the HTTP gate does not set it);
+    - ``rate_limiters``: ``{"limiter": <its name>, "amount": <the amount>}`` per limiter, in
+      the order declared (the amount ``null`` when none was given);
+    - ``databases``: the databases' names;
+    - ``model_bindings``: each binding's ``repr``, ``"<ModelBinding flat binding (SMALL)>"``;
+    - ``memory_bytes``: the memory promised, in bytes, or ``null``.
     """
 
     # ROUTE-01 (requires_queueing), SUB-08 (resources need a timeout, checked at the door).
