@@ -1,8 +1,8 @@
 """An orchestrator fans out 50 tools over two accounts; the limiter events tell who waited.
 
 Each ``Lookup`` needs a permit on ``db`` (a CountingGate: four connections) and a start on
-``api`` (a custom limiter, 20 starts a second; docs/guide/admission.md writes one from scratch).
-Admission grants both at once or parks the tool holding neither. Real clock, about two seconds.
+``api`` (a custom limiter, 20 starts a second; docs/guide/admission.md writes one). Admission
+grants both or parks the tool holding neither. Real clock, two seconds; needs only nucleo_trio.
 """
 
 import math

@@ -5,7 +5,7 @@ proposed fetches (JSON) and submits a ``Fetch`` for each. The dispatcher's door 
 proposal that names another tenant before anything is scheduled; ``Fetch``'s own guards refuse a
 URL that points into the network it runs in, and withhold a page that carries personal data.
 
-Run it from the repository root; it needs no network and finishes at once::
+Run it from the repository root; it needs only nucleo_trio, no network, and finishes at once::
 
     python examples/guarded_tenants.py
 """

@@ -2,7 +2,8 @@
 
 Set OPENAI_BASE_URL (and OPENAI_API_KEY, OPENAI_MODEL if the endpoint needs them) to call a real
 endpoint: OpenAI, vLLM, llama.cpp's server, Ollama, a gateway. With none set, a local fake server
-plays the API on loopback, pushes back once with a 429, and runs in virtual time.
+plays the API on loopback, pushes back once with a 429, and runs in virtual time. It needs
+nothing but nucleo_trio: the client and the fake server ship with it.
 
 Before the LLMCall runs, the dispatcher resolves its grade to the catalog's entry, prices the
 conversation, lets the ledger judge the reservation against the cap, and admits the tokens on the

@@ -1,27 +1,33 @@
 """OpenTelemetry to the console: every job a span, the accounts and jobs as metrics.
 
-With ``plugins/nucleo-trio-otel`` installed, setting global OpenTelemetry SDK providers is all
-it takes: the plugin attaches itself to every dispatcher. The SDK's console exporters print one
-line per span as it ends and per metric point (their default format is JSON).
+Needs the nucleo-trio-otel plugin and the SDK: pip install -e 'plugins/nucleo-trio-otel[sdk]'.
+Setting global SDK providers is then all it takes: the plugin attaches itself to every
+dispatcher. The SDK's console exporters print a line per span as it ends and per metric point.
 
 An orchestrator fetches three pages through an ``api`` gate of two permits, inside the caller's
 ``handle request`` span: one fetch waits for a permit, one is asked to run again. Run from the
-repository root (plugin installed): python examples/otel_console.py"""
+repository root: python examples/otel_console.py"""
 
 from __future__ import annotations
 
+import sys
+
 import trio
-from opentelemetry import metrics, trace
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 
 from nucleo_trio.admission import CountingGate, LimiterEventType
 from nucleo_trio.bus import LimiterEvent
 from nucleo_trio.dispatch import open_dispatcher
 from nucleo_trio.errors import ResponseCorrectionRetry
 from nucleo_trio.jobs import Identifiable, JobContext, JobRequirements, Orchestrator, Tool, workflow
+
+try:
+    import nucleo_trio_otel  # noqa: F401 - the plugin; the dispatcher finds it by itself
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider, export
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+except ModuleNotFoundError as missing:  # one line saying what to install, not a traceback
+    sys.exit(f"{missing.name} is missing: pip install -e 'plugins/nucleo-trio-otel[sdk]'")
 
 API = CountingGate("api", 2)
 
@@ -91,8 +97,8 @@ if __name__ == "__main__":
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(formatter=one_line)))
     trace.set_tracer_provider(tracer_provider)
-    exporter = ConsoleMetricExporter(formatter=metric_lines)  # flushed by hand: once an hour
-    meter_provider = MeterProvider([PeriodicExportingMetricReader(exporter, 3_600_000)])
+    exporter = export.ConsoleMetricExporter(formatter=metric_lines)  # flushed by hand: once an hour
+    meter_provider = MeterProvider([export.PeriodicExportingMetricReader(exporter, 3_600_000)])
     metrics.set_meter_provider(meter_provider)
     trio.run(main, meter_provider)
     print("-- metrics at exit (the dispatcher has stopped: no gauges):")

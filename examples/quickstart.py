@@ -4,7 +4,8 @@
 only once the page is there and hands it the page as its dependency result. Everything the
 runtime did is told on the event bus; the program prints that trail at the end.
 
-Run it from the repository root; it finishes in well under a second on the real clock::
+It needs nothing but nucleo_trio (``pip install -e .``). Run it from the repository root; it
+finishes in well under a second on the real clock::
 
     python examples/quickstart.py
 """

@@ -1,7 +1,8 @@
 """Four worker processes (each its own trio.run and dispatcher, loaded 15, 8, 3 and 1 calls a
 second) share one provider quota through Redis: a bucket of 20 calls at once and 10 a second.
 Each call stamps its start in Redis, on Redis's clock; the parent prints what the provider saw.
-Pass a Redis URL, or the example starts a throwaway redis-server (Debian's package) of its own.
+Needs the nucleo-trio-redis plugin (pip install -e plugins/nucleo-trio-redis) and a Redis URL,
+or redis-server to start a throwaway one (apt-get update && apt-get install redis-server).
 """
 
 import contextlib
@@ -12,12 +13,16 @@ import subprocess
 import sys
 import time
 
-import coredis
 import trio
-from nucleo_trio_redis import RedisAccounts
 
 from nucleo_trio.dispatch import open_dispatcher
 from nucleo_trio.jobs import JobContext, JobRequirements, Tool, workflow
+
+try:
+    import coredis
+    from nucleo_trio_redis import RedisAccounts
+except ModuleNotFoundError as missing:  # one line saying what to install, not a traceback
+    sys.exit(f"{missing.name} is missing: pip install -e plugins/nucleo-trio-redis")
 
 RATES, SECONDS, WINDOW, BURST, PER_SECOND = (15, 8, 3, 1), 6, 2, 20, 10
 STAMP = "local t = redis.call('TIME') redis.call('RPUSH', KEYS[1], t[1] * 1e6 + t[2]) return 1"
@@ -64,7 +69,9 @@ async def report(url: str, space: str, workers: list[subprocess.Popen[str]]) -> 
 
 def start_redis() -> tuple[str, subprocess.Popen[bytes]]:
     if shutil.which("redis-server") is None:
-        sys.exit("no redis-server here: pass a Redis URL, or apt-get install redis-server")
+        sys.exit(
+            "no redis-server: pass a Redis URL, or apt-get update && apt-get install redis-server"
+        )
     with socket.socket() as probe:  # a free port on the loopback
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

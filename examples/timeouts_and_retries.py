@@ -2,7 +2,7 @@
 
 Runs in VIRTUAL time on trio's MockClock, so the minute of re-run pacing takes no real time:
 ``python examples/timeouts_and_retries.py`` finishes at once. ``seed=1`` makes the pacing
-draws, and so the printed times, the same on every run.
+draws, and so the printed times, the same on every run. It needs nothing but nucleo_trio.
 """
 
 import logging

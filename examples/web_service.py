@@ -6,6 +6,7 @@ free loopback port for three requests. docs/guide/web-service.md explains each p
 """
 
 import math
+import sys
 from collections import Counter
 from contextlib import asynccontextmanager
 from functools import partial
@@ -13,12 +14,6 @@ from typing import Any
 
 import httpx
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
-from starlette.applications import Starlette
-from starlette.middleware import Middleware
-from starlette.requests import Request
-from starlette.responses import JSONResponse
 
 from nucleo_trio.admission import CountingGate
 from nucleo_trio.bus.events import JobScheduled, TerminalEvent
@@ -26,6 +21,16 @@ from nucleo_trio.dispatch import open_dispatcher
 from nucleo_trio.errors import UncorrectableError
 from nucleo_trio.jobs import JobContext, JobRequirements, Orchestrator, workflow
 from nucleo_trio.tools import function_tool
+
+try:
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+except ModuleNotFoundError as missing:  # one line saying what to install, not a traceback
+    sys.exit(f"{missing.name} is missing: pip install hypercorn starlette")
 
 slots = CountingGate("lookups", 8)  # shared by the lookups of every request
 

@@ -31,6 +31,7 @@ programs that wait on the real clock then overlap instead of adding up.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib.util
 import json
@@ -64,6 +65,19 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "docs/guide/web-service.md": ("hypercorn", "starlette"),
     "docs/guide/opentelemetry.md": ("opentelemetry.sdk", "nucleo_trio_otel"),
 }
+# How to install what an example needs besides nucleo_trio, and the modules that brings: the
+# command its docstring names and the one line it prints when one of them is missing.
+INSTALL: dict[str, tuple[str, tuple[str, ...]]] = {
+    "scaling_out.py": (
+        "pip install -e plugins/nucleo-trio-redis",
+        ("nucleo_trio_redis", "coredis"),
+    ),
+    "otel_console.py": (
+        "pip install -e 'plugins/nucleo-trio-otel[sdk]'",
+        ("nucleo_trio_otel", "opentelemetry"),
+    ),
+    "web_service.py": ("pip install hypercorn starlette", ("hypercorn", "starlette")),
+}
 TIMEOUT = 150.0
 """Seconds an example or the pages' run may take before it counts as hung: a bound for a broken
 build, not a timing. The pages run one after another in one process, a few seconds on an idle
@@ -71,8 +85,9 @@ machine; a loaded one (the suite beside CPU burners) has been seen past 60 s. Be
 180 s deadline per test, so the hang is named here."""
 MAX_EXAMPLE_LINES = 99
 # A web service carries its framework's glue besides the one thing it teaches (the middleware that
-# turns a client gone into a cancellation, and a server run around itself so it can be run).
-LONGER_EXAMPLES = {"web_service.py": 135}
+# turns a client gone into a cancellation, and a server run around itself so it can be run); an
+# example that needs more than nucleo_trio imports it under a check that says what to install.
+LONGER_EXAMPLES = {"web_service.py": 137, "scaling_out.py": 105, "otel_console.py": 105}
 
 # What each example must print: one regular expression per line it promises, matched in order
 # (re.search, so a pattern may match part of a line). Timings on the real clock vary; the
@@ -381,6 +396,72 @@ def test_an_example_is_short_enough_to_read_in_one_sitting(example: Path) -> Non
     count = len(example.read_text(encoding="utf-8").splitlines())
     limit = LONGER_EXAMPLES.get(example.name, MAX_EXAMPLE_LINES)
     assert count <= limit, f"{example.name} has {count} lines"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda path: path.name)
+def test_an_example_says_in_its_docstring_what_it_needs(example: Path) -> None:
+    """The docstring names what to install: the command, for an example that needs more than
+    nucleo_trio; that it needs nothing more, for the others."""
+    docstring = ast.get_docstring(ast.parse(example.read_text(encoding="utf-8"))) or ""
+    flat = " ".join(docstring.split())
+    if example.name in INSTALL:
+        assert INSTALL[example.name][0] in flat, f"{example.name}: {docstring}"
+    else:
+        assert re.search(r"needs (only|nothing but) nucleo_trio", flat), (
+            f"{example.name} does not say it needs only nucleo_trio: {docstring}"
+        )
+
+
+# Runs an example with one module made unimportable, as an uninstalled package is.
+BLOCKED_RUN = (
+    "import runpy, sys; sys.modules[sys.argv[1]] = None; "
+    "runpy.run_path(sys.argv[2], run_name='__main__')"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    [(name, module) for name, (_, modules) in INSTALL.items() for module in modules],
+)
+def test_an_example_missing_a_module_says_what_to_install_in_one_line(
+    name: str, module: str
+) -> None:
+    """With a module it needs not importable, the example prints one line naming it and the
+    install command, exits with status 1, and shows no traceback."""
+    run = subprocess.run(
+        [sys.executable, "-c", BLOCKED_RUN, module, str(ROOT / "examples" / name)],
+        cwd=ROOT,
+        env=_environment(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert run.returncode == 1, run.stderr
+    assert run.stdout == ""
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1, run.stderr
+    assert lines[0].startswith(module), lines[0]
+    assert lines[0].endswith(f" is missing: {INSTALL[name][0]}"), lines[0]
+
+
+def test_the_readme_names_every_example() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [path.name for path in EXAMPLES if f"`{path.name}`" not in readme]
+    assert not missing, f"README.md does not list {missing}"
+
+
+def test_an_apt_get_install_follows_an_apt_get_update() -> None:
+    """A fresh Debian image has no package lists, so ``apt-get install`` fails until
+    ``apt-get update`` has run: each command the README, the examples page and the examples
+    show for it runs the update first."""
+    shown = [ROOT / "README.md", ROOT / "docs" / "examples.md", *EXAMPLES]
+    bare = [
+        f"{path.relative_to(ROOT)}: {line.strip()}"
+        for path in shown
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if "apt-get install" in line and not re.search(r"apt-get update\s*&&", line)
+    ]
+    assert not bare, "apt-get install without apt-get update first:\n" + "\n".join(bare)
 
 
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=lambda path: str(path.relative_to(ROOT)))
