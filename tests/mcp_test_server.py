@@ -4,8 +4,8 @@ Run as a program, it serves one of them: ``python tests/mcp_test_server.py kit``
 ``python tests/mcp_test_server.py kit --http PORT`` as a streamable HTTP server on 127.0.0.1.
 
 * ``kit``: ``add``, ``echo``, ``fail`` (answers ``isError``), ``refuse`` (answers a JSON-RPC
-  error), ``slow`` (sleeps, counting the calls in flight and the ones cancelled), ``stats``
-  (those counts), ``pid``, ``grow`` and ``shrink`` (add or remove a tool, and say the list
+  error), ``slow`` (sleeps, counting the calls in flight and the ones cancelled), ``started``
+  (waits for a number of calls of slow), ``stats`` (the counts), ``pid``, ``grow`` and ``shrink`` (add or remove a tool, and say the list
   changed), ``crash`` (exits the process);
 * ``notes``: ``remember`` and ``recall``, a small key-value store.
 """
@@ -31,6 +31,19 @@ class Counts:
         self.max_in_flight = 0
         self.cancelled = 0
         self.calls = 0
+        self.changed: anyio.Event | None = None  # made inside the server's event loop
+
+    def called(self) -> None:
+        self.calls += 1
+        if self.changed is not None:
+            self.changed.set()
+            self.changed = None
+
+    async def wait_for_calls(self, calls: int) -> None:
+        while self.calls < calls:
+            if self.changed is None:
+                self.changed = anyio.Event()
+            await self.changed.wait()
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -63,7 +76,7 @@ def kit() -> MCPServer[Any]:
     @server.tool()
     async def slow(seconds: float) -> str:
         """Sleep for the seconds given, then say so."""
-        counts.calls += 1
+        counts.called()
         counts.in_flight += 1
         counts.max_in_flight = max(counts.max_in_flight, counts.in_flight)
         try:
@@ -76,8 +89,15 @@ def kit() -> MCPServer[Any]:
         return f"slept {seconds:g} s"
 
     @server.tool()
-    def stats() -> dict[str, int]:
+    async def started(calls: int) -> int:
+        """Wait until slow has been called that many times in all, and say how many."""
+        await counts.wait_for_calls(calls)
+        return counts.calls
+
+    @server.tool()
+    async def stats() -> dict[str, int]:
         """The calls of slow in flight now and at most, and how many were cancelled."""
+        await anyio.sleep(0.01)  # a slow call cancelled just before has counted itself
         return counts.as_dict()
 
     @server.tool()

@@ -261,3 +261,30 @@ async def test_the_servers_of_a_dispatchers_config_are_its_own() -> None:
     assert not servers["kit"].is_connected
     with pytest.raises(McpServerError, match="closed"):
         await servers["kit"].connect()
+
+
+@pytest.mark.parametrize("protocol", ["auto", "legacy"])
+async def test_a_tool_list_that_changes_is_listed_again(protocol: str) -> None:
+    """The server adds a tool and says so (the change stream of a 2026 connection, the notice
+    of a 2025 one): the tools are listed again and the new one is a job class like the rest.
+    It removes one: its class refuses calls before admission, and the listings say it is
+    gone."""
+    async with serving(kit=stdio("kit", protocol=protocol)) as dispatcher:
+        servers = McpServers.of(dispatcher)
+        kit = servers["kit"]
+        await kit.list_tools()
+        assert kit.listings.value == 1 and "twice" not in kit.tools
+        root = workflow("u", "change")
+        await dispatcher.submit(kit.tool("grow")(root, {"name": "twice"})).result()
+        await kit.listings.wait_value(lambda n: n >= 2)
+        twice = kit.tool("twice")
+        assert twice.parameters["required"] == ["text"] and twice.offered
+        assert await dispatcher.submit(twice(root, {"text": "ab"})).result() == "abab"
+
+        seen = kit.listings.value
+        await dispatcher.submit(kit.tool("shrink")(root, {"name": "twice"})).result()
+        await kit.listings.wait_value(lambda n: n > seen)
+        assert "twice" not in kit.tools and not twice.offered
+        with pytest.raises(McpArgumentsError, match="no longer offers twice"):
+            await dispatcher.submit(twice(root, {"text": "ab"})).result()
+        assert kit.starts == 1

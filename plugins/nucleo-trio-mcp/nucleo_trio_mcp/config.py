@@ -126,6 +126,10 @@ class McpServerConfig:
     start: Literal["lazy", "at_start"] = attrs.field(default="lazy")
     """When the server is started (or, for a url, connected to): ``"lazy"`` (the default), the
     first time its tools are listed or called; ``"at_start"``, when the dispatcher starts."""
+    protocol: Literal["auto", "legacy"] = attrs.field(default="auto")
+    """How the protocol version is agreed: ``"auto"`` (the default) asks the server for the
+    newest both sides speak, falling back to the initialize handshake of a 2025 server;
+    ``"legacy"`` always uses the handshake."""
     timeout: float = attrs.field(default=DEFAULT_CALL_TIMEOUT, validator=_seconds)
     """The deadline of each tool call, in seconds (the call job's ``timeout``); 300 by
     default."""
@@ -137,6 +141,11 @@ class McpServerConfig:
     def _check_start(self, attribute: attrs.Attribute[str], value: object) -> None:
         if value not in ("lazy", "at_start"):
             raise _problem("McpServerConfig", "start", '"lazy" or "at_start"', value)
+
+    @protocol.validator
+    def _check_protocol(self, attribute: attrs.Attribute[str], value: object) -> None:
+        if value not in ("auto", "legacy"):
+            raise _problem("McpServerConfig", "protocol", '"auto" or "legacy"', value)
 
     def __attrs_post_init__(self) -> None:
         if (self.command is None) == (self.url is None):

@@ -38,6 +38,7 @@ from nucleo_trio.errors import TransientErrorRetry, UpstreamFailure
 from nucleo_trio.errors._suggest import did_you_mean
 from nucleo_trio.jobs import JobRequirements
 
+from ._interrupts import holds, interrupt_the_program, without
 from .config import McpServerConfig
 from .errors import McpArgumentsError, McpProtocolError, McpServerError, McpToolError
 from .tools import McpTool, McpToolResult, tool_class, update_tool_class
@@ -165,44 +166,46 @@ class McpServer:
         (the protocol's ``notifications/cancelled``)."""
         scope = trio.CancelScope()
         unregister = context.on_cancel(scope.cancel)
-        connection: _Connection | None = None
         try:
             with scope:
-                connection = await self._connected()
-                assert connection.client is not None
-                result = await connection.client.call_tool(tool, dict(arguments))
+                return await self._call(tool, arguments)
+        finally:
+            unregister()
+        context.check_cancellation()  # the scope caught the job's cancel or timeout
+        raise McpServerError(self.name, f"the call of {tool} was cancelled")
+
+    async def _call(self, tool: str, arguments: Mapping[str, Any]) -> McpToolResult:
+        connection = await self._connected()
+        assert connection.client is not None
+        try:
+            result = await connection.client.call_tool(tool, dict(arguments))
         except MCPError as exc:
-            assert connection is not None
-            raise self._refusal(connection, tool, exc) from exc
+            code = exc.error.code
+            if code == mcp_types.CONNECTION_CLOSED:
+                raise await self._lost_during(connection, tool, exc.error.message) from exc
+            if code == mcp_types.INVALID_PARAMS:
+                raise McpArgumentsError(self.name, tool, [exc.error.message]) from exc
+            raise McpProtocolError(self.name, f"{tool}: {exc.error.message}", code=code) from exc
         except (anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
-            assert connection is not None
-            raise self._lost_during(connection, tool, repr(exc)) from exc
+            raise await self._lost_during(connection, tool, repr(exc)) from exc
         except pydantic.ValidationError as exc:
             raise McpProtocolError(self.name, f"{tool} answered a malformed result: {exc}") from exc
         except RuntimeError as exc:
-            if connection is not None and connection.closing.is_set():
-                raise self._lost_during(connection, tool, str(exc)) from exc
+            if connection.closing.is_set():
+                raise await self._lost_during(connection, tool, str(exc)) from exc
             raise McpProtocolError(self.name, f"{tool}: {exc}") from exc
-        finally:
-            unregister()
-        if scope.cancelled_caught:
-            context.check_cancellation()
-            raise McpServerError(self.name, f"the call of {tool} was cancelled")
         answer = McpToolResult.of(self.name, tool, result)
         if result.is_error:
             raise McpToolError(self.name, tool, answer.text)
         return answer
 
-    def _refusal(self, connection: _Connection, tool: str, exc: MCPError) -> Exception:
-        code = exc.error.code
-        if code == mcp_types.CONNECTION_CLOSED:
-            return self._lost_during(connection, tool, exc.error.message)
-        if code == mcp_types.INVALID_PARAMS:
-            return McpArgumentsError(self.name, tool, [exc.error.message])
-        return McpProtocolError(self.name, f"{tool}: {exc.error.message}", code=code)
-
-    def _lost_during(self, connection: _Connection, tool: str, detail: str) -> TransientErrorRetry:
+    async def _lost_during(
+        self, connection: _Connection, tool: str, detail: str
+    ) -> TransientErrorRetry:
+        """The re-run signal of a call whose connection was lost, once the connection is gone
+        (its process stopped), so the re-run starts a new one."""
         self._lose(connection, f"the connection closed during a call of {tool} ({detail})")
+        await connection.closed.wait()
         return TransientErrorRetry(
             f"mcp:{self.name}: the server's connection closed during {tool}; the re-run starts "
             "it again",
@@ -264,6 +267,7 @@ class McpServer:
         if self._connection is not None:
             await self._connection.closed.wait()
 
+    @trio.lowlevel.enable_ki_protection
     async def _serve(self, connection: _Connection) -> None:
         """The connection's task, in the task of the servers that hold it: connect, list, then
         relist on every change notice until asked to close."""
@@ -285,14 +289,17 @@ class McpServer:
                     f"not up within connect_timeout ({self.config.connect_timeout:g} s)"
                 )
         except BaseException as exc:  # noqa: BLE001 - recorded for the callers, or re-raised
-            failure = _first_failure(exc)
+            if holds(exc, KeyboardInterrupt):
+                interrupt_the_program()  # Ctrl-C landed in one of the SDK's tasks
+            rest = without(exc, KeyboardInterrupt)
+            failure = None if rest is None else _first_failure(rest)
             if isinstance(failure, Exception):
                 if not connection.ready.is_set():
                     connection.failure = failure
                 else:
                     log.warning("mcp:%s: the connection ended: %r", self.name, failure)
-            if not _only_failures(exc):
-                raise  # a cancellation (the servers are closing), a KeyboardInterrupt
+            if rest is not None and not _only_failures(rest):
+                raise rest from None  # a cancellation: the servers are closing
         finally:
             if not connection.ready.is_set() and connection.failure is None:
                 connection.failure = McpServerError(self.name, "its servers are closed")
@@ -320,6 +327,7 @@ class McpServer:
                 message_handler=on_message,
                 client_info=_CLIENT_INFO,
                 cache=None,
+                mode=config.protocol,
             ) as client:
                 yield client
             return
@@ -330,6 +338,7 @@ class McpServer:
                 message_handler=on_message,
                 client_info=_CLIENT_INFO,
                 cache=None,
+                mode=config.protocol,
             ) as client:
                 yield client
 

@@ -29,6 +29,7 @@ from nucleo_trio.errors import UsageKeyError
 from nucleo_trio.errors._suggest import did_you_mean
 from nucleo_trio.jobs import AbstractStoppable
 
+from ._interrupts import holds, interrupt_the_program
 from .config import McpConfig
 from .server import McpServer
 from .tools import McpTool
@@ -114,7 +115,12 @@ class McpServers(Mapping[str, McpServer], AbstractStoppable):
                 nursery.start_soon(self._close_when_stopped, dispatcher)
                 await self.run()
                 nursery.cancel_scope.cancel()
-        except Exception:  # a system task's failure would end the whole trio run
+        except BaseException as exc:  # noqa: BLE001 - a system task's failure ends the trio run
+            if holds(exc, KeyboardInterrupt):
+                interrupt_the_program()  # Ctrl-C landed in one of the SDK's tasks
+                return
+            if not holds(exc, Exception):
+                raise  # cancelled: the trio run is ending
             log.exception("the MCP servers' task failed; their calls fail from now on")
             await self.aclose()
 
@@ -189,6 +195,7 @@ class McpServers(Mapping[str, McpServer], AbstractStoppable):
         finally:
             self._done.set()
 
+    @trio.lowlevel.enable_ki_protection
     async def _start_early(self, server: McpServer) -> None:
         try:
             await server.connect()
