@@ -31,6 +31,7 @@ from nucleo_trio.observability.control import (
     LiveSnapshot,
     ParkedRow,
     RunningRow,
+    default_socket_path,
 )
 from nucleo_trio.observability.top import render_text, render_view, watch
 
@@ -334,15 +335,52 @@ def test_the_demo_refuses_a_socket_in_a_directory_others_can_write(
 
 
 # -- the real thing -------------------------------------------------------------------------------
-def _top(*args: str) -> subprocess.CompletedProcess[str]:
+def _top(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "nucleo_trio", "top", *args],
         cwd=ROOT,
-        env=dict(os.environ, NO_COLOR="1", COLUMNS="120"),
+        env=dict(env if env is not None else os.environ, NO_COLOR="1", COLUMNS="120"),
         capture_output=True,
         text=True,
         timeout=HANG_BOUND,
     )
+
+
+def _service(socket: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """tests/programs/top_target.py with its socket at ``socket`` (``--default``: the default
+    place), once it said ``ready``."""
+    service = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "programs" / "top_target.py"), socket],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(env if env is not None else os.environ, PYTHONPATH=str(ROOT)),
+    )
+    assert service.stdout is not None
+    line = service.stdout.readline()
+    if line != "ready\n":
+        service.kill()
+        _, err = service.communicate()
+        pytest.fail(f"the service did not start: {line!r} {err}")
+    return service
+
+
+def _stop(service: subprocess.Popen[str]) -> None:
+    assert service.stdin is not None
+    service.stdin.close()  # the service's signal to stop
+    assert service.wait(timeout=HANG_BOUND) == 0, service.stderr.read() if service.stderr else ""
+
+
+def _without_runtime_dir(place: Path, runtime_dir: str | None) -> dict[str, str]:
+    """The environment of a container or a root shell: no $XDG_RUNTIME_DIR, or one this user
+    may not use; the temporary directory is ``place``, so nothing is left in /tmp."""
+    env = {key: value for key, value in os.environ.items() if key != "XDG_RUNTIME_DIR"}
+    if runtime_dir is not None:
+        env["XDG_RUNTIME_DIR"] = runtime_dir
+    env["TMPDIR"] = str(place)
+    return env
 
 
 def test_top_reads_a_dispatcher_running_in_another_process(place: Path) -> None:
@@ -401,3 +439,153 @@ def test_top_reads_a_dispatcher_running_in_another_process(place: Path) -> None:
         if service.poll() is None:
             service.kill()
             service.wait()
+
+
+def test_top_exits_saying_so_when_the_dispatcher_it_watches_stops(place: Path) -> None:
+    """The live view, forced to draw as on a terminal so each frame is written when drawn: once
+    the first frame is out, the service stops; top redraws the last frame with a header that
+    no longer says RUNNING, and exits 1 naming what happened."""
+    path = place / "service.sock"
+    service = _service(str(path))
+    try:
+        watching = subprocess.Popen(
+            [sys.executable, "-m", "nucleo_trio", "top", "--socket", str(path)]
+            + ["--interval", "0.2", "--color", "always"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ, COLUMNS="150"),
+        )
+        assert watching.stdout is not None
+        first = watching.stdout.readline()  # the first frame's header: top is watching
+        assert f"dispatcher pid {service.pid} on {path}" in first, first
+        _stop(service)
+        out, err = watching.communicate(timeout=HANG_BOUND)
+    finally:
+        for process in (service, watching):
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert watching.returncode == 1, (out, err)
+    assert err == (
+        f"nucleo-trio top: dispatcher pid {service.pid} stopped: its control socket "
+        f"'{path}' is gone\n"
+    )
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", first + out)
+    last = text[text.rindex("nucleo-trio top: dispatcher pid") :]
+    assert last.startswith(
+        f"nucleo-trio top: dispatcher pid {service.pid} on {path}, not answering (last seen "
+    )
+    assert "RUNNING, at" not in last
+    assert f"dispatcher pid {service.pid} stopped: its control socket" in last
+
+
+@pytest.mark.parametrize("runtime_dir", [None, "others can write", "relative"])
+def test_top_finds_the_default_socket_without_a_runtime_dir_of_ones_own(
+    place: Path, runtime_dir: str | None
+) -> None:
+    """Without $XDG_RUNTIME_DIR (a container), with one this user may not use (a root shell
+    opened by sudo keeps the caller's, which another user owns; here: one others can write), or
+    with a relative one, a service opens its socket at the default place and `top` with no
+    --socket reads it there, in a directory of the user's own under the temporary directory."""
+    shared = place / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    value = {None: None, "others can write": str(shared), "relative": "run/user"}[runtime_dir]
+    env = _without_runtime_dir(place, value)
+    expected = place / f"nucleo-trio-{os.getuid()}" / "nucleo-trio.sock"
+    service = _service("--default", env)
+    try:
+        assert expected.is_socket()
+        assert oct(expected.parent.stat().st_mode & 0o777) == "0o700"
+        once = _top("--once", env=env)
+        assert once.returncode == 0, once.stderr
+        assert once.stdout.startswith(
+            f"nucleo-trio top: dispatcher pid {service.pid} on {expected}, RUNNING"
+        )
+        _stop(service)
+        gone = _top("--once", env=env)
+        assert gone.returncode == 1
+        assert f"control socket '{expected}': no such socket" in gone.stderr
+    finally:
+        if service.poll() is None:
+            service.kill()
+            service.wait()
+
+
+def test_the_default_socket_is_in_the_runtime_dir_when_it_is_ones_own(
+    place: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = place / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    assert default_socket_path() == runtime / "nucleo-trio.sock"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    monkeypatch.setenv("TMPDIR", str(place))
+    tempfile.tempdir = None  # read TMPDIR again
+    try:
+        fallback = default_socket_path()
+        assert fallback == place / f"nucleo-trio-{os.getuid()}" / "nucleo-trio.sock"
+        assert not fallback.parent.exists(), "only make=True makes the directory"
+        assert default_socket_path(make=True) == fallback
+        assert oct(fallback.parent.stat().st_mode & 0o777) == "0o700"
+        assert default_socket_path(make=True) == fallback  # there already: kept
+    finally:
+        tempfile.tempdir = None
+
+
+# -- the demo's socket ----------------------------------------------------------------------------
+def _demo(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "nucleo_trio", "demo", "--jobs", "20", "--color", "never", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_BOUND,
+    )
+
+
+def test_the_demo_refuses_a_socket_in_the_shared_temporary_directory_before_its_banner(
+    place: Path,
+) -> None:
+    """/tmp (or any directory others can write) is refused before anything is printed: one
+    line on stderr, status 1, no banner on stdout."""
+    shared = Path(tempfile.gettempdir())
+    if not shared.stat().st_mode & 0o002:  # not a shared /tmp here: make a directory like one
+        shared = place / "shared"
+        shared.mkdir()
+        shared.chmod(0o1777)
+    refused = _demo("--control-socket", str(shared / "demo.sock"))
+    assert refused.returncode == 1
+    assert refused.stdout == ""
+    mode = oct(shared.stat().st_mode & 0o7777)[2:]
+    assert refused.stderr == (
+        f"nucleo-trio demo: --control-socket: control socket '{shared / 'demo.sock'}': the "
+        f"directory '{shared}' is writable by others (mode {mode}), so they could replace the "
+        "socket; use a directory only you can write, such as $XDG_RUNTIME_DIR; without a PATH "
+        "it picks one of yours\n"
+    )
+
+
+def test_the_demo_refuses_a_socket_path_something_else_holds_before_its_banner(
+    place: Path,
+) -> None:
+    taken = place / "taken.sock"
+    taken.write_text("not a socket")
+    refused = _demo("--control-socket", str(taken))
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert "something that is not a socket is there; not replacing it" in refused.stderr
+
+
+def test_the_demo_opens_the_default_socket_without_a_runtime_dir(place: Path) -> None:
+    """`demo --control-socket` with no PATH, where $XDG_RUNTIME_DIR is unset: the run opens
+    its socket in a directory of the user's own under the temporary directory (-v shows the
+    runtime's log line), and ends as usual."""
+    run = _demo("-v", "--control-socket", env=_without_runtime_dir(place, None))
+    expected = place / f"nucleo-trio-{os.getuid()}" / "nucleo-trio.sock"
+    assert run.returncode == 0, run.stderr
+    assert f"Control socket listening on {expected}" in run.stderr
+    assert oct(expected.parent.stat().st_mode & 0o777) == "0o700"
+    assert not expected.exists(), "the run removed its socket on the way out"

@@ -1,7 +1,8 @@
 """A user's service for the ``nucleo-trio top`` tests: a dispatcher on the real clock with its
-control socket at ``argv[1]``, two jobs running on a gate of two slots, three parked behind
-them, and one that failed. It prints ``ready`` when they are in place, then runs until its
-standard input closes; it then cancels its jobs, leaves the block, and prints ``stopped``.
+control socket at ``argv[1]`` (``--default``: where ``top`` looks by default), two jobs running
+on a gate of two slots, three parked behind them, and one that failed. It prints ``ready``
+when they are in place, then runs until its standard input closes; it then cancels its jobs,
+leaves the block, and prints ``stopped``.
 """
 
 from __future__ import annotations
@@ -56,4 +57,9 @@ async def main(socket: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1])
+    if sys.argv[1] == "--default":  # where `nucleo-trio top` looks without --socket
+        from nucleo_trio.observability.control import default_socket_path
+
+        trio.run(main, str(default_socket_path(make=True)))
+    else:
+        trio.run(main, sys.argv[1])
