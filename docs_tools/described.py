@@ -39,6 +39,7 @@ PACKAGES = (
     "nucleo_trio_otel",
     "nucleo_trio_anthropic",
     "nucleo_trio_mcp",
+    "nucleo_trio_openai",
 )
 _DIRECTIVE = re.compile(r"^::: ([\w.]+)", re.M)
 

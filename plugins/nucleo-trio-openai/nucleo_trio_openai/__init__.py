@@ -12,15 +12,23 @@ Installed, the distribution registers the ``"openai"`` model provider kind (its 
 :class:`OpenAIEmbeddingsClient` are the clients it hands out, usable on their own over an
 ``AsyncOpenAI`` from :func:`open_async_openai`; :func:`translate` turns the SDK's exceptions
 into the runtime's re-run signals and errors.
+
+The SDK is imported when one of these is first used, not when the entry point loads: a process
+that opens a dispatcher and never calls OpenAI does not pay for the import.
 """
 
-from .client import (
-    OpenAIClient as OpenAIClient,
-    OpenAIEmbeddingsClient as OpenAIEmbeddingsClient,
-    open_async_openai as open_async_openai,
-)
-from .errors import translate as translate
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .provider import DEFAULT_CREDENTIAL as DEFAULT_CREDENTIAL, openai_provider as openai_provider
+
+if TYPE_CHECKING:
+    from .client import (
+        OpenAIClient as OpenAIClient,
+        OpenAIEmbeddingsClient as OpenAIEmbeddingsClient,
+        open_async_openai as open_async_openai,
+    )
+    from .errors import translate as translate
 
 __all__ = [
     "DEFAULT_CREDENTIAL",
@@ -30,3 +38,19 @@ __all__ = [
     "openai_provider",
     "translate",
 ]
+
+_LAZY = {
+    "OpenAIClient": ".client",
+    "OpenAIEmbeddingsClient": ".client",
+    "open_async_openai": ".client",
+    "translate": ".errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

@@ -7,16 +7,16 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-import openai
-
 from nucleo_trio.admission.named_gates import DEFAULT_HTTP_POOL_SIZE
 from nucleo_trio.http import HttpSettings
 from nucleo_trio.models import Provider
 
-from .client import OpenAIClient, OpenAIEmbeddingsClient, open_async_openai
-
 if TYPE_CHECKING:
+    import openai
+
     from nucleo_trio.models import ModelSpec
+
+    from .client import OpenAIClient, OpenAIEmbeddingsClient
 
 __all__ = ["DEFAULT_CREDENTIAL", "openai_provider"]
 
@@ -58,6 +58,10 @@ def openai_provider(
     """
     if not isinstance(key, str) or not key:
         raise ValueError(f"openai_provider needs a non-empty provider key, got {key!r}")
+    # Imported here, not at the top: the entry point loads this module in every process that
+    # opens a dispatcher, and the SDK takes seconds to import.
+    from .client import OpenAIClient, OpenAIEmbeddingsClient, open_async_openai
+
     waits = {} if timeout is None else dict.fromkeys(_TIMEOUTS, timeout)
     settings = HttpSettings(pool_size=pool_size, **waits)
     opened: list[openai.AsyncOpenAI] = []
