@@ -64,6 +64,8 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "web_service.py": ("hypercorn", "starlette"),
     "docs/guide/web-service.md": ("hypercorn", "starlette"),
     "docs/guide/opentelemetry.md": ("opentelemetry.sdk", "nucleo_trio_otel"),
+    "mcp_tools.py": ("nucleo_trio_mcp",),
+    "docs/guide/mcp.md": ("nucleo_trio_mcp",),
 }
 # How to install what an example needs besides nucleo_trio, and the modules that brings: the
 # command its docstring names and the one line it prints when one of them is missing.
@@ -77,6 +79,7 @@ INSTALL: dict[str, tuple[str, tuple[str, ...]]] = {
         ("nucleo_trio_otel", "opentelemetry"),
     ),
     "web_service.py": ("pip install hypercorn starlette", ("hypercorn", "starlette")),
+    "mcp_tools.py": ("pip install -e plugins/nucleo-trio-mcp", ("nucleo_trio_mcp", "mcp")),
 }
 TIMEOUT = 150.0
 """Seconds an example or the pages' run may take before it counts as hung: a bound for a broken
@@ -144,6 +147,12 @@ EXPECTED: dict[str, list[str]] = {
         r"^/quote/3/50 \{\"items\":3,\"total\":5\}$",
         r"^/quote/99/50 \{\"error\":\"items must be 1 to 32 and ms 0 to 60000\"\}$",
         r"^settled 9 of 9 jobs: 4 COMPLETED, 5 CANCELLED$",
+    ],
+    "mcp_tools.py": [
+        r"^tools: facts\.road_distance, units\.km_to_miles$",
+        r"^facts\.road_distance returned 465\.0$",
+        r"^units\.km_to_miles returned 288\.94$",
+        r"^answer: Paris to Lyon is 465\.0 km by road, 288\.94 miles\.$",
     ],
     "timeouts_and_retries.py": [
         r"^\[  2\.5 s\] timed out: Job timed out after 2 s \(state TIMED_OUT\)$",
