@@ -5,7 +5,8 @@ Run as a program, it serves one of them: ``python tests/mcp_test_server.py kit``
 
 * ``kit``: ``add``, ``echo``, ``fail`` (answers ``isError``), ``refuse`` (answers a JSON-RPC
   error), ``slow`` (sleeps, counting the calls in flight and the ones cancelled), ``started``
-  (waits for a number of calls of slow), ``stats`` (the counts), ``pid``, ``grow`` and ``shrink`` (add or remove a tool, and say the list
+  (waits for a number of calls of slow), ``stats`` (the counts), ``header`` (an HTTP
+  request header), ``pid``, ``grow`` and ``shrink`` (add or remove a tool, and say the list
   changed), ``crash`` (exits the process);
 * ``notes``: ``remember`` and ``recall``, a small key-value store.
 """
@@ -104,6 +105,13 @@ def kit() -> MCPServer[Any]:
     def refuse(code: int, message: str) -> str:
         """Answer with a JSON-RPC error of the code given, not a result."""
         raise MCPError(code=code, message=message)
+
+    @server.tool()
+    def header(name: str, ctx: Context) -> str:
+        """The value of an HTTP request header of this call ("" on stdio, or when absent)."""
+        request = ctx.request_context.request  # the HTTP request of the call, if any
+        headers = getattr(request, "headers", None) or {}
+        return str(headers.get(name.lower(), ""))
 
     @server.tool()
     def pid() -> int:
