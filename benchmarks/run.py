@@ -24,6 +24,7 @@ from . import (
     graph_submit,
     hostage,
     loop_stall,
+    mcp_call,
     memory_pressure,
     rate_accuracy,
     redis_accounts,
@@ -43,6 +44,7 @@ BENCHMARKS: tuple[ModuleType, ...] = (
     demo_scaling,
     redis_accounts,
     web_service,
+    mcp_call,
     soak,
 )
 

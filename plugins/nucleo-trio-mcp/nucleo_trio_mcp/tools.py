@@ -166,13 +166,21 @@ class McpTool(Tool[McpToolResult]):
         self.input: Any = dict(arguments) if arguments is not None else {}
         """The call's arguments, a mapping the tool's input schema judges."""
         self._refusal: McpArgumentsError | None = None
+        self._judged: tuple[object, Validator | None, bool] | None = None
 
     def requirements(self) -> JobRequirements:
         """The server's slots, or nothing at all for a call refused on its arguments."""
-        self._refusal = self.refusal()
+        cls = type(self)
+        judged = (self.input, cls._mcp_validator, cls.offered)
+        last = self._judged
+        # Asked at submit and again at each attempt: the same arguments under the same listing
+        # are judged once.
+        if last is None or last[0] is not judged[0] or last[1:] != judged[1:]:
+            self._refusal = self.refusal()
+            self._judged = judged
         if self._refusal is not None:
             return JobRequirements().without_queueing()
-        server = type(self)._mcp_server
+        server = cls._mcp_server
         assert server is not None
         return server.requirements()
 
