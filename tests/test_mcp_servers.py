@@ -263,6 +263,22 @@ async def test_the_servers_of_a_dispatchers_config_are_its_own() -> None:
         await servers["kit"].connect()
 
 
+async def test_the_two_gates_are_rows_of_the_health_report() -> None:
+    """While a call holds its slots, the health report shows mcp:<name> and mcp:stdio as rows
+    with one in use each (as for any account a demand names, while it is held or waited on)."""
+    async with serving(kit=stdio("kit", max_concurrent=4)) as dispatcher:
+        servers = McpServers.of(dispatcher)
+        await servers.tools()
+        slow = servers["kit"].tool("slow")
+        handle = dispatcher.submit(slow(workflow("u", "health"), {"seconds": 1}))
+        await servers["kit"].gate.use.wait_value(1)
+        rows = {row.name: row for row in dispatcher.health().limiters}
+        assert rows["mcp:kit"].used == 1 and rows["mcp:kit"].capacity == 4
+        assert rows["mcp:stdio"].used == 1 and rows["mcp:stdio"].capacity == 20
+        await handle.result()
+        assert servers["kit"].gate.in_use == servers.pool.in_use == 0
+
+
 @pytest.mark.parametrize("protocol", ["auto", "legacy"])
 async def test_a_tool_list_that_changes_is_listed_again(protocol: str) -> None:
     """The server adds a tool and says so (the change stream of a 2026 connection, the notice

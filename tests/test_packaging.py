@@ -32,6 +32,10 @@ DISTRIBUTIONS = {
         ROOT / "plugins" / "nucleo-trio-otel",
         ("pyproject.toml", "README.md", "LICENSE", "nucleo_trio_otel"),
     ),
+    "nucleo-trio-mcp": (
+        ROOT / "plugins" / "nucleo-trio-mcp",
+        ("pyproject.toml", "README.md", "LICENSE", "nucleo_trio_mcp"),
+    ),
     "nucleo-trio-testplugin": (
         ROOT / "tests" / "plugin_dist",
         ("pyproject.toml", "LICENSE", "nucleo_trio_testplugin"),
