@@ -304,3 +304,30 @@ async def test_a_tool_list_that_changes_is_listed_again(protocol: str) -> None:
         with pytest.raises(McpArgumentsError, match="no longer offers twice"):
             await dispatcher.submit(twice(root, {"text": "ab"})).result()
         assert kit.starts == 1
+
+
+async def test_each_call_is_a_span_with_its_admission_through_the_otel_plugin() -> None:
+    """With the OpenTelemetry plugin, each call is a span named after its tool class, carrying
+    its grant on the server's gates as span events."""
+    import nucleo_trio_mcp.plugin
+    from nucleo_trio_otel import OpenTelemetryPlugin
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    plugins = make_plugin_manager(
+        load_entrypoints=False,
+        plugins=[nucleo_trio_mcp.plugin, OpenTelemetryPlugin(tracer_provider=provider)],
+    )
+    config = DispatcherConfig(seed=1, mcp={"servers": {"kit": stdio("kit")}})
+    async with open_dispatcher(config, plugin_manager=plugins) as dispatcher:
+        servers = McpServers.of(dispatcher)
+        await servers.tools()
+        add = servers["kit"].tool("add")
+        assert await dispatcher.submit(add(workflow("u", "span"), {"a": 1, "b": 1})).result() == "2"
+    (span,) = [s for s in exporter.get_finished_spans() if s.name == "kit.add"]
+    assert span.attributes is not None and span.attributes["job.state"] == "COMPLETED"
+    assert "limiter.granted_immediate" in [event.name for event in span.events]
