@@ -33,7 +33,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from nucleo_trio._watch import AsyncValue
-from nucleo_trio.admission import CountingGate, StdioEndpointGate, StdioPoolGate
+from nucleo_trio.admission import StdioEndpointGate, StdioPoolGate
 from nucleo_trio.errors import TransientErrorRetry, UpstreamFailure
 from nucleo_trio.errors._suggest import did_you_mean
 from nucleo_trio.jobs import JobRequirements
@@ -90,7 +90,7 @@ class McpServer:
         """The server's name, the key of its table; its gate is ``mcp:<name>``."""
         self.config = config
         """The server's settings."""
-        self.gate: CountingGate = (
+        self.gate: StdioEndpointGate = (
             StdioEndpointGate(name, config.max_concurrent)
             if config.transport == "stdio"
             else HttpEndpointGate(name, config.max_concurrent)
@@ -258,7 +258,7 @@ class McpServer:
     def close(self) -> None:
         """Refuse every later call and end the connection (its task stops the server)."""
         self._closed = True
-        self.gate.close()  # type: ignore[attr-defined]
+        self.gate.close()
         if self._connection is not None:
             self._connection.closing.set()
 
