@@ -222,6 +222,69 @@ class TransientErrorRetry(UpstreamRetry):
     backpressure_increment = 0
 
 
+OVERLOADED_STATUS = 529
+"""The HTTP status a provider answers when it is overloaded (Anthropic's, and some gateways')."""
+
+
+def rerun_for_status(
+    error: Exception,
+    *,
+    status: int,
+    service: str,
+    endpoint: str,
+    body: str = "",
+    retry_after: float | None = None,
+) -> Exception:
+    """The re-run signal an error status asks for, with ``error`` (the HTTP error the status
+    maps to) as its cause; ``error`` itself when the status asks for none.
+
+    A 429 is a :class:`RateLimitRetry`; a 529, or a 503 whose ``body`` says it is overloaded,
+    an :class:`OverloadRetry`; a 408 or any other 5xx a :class:`TransientErrorRetry`. Each
+    carries ``retry_after`` (seconds, as the upstream's Retry-After said) and an
+    :class:`UpstreamFailure` for the limiters. A client tells a spent quota apart before it
+    asks: that 429 is no re-run.
+    """
+    kind: type[UpstreamRetry] | None = None
+    if status == 429:
+        kind = RateLimitRetry
+    elif status == OVERLOADED_STATUS or (status == 503 and "overload" in body.lower()):
+        kind = OverloadRetry
+    elif status == 408 or status >= 500:
+        kind = TransientErrorRetry
+    if kind is None:
+        return error
+    failure = UpstreamFailure(
+        status=status,
+        service=service,
+        detail=str(error),
+        retry_after=retry_after,
+        backpressure=kind.backpressure_increment,
+    )
+    wait = f", retry after {retry_after:g} s" if retry_after is not None else ""
+    return kind(
+        f"{service} answered HTTP {status} for {endpoint}{wait}",
+        retry_after=retry_after,
+        failure=failure,
+        cause=error,
+    )
+
+
+def lost_in_transit(message: str, error: ExternalServiceError) -> TransientErrorRetry:
+    """A :class:`TransientErrorRetry` for a request or reply lost on the way (no status):
+    ``error`` is what the caller is told if the re-run budget runs out, and its service is the
+    one the limiters hear about."""
+    return TransientErrorRetry(
+        message,
+        failure=UpstreamFailure(
+            status=None,
+            service=error.service,
+            detail=str(error),
+            backpressure=TransientErrorRetry.backpressure_increment,
+        ),
+        cause=error,
+    )
+
+
 class OutputTruncationRetry(RerunSignal):
     """Raised when a model reply was cut at its output budget, to re-run once with a larger one."""
 

@@ -72,13 +72,11 @@ from ...errors import (
     ConfigError,
     ExternalServiceError,
     LLMStopReason,
-    OverloadRetry,
     QuotaExhaustedError,
-    RateLimitRetry,
     TransientErrorRetry,
-    UpstreamFailure,
-    UpstreamRetry,
     http_error_from_status,
+    lost_in_transit,
+    rerun_for_status,
 )
 from ...http import HttpSettings, open_http_client
 from .protocols import TextSink, ToolCallSink
@@ -111,7 +109,6 @@ ENV_EMBEDDINGS_MODEL = "OPENAI_EMBEDDINGS_MODEL"
 
 # The status an overloaded upstream answers with when it has its own (Anthropic's, and gateways
 # that copy it); a plain 503 counts as an overload only when its body says so.
-_OVERLOADED = 529
 _QUOTA_CODES = frozenset({"insufficient_quota", "quota_exceeded", "billing_hard_limit_reached"})
 _PREVIEW = 300
 
@@ -185,34 +182,18 @@ def _status_failure(
     error = http_error_from_status(
         status, service=service, endpoint=endpoint, body=body or None, retry_after=retry_after
     )
-    kind: type[UpstreamRetry] | None = None
-    if status == 429:
-        if _error_code(body) in _QUOTA_CODES:
-            return QuotaExhaustedError(
-                f"{service} says the quota is exhausted (HTTP 429 for {endpoint}): "
-                f"{body[:_PREVIEW]}",
-                cause=error,
-            )
-        kind = RateLimitRetry
-    elif status == _OVERLOADED or (status == 503 and "overload" in body.lower()):
-        kind = OverloadRetry
-    elif status == 408 or status >= 500:
-        kind = TransientErrorRetry
-    if kind is None:
-        return error
-    failure = UpstreamFailure(
+    if status == 429 and _error_code(body) in _QUOTA_CODES:
+        return QuotaExhaustedError(
+            f"{service} says the quota is exhausted (HTTP 429 for {endpoint}): {body[:_PREVIEW]}",
+            cause=error,
+        )
+    return rerun_for_status(
+        error,
         status=status,
         service=service,
-        detail=str(error),
+        endpoint=endpoint,
+        body=body,
         retry_after=retry_after,
-        backpressure=kind.backpressure_increment,
-    )
-    wait = f", retry after {retry_after:g} s" if retry_after is not None else ""
-    return kind(
-        f"{service} answered HTTP {status} for {endpoint}{wait}",
-        retry_after=retry_after,
-        failure=failure,
-        cause=error,
     )
 
 
@@ -225,25 +206,10 @@ def _transport_failure(exc: httpx.HTTPError, *, service: str, endpoint: str) -> 
         cause=exc,
     )
     if isinstance(exc, httpx.TimeoutException | httpx.NetworkError | httpx.RemoteProtocolError):
-        return _in_transit(
+        return lost_in_transit(
             f"{service} failed in transit for {endpoint} ({type(exc).__name__})", error
         )
     return error
-
-
-def _in_transit(message: str, error: ExternalServiceError) -> TransientErrorRetry:
-    """A re-run for a reply lost on the way (no status): ``error`` is what the caller is told
-    if the budget runs out, and the upstream failure the limiters hear."""
-    return TransientErrorRetry(
-        message,
-        failure=UpstreamFailure(
-            status=None,
-            service=error.service,
-            detail=str(error),
-            backpressure=TransientErrorRetry.backpressure_increment,
-        ),
-        cause=error,
-    )
 
 
 def _malformed(service: str, endpoint: str, what: str, body: str) -> ExternalServiceError:
@@ -864,7 +830,7 @@ class OpenAICompatibleClient(_PooledClient):
             f"[DONE], after {said}: the reply is incomplete",
             service=service,
         )
-        return _in_transit(
+        return lost_in_transit(
             f"{service} cut the stream for {endpoint} short (no finish reason, no [DONE])", error
         )
 

@@ -21,15 +21,14 @@ import httpx2
 import trio
 
 from nucleo_trio.errors import (
+    OVERLOADED_STATUS,
     ExternalServiceError,
     JsonParseError,
     LLMStopReason,
-    OverloadRetry,
-    RateLimitRetry,
     TransientErrorRetry,
-    UpstreamFailure,
-    UpstreamRetry,
     http_error_from_status,
+    lost_in_transit,
+    rerun_for_status,
 )
 from nucleo_trio.http import HttpSettings
 from nucleo_trio.llm.clients import (
@@ -52,7 +51,6 @@ SERVICE: Final = "anthropic"
 """The service name the client's errors and upstream failures carry."""
 
 _ENDPOINT = "/v1/messages"
-_OVERLOADED = 529
 _PREVIEW = 300
 _UNRESOLVED: Final = object()
 
@@ -69,7 +67,7 @@ _STATUS_OF_ERROR: Mapping[str, int] = MappingProxyType(
         "rate_limit_error": 429,
         "api_error": 500,
         "timeout_error": 504,
-        "overloaded_error": _OVERLOADED,
+        "overloaded_error": OVERLOADED_STATUS,
     }
 )
 
@@ -159,43 +157,13 @@ def _status_failure(exc: anthropic.APIStatusError, model: str) -> Exception:
         status, service=SERVICE, endpoint=endpoint, body=body or None, retry_after=retry_after
     )
     error.__cause__ = exc
-    kind: type[UpstreamRetry] | None = None
-    if status == 429:
-        kind = RateLimitRetry
-    elif status == _OVERLOADED or (status == 503 and "overload" in body.lower()):
-        kind = OverloadRetry
-    elif status == 408 or status >= 500:
-        kind = TransientErrorRetry
-    if kind is None:
-        return error
-    failure = UpstreamFailure(
+    return rerun_for_status(
+        error,
         status=status,
         service=SERVICE,
-        detail=str(error),
+        endpoint=endpoint,
+        body=body,
         retry_after=retry_after,
-        backpressure=kind.backpressure_increment,
-    )
-    wait = f", retry after {retry_after:g} s" if retry_after is not None else ""
-    return kind(
-        f"{SERVICE} answered HTTP {status} for {endpoint}{wait}",
-        retry_after=retry_after,
-        failure=failure,
-        cause=error,
-    )
-
-
-def _in_transit(message: str, error: ExternalServiceError) -> TransientErrorRetry:
-    """A re-run for a reply lost on the way (no status); ``error`` is what the caller is told
-    when the budget runs out."""
-    return TransientErrorRetry(
-        message,
-        failure=UpstreamFailure(
-            status=None,
-            service=SERVICE,
-            detail=str(error),
-            backpressure=TransientErrorRetry.backpressure_increment,
-        ),
-        cause=error,
     )
 
 
@@ -207,7 +175,9 @@ def _lost(exc: Exception, model: str) -> TransientErrorRetry:
         service=SERVICE,
         cause=exc,
     )
-    return _in_transit(f"{SERVICE} failed in transit for {_ENDPOINT} ({type(exc).__name__})", error)
+    return lost_in_transit(
+        f"{SERVICE} failed in transit for {_ENDPOINT} ({type(exc).__name__})", error
+    )
 
 
 @contextmanager
@@ -563,7 +533,7 @@ class AnthropicClient:
                 "the reply is incomplete",
                 service=SERVICE,
             )
-            raise _in_transit(f"{SERVICE} cut the stream for {_ENDPOINT} short", error)
+            raise lost_in_transit(f"{SERVICE} cut the stream for {_ENDPOINT} short", error)
         return _response(message, model, started, headers)
 
     async def aclose(self) -> None:

@@ -29,19 +29,15 @@ import openai
 
 from nucleo_trio.errors import (
     ExternalServiceError,
-    OverloadRetry,
     QuotaExhaustedError,
-    RateLimitRetry,
-    TransientErrorRetry,
-    UpstreamFailure,
-    UpstreamRetry,
     http_error_from_status,
+    lost_in_transit,
+    rerun_for_status,
 )
 from nucleo_trio.llm.clients.openai import parse_retry_after
 
 __all__ = ["translate"]
 
-_OVERLOADED = 529
 _QUOTA_CODES = frozenset({"insufficient_quota", "quota_exceeded", "billing_hard_limit_reached"})
 _PREVIEW = 300
 
@@ -58,7 +54,7 @@ def translate(error: BaseException, *, service: str, endpoint: str) -> BaseExcep
         # APITimeoutError is an APIConnectionError; a stream cut while it is read surfaces
         # from httpx2 itself, below the SDK.
         kind = type(error).__name__
-        return _in_transit(
+        return lost_in_transit(
             f"{service} failed in transit for {endpoint} ({kind})",
             ExternalServiceError(
                 f"{service} could not be reached for {endpoint}: {kind}: {error}",
@@ -105,45 +101,16 @@ def _status_failure(error: openai.APIStatusError, *, service: str, endpoint: str
         retry_after=retry_after,
         cause=error,
     )
-    kind: type[UpstreamRetry] | None = None
-    if status == 429:
-        if _quota_spent(error):
-            return QuotaExhaustedError(
-                f"{service} says the quota is exhausted (HTTP 429 for {endpoint}): "
-                f"{body[:_PREVIEW]}",
-                cause=http_error,
-            )
-        kind = RateLimitRetry
-    elif status == _OVERLOADED or (status == 503 and "overload" in body.lower()):
-        kind = OverloadRetry
-    elif status == 408 or status >= 500:
-        kind = TransientErrorRetry
-    if kind is None:
-        return http_error
-    failure = UpstreamFailure(
+    if status == 429 and _quota_spent(error):
+        return QuotaExhaustedError(
+            f"{service} says the quota is exhausted (HTTP 429 for {endpoint}): {body[:_PREVIEW]}",
+            cause=http_error,
+        )
+    return rerun_for_status(
+        http_error,
         status=status,
         service=service,
-        detail=str(http_error),
+        endpoint=endpoint,
+        body=body,
         retry_after=retry_after,
-        backpressure=kind.backpressure_increment,
-    )
-    wait = f", retry after {retry_after:g} s" if retry_after is not None else ""
-    return kind(
-        f"{service} answered HTTP {status} for {endpoint}{wait}",
-        retry_after=retry_after,
-        failure=failure,
-        cause=http_error,
-    )
-
-
-def _in_transit(message: str, error: ExternalServiceError) -> TransientErrorRetry:
-    return TransientErrorRetry(
-        message,
-        failure=UpstreamFailure(
-            status=None,
-            service=error.service,
-            detail=str(error),
-            backpressure=TransientErrorRetry.backpressure_increment,
-        ),
-        cause=error,
     )
