@@ -6,7 +6,6 @@ at the check its fault breaks (GRD-01..05, GRD-13, GRD-16, GRD-33)."""
 
 from __future__ import annotations
 
-import ast
 import inspect
 import re
 from collections.abc import Sequence
@@ -30,6 +29,8 @@ from nucleo_trio.guardrails import (
 )
 from nucleo_trio.jobs import AbstractJob, JobContext, workflow
 from nucleo_trio.testing import GuardrailContract, guardrail_contract
+
+from .contract_checks import checks_of
 
 ADDRESSES = {
     "public.example": ["93.184.216.34"],
@@ -352,23 +353,9 @@ def test_the_base_class_is_not_collected_and_every_check_names_its_rules() -> No
     its docstring what it checks, for the author whose implementation fails it, with no rule
     ids, and names the rule ids it holds in a comment, its first line, for maintainers."""
     assert not GuardrailContract.__name__.startswith("Test")
-    source = inspect.getsource(guardrail_contract)
-    (body,) = (
-        node
-        for node in ast.parse(source).body
-        if isinstance(node, ast.ClassDef) and node.name == "GuardrailContract"
-    )
-    lines = source.splitlines()
-    checks = [
-        node
-        for node in body.body
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.name.startswith("test_")
-    ]
+    checks = checks_of(guardrail_contract, "GuardrailContract")
     assert len(checks) >= 9
     holds = re.compile(r"# Holds (GRD-\d\d(, GRD-\d\d)*( \(.+\))?|no numbered rule: .+)\.")
-    for check in checks:
-        doc = ast.get_docstring(check) or ""
-        assert doc.strip() and not re.search(r"[A-Z]{2,4}-\d\d", doc), check.name
-        first = lines[check.body[0].end_lineno or 0].strip()
-        assert holds.fullmatch(first), f"{check.name} begins {first!r}"
+    for name, doc, first in checks:
+        assert doc.strip() and not re.search(r"[A-Z]{2,4}-\d\d", doc), name
+        assert holds.fullmatch(first), f"{name} begins {first!r}"

@@ -8,8 +8,6 @@ break it, each at the check its fault breaks (HB-03, HB-11, HB-13..16)."""
 
 from __future__ import annotations
 
-import ast
-import inspect
 import itertools
 import json
 import re
@@ -30,6 +28,8 @@ from nucleo_trio.heartbeat import (
 )
 from nucleo_trio.heartbeat.codec import _signed
 from nucleo_trio.testing import HeartbeatStoreContract, heartbeat_contract
+
+from .contract_checks import checks_of
 
 _NUMBERS = itertools.count()
 
@@ -291,23 +291,9 @@ def test_the_base_class_is_not_collected_and_every_check_names_its_rules() -> No
     its docstring what it checks, for the author whose implementation fails it, with no rule
     ids, and names the rule ids it holds in a comment, its first line, for maintainers."""
     assert not HeartbeatStoreContract.__name__.startswith("Test")
-    source = inspect.getsource(heartbeat_contract)
-    (body,) = (
-        node
-        for node in ast.parse(source).body
-        if isinstance(node, ast.ClassDef) and node.name == "HeartbeatStoreContract"
-    )
-    lines = source.splitlines()
-    checks = [
-        node
-        for node in body.body
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.name.startswith("test_")
-    ]
+    checks = checks_of(heartbeat_contract, "HeartbeatStoreContract")
     assert len(checks) >= 9
     holds = re.compile(r"# Holds (HB-\d\d(, HB-\d\d)*( \(.+\))?|no numbered rule: .+)\.")
-    for check in checks:
-        doc = ast.get_docstring(check) or ""
-        assert doc.strip() and not re.search(r"[A-Z]{2,4}-\d\d", doc), check.name
-        first = lines[check.body[0].end_lineno or 0].strip()
-        assert holds.fullmatch(first), f"{check.name} begins {first!r}"
+    for name, doc, first in checks:
+        assert doc.strip() and not re.search(r"[A-Z]{2,4}-\d\d", doc), name
+        assert holds.fullmatch(first), f"{name} begins {first!r}"
