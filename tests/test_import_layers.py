@@ -391,6 +391,7 @@ LAYERS: list[set[str]] = [
         "_clock",
         "_heartbeat_mint",
         "_job_snapshot",
+        "_lazy",
         "_plugin_errors",
         "_progress",
         "_redact",

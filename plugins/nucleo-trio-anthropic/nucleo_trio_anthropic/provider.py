@@ -7,15 +7,15 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import anthropic
-
 from nucleo_trio.http import HttpSettings
 from nucleo_trio.models import Provider
 
-from .client import AnthropicClient, open_sdk_client
-
 if TYPE_CHECKING:
+    import anthropic
+
     from nucleo_trio.models.catalog import ModelSpec
+
+    from .client import AnthropicClient
 
 __all__ = ["DEFAULT_CREDENTIAL", "anthropic_provider"]
 
@@ -60,6 +60,10 @@ def anthropic_provider(
     Raises :class:`~nucleo_trio.errors.ConfigError` for bad HTTP settings.
     """
     settings = _settings(http_settings)
+    # Imported here, not at the top: the entry point loads this module in every process that
+    # opens a dispatcher, and the SDK takes seconds to import.
+    from .client import AnthropicClient, open_sdk_client
+
     if credential is _UNSET:
         credential = None if api_key is not None else DEFAULT_CREDENTIAL
     opened: list[anthropic.AsyncAnthropic] = []

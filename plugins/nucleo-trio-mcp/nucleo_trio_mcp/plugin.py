@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from nucleo_trio.plugins import hookimpl
 
-from .config import McpConfig
-from .servers import McpServers
-
 if TYPE_CHECKING:
     from nucleo_trio.dispatch import JobDispatcher
+
+    from .servers import McpServers
 
 __all__ = ["nucleo_trio_mcp_servers"]
 
@@ -37,6 +36,9 @@ def nucleo_trio_mcp_servers(dispatcher: JobDispatcher, settings: Mapping[str, An
     """The :class:`~nucleo_trio_mcp.McpServers` of ``dispatcher``, built from its ``mcp``
     table (``settings``, an :class:`~nucleo_trio_mcp.McpConfig` as plain data) and run for its
     life; a bad table raises :class:`~nucleo_trio.errors.ConfigError` naming the key."""
-    servers = McpServers(McpConfig.from_mapping(settings))
+    # Through the package, which imports the SDK now, at the first dispatcher with servers.
+    import nucleo_trio_mcp
+
+    servers = nucleo_trio_mcp.McpServers(nucleo_trio_mcp.McpConfig.from_mapping(settings))
     servers.serve_for(dispatcher)
     return servers

@@ -17,8 +17,9 @@ The SDK is imported when one of these is first used, not when the entry point lo
 that opens a dispatcher and never calls OpenAI does not pay for the import.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from nucleo_trio._lazy import lazy_exports
 
 from .provider import DEFAULT_CREDENTIAL as DEFAULT_CREDENTIAL, openai_provider as openai_provider
 
@@ -39,18 +40,12 @@ __all__ = [
     "translate",
 ]
 
-_LAZY = {
-    "OpenAIClient": ".client",
-    "OpenAIEmbeddingsClient": ".client",
-    "open_async_openai": ".client",
-    "translate": ".errors",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "OpenAIClient": ".client",
+        "OpenAIEmbeddingsClient": ".client",
+        "open_async_openai": ".client",
+        "translate": ".errors",
+    },
+)
