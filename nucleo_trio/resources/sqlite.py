@@ -18,13 +18,19 @@ from typing import Any
 import outcome
 
 from .._clock import run_sync_holding_the_clock
-from ..errors import ConfigError, UncorrectableError
+from ..errors import ConfigError
+from ..errors._boundary_map import exception_map, map_exceptions
 from .provider import DBHandle
-from .threads import ThreadedHandle, ThreadedProvider
+from .threads import ThreadedHandle, ThreadedProvider, aborted_call, closing_failed
 
 __all__ = ["SQLiteProvider"]
 
 _ABORT_CHECK_STEPS = 10_000
+
+# What the driver raises, as the provider's errors: a statement's only once the handle is
+# aborted (else it goes on as sqlite3 raised it), a close's always.
+_STATEMENT_ERRORS = exception_map({sqlite3.Error: aborted_call})
+_CLOSING_ERRORS = exception_map({sqlite3.Error: closing_failed})
 
 
 class _SQLiteHandle(ThreadedHandle):
@@ -89,12 +95,8 @@ class SQLiteProvider(ThreadedProvider[_SQLiteHandle]):
         def run() -> list[tuple[Any, ...]]:
             return connection.execute(sql, parameters).fetchall()
 
-        try:
+        with map_exceptions(_STATEMENT_ERRORS, name=self._name, handle=own):
             return await own.calls.run(run)
-        except sqlite3.Error as exc:
-            if own.aborted:
-                raise UncorrectableError(f"{self._name}: the connection was aborted") from exc
-            raise
 
     async def rollback(self, handle: DBHandle) -> None:
         """Roll back an open transaction; with none open, or again, it does nothing."""
@@ -126,10 +128,8 @@ class SQLiteProvider(ThreadedProvider[_SQLiteHandle]):
         def settle(result: outcome.Outcome[None]) -> None:
             self.open_connections -= 1
 
-        try:
+        with map_exceptions(_CLOSING_ERRORS, name=self._name):
             await own.calls.finish(finish, settle)
-        except sqlite3.Error as exc:
-            raise UncorrectableError(f"{self._name}: closing the connection failed: {exc}") from exc
 
     def abort(self, handle: DBHandle) -> None:
         """Sever the connection at once (phase two of a timeout): interrupt the running

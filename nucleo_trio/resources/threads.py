@@ -34,7 +34,14 @@ from .provider import DBHandle
 if TYPE_CHECKING:
     from outcome import Outcome
 
-__all__ = ["HandleCalls", "ThreadedHandle", "ThreadedProvider", "finish_in_thread"]
+__all__ = [
+    "HandleCalls",
+    "ThreadedHandle",
+    "ThreadedProvider",
+    "aborted_call",
+    "closing_failed",
+    "finish_in_thread",
+]
 
 T = TypeVar("T")
 HandleT = TypeVar("HandleT", bound="ThreadedHandle")
@@ -171,6 +178,22 @@ class ThreadedHandle(DBHandle):
     def __init__(self, provider: object, connection: Any = None, *, read_only: bool) -> None:
         super().__init__(provider, connection, read_only=read_only)
         self.calls = HandleCalls()
+
+
+def aborted_call(exc: Exception, *, name: str, handle: ThreadedHandle) -> UncorrectableError | None:
+    """A driver's error from a call on an aborted handle is the abort's: an
+    :class:`~nucleo_trio.errors.UncorrectableError` naming the provider. On a live handle it
+    goes on as the driver raised it. The builder of a driver's table for its statements."""
+    if not handle.aborted:
+        return None
+    return UncorrectableError(f"{name}: the connection was aborted", cause=exc)
+
+
+def closing_failed(exc: Exception, *, name: str) -> UncorrectableError:
+    """What the driver said while a close rolled back and handed the connection back, as the
+    :class:`~nucleo_trio.errors.UncorrectableError` of the provider ``name``. The builder of a
+    driver's table for its close."""
+    return UncorrectableError(f"{name}: closing the connection failed: {exc}", cause=exc)
 
 
 class ThreadedProvider(abc.ABC, Generic[HandleT]):
