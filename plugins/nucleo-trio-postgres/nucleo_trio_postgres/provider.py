@@ -37,8 +37,15 @@ from psycopg import pq
 
 from nucleo_trio._clock import run_sync_holding_the_clock
 from nucleo_trio.errors import UncorrectableError
+from nucleo_trio.errors._boundary_map import exception_map, map_exceptions
 from nucleo_trio.resources import DBHandle
-from nucleo_trio.resources.threads import ThreadedHandle, ThreadedProvider, finish_in_thread
+from nucleo_trio.resources.threads import (
+    ThreadedHandle,
+    ThreadedProvider,
+    aborted_call,
+    closing_failed,
+    finish_in_thread,
+)
 
 __all__ = ["PostgresProvider"]
 
@@ -60,6 +67,18 @@ _CHARACTERISTICS = {
     True: "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY",
     False: "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE",
 }
+
+
+def _connect_failed(exc: psycopg.Error, *, name: str) -> UncorrectableError:
+    return UncorrectableError(f"{name}: could not open a connection: {exc}", cause=exc)
+
+
+# What the driver raises, as the provider's errors: a failed connect always; a statement's only
+# once the handle is aborted (else it goes on as psycopg raised it); a close's always, the
+# socket's own errors included (a discard closes the provider's duplicate of it).
+_CONNECT_ERRORS = exception_map({psycopg.Error: _connect_failed})
+_STATEMENT_ERRORS = exception_map({psycopg.Error: aborted_call})
+_CLOSING_ERRORS = exception_map({psycopg.Error: closing_failed, OSError: closing_failed})
 
 
 def _check_client(connection: psycopg.Connection[tuple[Any, ...]]) -> None:
@@ -199,13 +218,10 @@ class PostgresProvider(ThreadedProvider[_PostgresHandle]):
             )
         self._open += 1
         try:
-            return await run_sync_holding_the_clock(self._connect, read_only)
-        except BaseException as exc:
+            with map_exceptions(_CONNECT_ERRORS, name=self._name):
+                return await run_sync_holding_the_clock(self._connect, read_only)
+        except BaseException:
             self._open -= 1
-            if isinstance(exc, psycopg.Error):
-                raise UncorrectableError(
-                    f"{self._name}: could not open a connection: {exc}", cause=exc
-                ) from exc
             raise
 
     async def acquire(self, read_only: bool = False) -> DBHandle:
@@ -235,14 +251,8 @@ class PostgresProvider(ThreadedProvider[_PostgresHandle]):
                 cursor.execute(sql, parameters)
                 return cursor.fetchall() if cursor.description is not None else []
 
-        try:
+        with map_exceptions(_STATEMENT_ERRORS, name=self._name, handle=own):
             return await own.calls.run(run)
-        except psycopg.Error as exc:
-            if own.aborted:
-                raise UncorrectableError(
-                    f"{self._name}: the connection was aborted", cause=exc
-                ) from exc
-            raise
 
     async def rollback(self, handle: DBHandle) -> None:
         """Roll back an open transaction; with none open, or again, it does nothing."""
@@ -281,12 +291,8 @@ class PostgresProvider(ThreadedProvider[_PostgresHandle]):
             else:
                 self._open -= 1
 
-        try:
+        with map_exceptions(_CLOSING_ERRORS, name=self._name):
             await own.calls.finish(finish, settle)
-        except (psycopg.Error, OSError) as exc:
-            raise UncorrectableError(
-                f"{self._name}: closing the connection failed: {exc}", cause=exc
-            ) from exc
 
     def abort(self, handle: DBHandle) -> None:
         """Sever the connection at once (phase two of a timeout), from the trio thread without
