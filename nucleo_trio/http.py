@@ -19,6 +19,9 @@ wait should never happen at all (the gate is the queue, not the pool). The clien
 on its own: re-running a failed call is the dispatcher's decision, made with the whole job in
 view (its re-run budget, its pacing, the account's feedback), and a retry hidden below it would
 spend quota twice and report once.
+
+A request that fails below HTTP (refused, dropped, timed out) is translated by
+:data:`TRANSPORT_ERRORS`, the table a client of the pool wraps its calls in.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ from typing import Any
 import attrs
 import httpx
 
+from ._redact import redact_text
 from ._serialization import structure_config
 from .admission.named_gates import DEFAULT_HTTP_POOL_SIZE, HttpConnectionGate
-from .errors import ConfigError
+from .errors import ConfigError, ExternalServiceError, TransientErrorRetry, lost_in_transit
+from .errors._boundary_map import exception_map
 
 __all__ = ["HttpSettings", "open_http_client"]
 
@@ -124,3 +129,34 @@ def open_http_client(settings: HttpSettings | None = None) -> httpx.AsyncClient:
     # given, and the transport is where retries are set.
     transport = httpx.AsyncHTTPTransport(limits=settings.limits(), retries=0)
     return httpx.AsyncClient(transport=transport, timeout=settings.timeout())
+
+
+def _unreachable(exc: httpx.HTTPError, *, service: str, endpoint: str) -> ExternalServiceError:
+    return ExternalServiceError(
+        f"{service} could not be reached for {endpoint}: {type(exc).__name__}: "
+        f"{redact_text(str(exc))}",
+        service=service,
+        cause=exc,
+    )
+
+
+def _lost_in_transit(exc: httpx.HTTPError, *, service: str, endpoint: str) -> TransientErrorRetry:
+    return lost_in_transit(
+        f"{service} failed in transit for {endpoint} ({type(exc).__name__})",
+        _unreachable(exc, service=service, endpoint=endpoint),
+    )
+
+
+TRANSPORT_ERRORS = exception_map(
+    {
+        httpx.TimeoutException: _lost_in_transit,
+        httpx.NetworkError: _lost_in_transit,
+        httpx.RemoteProtocolError: _lost_in_transit,
+        httpx.HTTPError: _unreachable,
+    }
+)
+"""What httpx raises for a request to ``endpoint`` of ``service``, as the runtime's: a failure
+a later try may get past (a timeout, a network error, a reply cut short) is a re-run signal
+whose cause is the :class:`~nucleo_trio.errors.ExternalServiceError` the caller is told if
+the re-runs run out; any other is that error straight away. Used as
+``with map_exceptions(TRANSPORT_ERRORS, service=..., endpoint=...)``."""

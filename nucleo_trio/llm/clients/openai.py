@@ -78,7 +78,8 @@ from ...errors import (
     lost_in_transit,
     rerun_for_status,
 )
-from ...http import HttpSettings, open_http_client
+from ...errors._boundary_map import map_exceptions
+from ...http import TRANSPORT_ERRORS, HttpSettings, open_http_client
 from .protocols import TextSink, ToolCallSink
 from .rate_limit_info import RateLimitInfo
 from .records import (
@@ -195,21 +196,6 @@ def _status_failure(
         body=body,
         retry_after=retry_after,
     )
-
-
-def _transport_failure(exc: httpx.HTTPError, *, service: str, endpoint: str) -> Exception:
-    """A failure below HTTP: one a later try may get past is transient, the rest are not."""
-    error = ExternalServiceError(
-        f"{service} could not be reached for {endpoint}: {type(exc).__name__}: "
-        f"{redact_text(str(exc))}",
-        service=service,
-        cause=exc,
-    )
-    if isinstance(exc, httpx.TimeoutException | httpx.NetworkError | httpx.RemoteProtocolError):
-        return lost_in_transit(
-            f"{service} failed in transit for {endpoint} ({type(exc).__name__})", error
-        )
-    return error
 
 
 def _malformed(service: str, endpoint: str, what: str, body: str) -> ExternalServiceError:
@@ -456,17 +442,13 @@ class _Endpoint:
     async def post(self, path: str, body: dict[str, Any]) -> tuple[Any, httpx.Headers]:
         """POST ``body`` and return the parsed JSON answer with the response's headers."""
         endpoint = self.url(path)
-        try:
+        with map_exceptions(TRANSPORT_ERRORS, service=self.service, endpoint=endpoint):
             response = await self.client.post(
                 self._wire(path),
                 json=body,
                 headers=self.headers,
                 auth=self._auth or httpx.USE_CLIENT_DEFAULT,
             )
-        except httpx.HTTPError as exc:
-            # The failure brings its own chain (signal, then the upstream error, then exc).
-            failure = _transport_failure(exc, service=self.service, endpoint=endpoint)
-            raise failure from failure.__cause__
         text = response.text
         if response.status_code >= 400:
             raise _status_failure(
@@ -486,7 +468,8 @@ class _Endpoint:
         """POST ``body`` and yield the open response once its status says it succeeded."""
         endpoint = self.url(path)
         headers = {**self.headers, "Accept": "text/event-stream"}
-        try:
+        # Around the yield too: what httpx raises while the caller reads the stream.
+        with map_exceptions(TRANSPORT_ERRORS, service=self.service, endpoint=endpoint):
             async with self.client.stream(
                 "POST",
                 self._wire(path),
@@ -504,10 +487,6 @@ class _Endpoint:
                         endpoint=endpoint,
                     )
                 yield response
-        except httpx.HTTPError as exc:
-            # The failure brings its own chain (signal, then the upstream error, then exc).
-            failure = _transport_failure(exc, service=self.service, endpoint=endpoint)
-            raise failure from failure.__cause__
 
     async def aclose(self) -> None:
         if self.owns_client:
