@@ -22,6 +22,7 @@ def test_a_table_is_a_stdio_server_or_an_http_server() -> None:
     assert stdio.transport == "stdio" and stdio.args == ("server.py",)
     assert http.transport == "http" and stdio.max_concurrent == http.max_concurrent == 10
     assert stdio.start == "lazy" and stdio.timeout == 300.0 and stdio.connect_timeout == 60.0
+    assert stdio.tool_prefix == http.tool_prefix == ""
     assert McpConfig().stdio_pool_max == 20 and McpConfig().servers == {}
 
 
@@ -39,6 +40,8 @@ def test_a_table_is_a_stdio_server_or_an_http_server() -> None:
         ({"servers": {"a": {"command": "x", "start": "eager"}}}, '"lazy" or "at_start"'),
         ({"servers": {"a": {"command": "x", "timeout": 0}}}, "positive, finite seconds"),
         ({"servers": {"a b": {"command": "x"}}}, "a server's name is letters"),
+        ({"servers": {"a": {"command": "x", "tool_prefix": "a."}}}, "tool_prefix must be a str"),
+        ({"servers": {"a": {"command": "x", "tool_prefix": 1}}}, "tool_prefix must be a str"),
         ({"stdio_pool": 3}, "did you mean 'stdio_pool_max'"),
     ],
 )

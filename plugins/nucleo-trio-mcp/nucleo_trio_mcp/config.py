@@ -43,6 +43,7 @@ DEFAULT_CONNECT_TIMEOUT = 60.0
 no other: one minute."""
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_PREFIX = re.compile(r"[A-Za-z0-9_-]*")
 
 
 def _problem(owner: str, key: str, expected: str, value: object) -> ConfigError:
@@ -66,6 +67,16 @@ def _text_table(instance: object, attribute: attrs.Attribute[Any], value: object
     ):
         raise _problem(
             type(instance).__name__, attribute.name, "a table of strings to strings", value
+        )
+
+
+def _prefix(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not _PREFIX.fullmatch(value):
+        raise _problem(
+            type(instance).__name__,
+            attribute.name,
+            "a string of letters, digits, '_' and '-' (what model APIs allow in a tool's name)",
+            value,
         )
 
 
@@ -136,6 +147,11 @@ class McpServerConfig:
     connect_timeout: float = attrs.field(default=DEFAULT_CONNECT_TIMEOUT, validator=_seconds)
     """How long starting the server, its handshake and the first listing of its tools may
     take, in seconds; 60 by default."""
+    tool_prefix: str = attrs.field(default="", validator=_prefix)
+    """Put before each of the server's tool names where a model sees them: with
+    ``tool_prefix = "files_"`` a thinker is offered the server's ``read`` as ``files_read``, so
+    the tools of two servers that share a name can serve one thinker. Letters, digits, ``_``
+    and ``-``; none by default."""
 
     @start.validator
     def _check_start(self, attribute: attrs.Attribute[str], value: object) -> None:

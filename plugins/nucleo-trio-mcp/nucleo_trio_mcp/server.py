@@ -361,7 +361,9 @@ class McpServer:
         for name, tool in seen.items():
             cls = self._classes.get(name)
             if cls is None:
-                self._classes[name] = tool_class(self, tool, self.config.timeout)
+                self._classes[name] = tool_class(
+                    self, tool, self.config.timeout, self.config.tool_prefix
+                )
             else:
                 update_tool_class(cls, tool)
         for name in gone:

@@ -1,8 +1,9 @@
 """A server's tools as job classes, and what one call returns.
 
 Listing a server makes one :class:`McpTool` subclass per tool, named ``<server>.<tool>``; its
-class attributes carry what the server said about the tool (``tool_name``, the description,
-``parameters``, the input schema). An instance is one call: build it with the parent identity
+class attributes carry what the server said about the tool (``listed_name``, its name there;
+``tool_name``, the name a model calls it by; the description; ``parameters``, the input
+schema). An instance is one call: build it with the parent identity
 and the arguments, submit it, and await a :class:`McpToolResult`::
 
     add = servers["calc"].tool("add")
@@ -50,7 +51,8 @@ class McpToolResult(str):
     server: str
     """The name of the server that answered."""
     tool: str
-    """The name of the tool that was called."""
+    """The name of the tool that was called, on its server (without the server's
+    ``tool_prefix``)."""
     structured: Any
     """The result's structured content (a JSON object the tool's output schema describes), or
     ``None`` when it returned none."""
@@ -145,7 +147,10 @@ class McpTool(Tool[McpToolResult]):
     """
 
     tool_name: ClassVar[str] = ""
-    """The tool's name on its server: the name a model calls it by."""
+    """The name a model calls the tool by: its name on the server, after the server's
+    ``tool_prefix`` (none by default)."""
+    listed_name: ClassVar[str] = ""
+    """The tool's name on its server, as the server listed it."""
     server_name: ClassVar[str] = ""
     """The name of the server the tool was listed from."""
     parameters: ClassVar[Mapping[str, Any]] = _EMPTY_SCHEMA
@@ -190,12 +195,14 @@ class McpTool(Tool[McpToolResult]):
         cls = type(self)
         if not cls.offered:
             return McpArgumentsError(
-                cls.server_name, cls.tool_name, [f"the server no longer offers {cls.tool_name}"]
+                cls.server_name,
+                cls.listed_name,
+                [f"the server no longer offers {cls.listed_name}"],
             )
         if not isinstance(self.input, Mapping):
             shown = type(self.input).__name__
             return McpArgumentsError(
-                cls.server_name, cls.tool_name, [f"the arguments must be an object, got {shown}"]
+                cls.server_name, cls.listed_name, [f"the arguments must be an object, got {shown}"]
             )
         validator = cls._mcp_validator
         if validator is None:
@@ -208,7 +215,7 @@ class McpTool(Tool[McpToolResult]):
         problems = [_problem(error) for error in errors[:_MAX_PROBLEMS]]
         if len(errors) > _MAX_PROBLEMS:
             problems.append(f"and {len(errors) - _MAX_PROBLEMS} more")
-        return McpArgumentsError(cls.server_name, cls.tool_name, problems)
+        return McpArgumentsError(cls.server_name, cls.listed_name, problems)
 
     async def execute(self, context: JobContext) -> McpToolResult:
         """Call the tool on its server with :attr:`input`."""
@@ -217,7 +224,7 @@ class McpTool(Tool[McpToolResult]):
         cls = type(self)
         server = cls._mcp_server
         assert server is not None
-        return await server.call(context, cls.tool_name, self.input)
+        return await server.call(context, cls.listed_name, self.input)
 
     def __repr__(self) -> str:
         return f"<{self.name} {type(self).__qualname__}({self.input!r})>"
@@ -247,14 +254,18 @@ def _validator(server: str, tool: str, schema: Mapping[str, Any]) -> Validator |
     return cls(schema)
 
 
-def tool_class(server: ToolServer, listed: mcp_types.Tool, timeout: float) -> type[McpTool]:
-    """A new job class for the tool the server listed as ``listed``."""
+def tool_class(
+    server: ToolServer, listed: mcp_types.Tool, timeout: float, prefix: str = ""
+) -> type[McpTool]:
+    """A new job class for the tool the server listed as ``listed``, offered to models under
+    ``prefix`` and its name."""
     qualified = f"{server.name}.{listed.name}"
     namespace: dict[str, Any] = {
         "__module__": __name__,
         "__qualname__": qualified,
         "timeout": timeout,
-        "tool_name": listed.name,
+        "tool_name": prefix + listed.name,
+        "listed_name": listed.name,
         "server_name": server.name,
         "_mcp_server": server,
     }
@@ -272,7 +283,7 @@ def update_tool_class(cls: type[McpTool], listed: mcp_types.Tool | None) -> None
     description = listed.description or listed.title or ""
     cls.offered = True
     cls.parameters = schema
-    cls._mcp_validator = _validator(cls.server_name, cls.tool_name, schema)
+    cls._mcp_validator = _validator(cls.server_name, cls.listed_name, schema)
     cls.__doc__ = description or None
     setattr(cls, "__nucleo_description__", description or None)  # noqa: B010
     forget_class_facts()
