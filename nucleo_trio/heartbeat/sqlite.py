@@ -42,15 +42,15 @@ file in the worker.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from .._sqlite_writer import SQLiteWriter, WriterStatistics
 from ..errors import NucleoSystemError
+from ..errors._boundary_map import exception_map, map_exceptions
 from .codec import HeartbeatCodec
 from .records import Heartbeat, HeartbeatRow
 from .store import ChangeListeners, adopt_codec, require_codec, require_genuine
@@ -60,6 +60,14 @@ __all__ = ["SQLiteHeartbeatStore"]
 log = logging.getLogger("nucleo_trio.heartbeat")
 
 _COMPONENT = "heartbeat-store"
+
+
+def _store_failed(exc: sqlite3.Error, *, doing: str) -> NucleoSystemError:
+    return NucleoSystemError(_COMPONENT, f"{doing} failed: {exc}", exc)
+
+
+# A driver error, as the store's system error naming what it was doing.
+_DRIVER_ERRORS = exception_map({sqlite3.Error: _store_failed})
 
 _COLUMNS = HeartbeatRow._fields
 
@@ -117,7 +125,7 @@ class SQLiteHeartbeatStore:
         self._listeners = ChangeListeners()
         # Opened and checked here, once, so the dispatcher's start refuses a bad file; from now
         # on only the writer's worker threads use the connection.
-        with _failures(f"opening the heartbeat store {self.path}"):
+        with map_exceptions(_DRIVER_ERRORS, doing=f"opening the heartbeat store {self.path}"):
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             try:
                 if self.path != ":memory:":
@@ -299,12 +307,3 @@ class SQLiteHeartbeatStore:
                 "heartbeat %r (%s) could not be restored from %s", row[0], what, self.path
             )
             return None
-
-
-@contextlib.contextmanager
-def _failures(doing: str) -> Iterator[None]:
-    """A driver error, as the system error of the store naming what it was doing."""
-    try:
-        yield
-    except sqlite3.Error as exc:
-        raise NucleoSystemError(_COMPONENT, f"{doing} failed: {exc}", exc) from exc

@@ -34,6 +34,7 @@ from typing import Any, Final
 import attrs
 
 from .. import _bounded_json
+from ..errors._boundary_map import exception_map, map_exceptions
 from ..jobs.state import JobState
 from .recorder import _WITHOUT_CLOCK
 
@@ -350,13 +351,18 @@ def _file_of(db: sqlite3.Connection) -> str:
     return "the recording"
 
 
+def _unreadable(exc: sqlite3.Error, *, source: str) -> RecordingError:
+    return RecordingError(f"{source}: the recording cannot be read ({exc})")
+
+
+_READ_ERRORS = exception_map({sqlite3.Error: _unreadable})
+
+
 def _fetch(
     db: sqlite3.Connection, source: str, query: str, parameters: tuple[Any, ...] = ()
 ) -> list[tuple[Any, ...]]:
-    try:
+    with map_exceptions(_READ_ERRORS, source=source):
         return db.execute(query, parameters).fetchall()
-    except sqlite3.Error as exc:
-        raise RecordingError(f"{source}: the recording cannot be read ({exc})") from exc
 
 
 def _shown(value: object, limit: int = 60) -> str:
