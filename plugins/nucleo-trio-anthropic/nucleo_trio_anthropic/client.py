@@ -10,8 +10,7 @@ one request an admitted attempt sends is the only one that goes out.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType, TracebackType
 from typing import Any, Final, Self
 
@@ -30,6 +29,7 @@ from nucleo_trio.errors import (
     lost_in_transit,
     rerun_for_status,
 )
+from nucleo_trio.errors._boundary_map import exception_map, map_exceptions
 from nucleo_trio.http import HttpSettings
 from nucleo_trio.llm.clients import (
     LLMRequest,
@@ -180,26 +180,26 @@ def _lost(exc: Exception, model: str) -> TransientErrorRetry:
     )
 
 
-@contextmanager
-def _translated(model: str) -> Iterator[None]:
-    """Raise what the runtime acts on in place of what the SDK raised; the signal's cause is
-    the runtime's error for it, whose cause is the SDK's exception."""
-    try:
-        yield
-    except anthropic.APIStatusError as exc:
-        signal = _status_failure(exc, model)
-        raise signal from signal.__cause__
-    # A timeout is a connection error too; httpx2's own errors reach here from a stream's body,
-    # read after the SDK handed the response over.
-    except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
-        lost = _lost(exc, model)
-        raise lost from lost.__cause__
-    except anthropic.APIResponseValidationError as exc:
-        raise ExternalServiceError(
-            f"{SERVICE} answered {_ENDPOINT} with a body that is not a message: {exc}",
-            service=SERVICE,
-            cause=exc,
-        ) from exc
+def _not_a_message(exc: anthropic.APIResponseValidationError, model: str) -> ExternalServiceError:
+    return ExternalServiceError(
+        f"{SERVICE} answered {_ENDPOINT} with a body that is not a message: {exc}",
+        service=SERVICE,
+        cause=exc,
+    )
+
+
+# What the runtime acts on in place of what the SDK raised, each builder given the model: a
+# signal's cause is the runtime's error for it, whose cause is the SDK's exception. A timeout
+# is a connection error too; httpx2's own errors reach here from a stream's body, read after
+# the SDK handed the response over.
+_SDK_ERRORS = exception_map(
+    {
+        anthropic.APIStatusError: _status_failure,
+        anthropic.APIConnectionError: _lost,
+        httpx2.TransportError: _lost,
+        anthropic.APIResponseValidationError: _not_a_message,
+    }
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -487,7 +487,7 @@ class AnthropicClient:
         model = self._model_for(request)
         params = _request_params(request, model)
         started = trio.current_time()
-        with _translated(model):
+        with map_exceptions(_SDK_ERRORS, model=model):
             raw = await self._sdk.messages.with_raw_response.create(**params)
             message = await raw.parse()
         return _response(message, model, started, raw.headers)
@@ -516,7 +516,7 @@ class AnthropicClient:
         started = trio.current_time()
         stopped = False
         calls: dict[int, tuple[int, str]] = {}  # content block index -> (call position, id)
-        with _translated(model):
+        with map_exceptions(_SDK_ERRORS, model=model):
             async with self._sdk.messages.stream(**params) as stream:
                 headers = stream.response.headers
                 async for event in stream:
