@@ -45,7 +45,8 @@ its state, otherwise a sentence saying why not. ``nucleo-trio health`` waits on 
 its ``--wait`` bound, and reports the second.
 
 :class:`AbstractRateLimiter` is the base most accounts build on: it is its own identity, it is
-RELEASE, it is nominal (no status indicator), and it holds the one wake slot.
+RELEASE, it is nominal (no status indicator), and it holds the one wake slot, beside which any
+number of wake listeners may listen (:meth:`AbstractRateLimiter.add_wake_listener`).
 """
 
 from __future__ import annotations
@@ -331,12 +332,17 @@ class AbstractRateLimiter(abc.ABC):
     * one wake slot: ``on_capacity_change(wake)`` installs it, ``None`` clears it, and
       :meth:`_capacity_changed` runs it. Call it only after a change that can *increase*
       capacity: a decrease never helps a waiter, so it never wakes anyone;
+    * wake listeners beside the slot, as many as listen (:meth:`add_wake_listener`,
+      :meth:`remove_wake_listener`), run by the same :meth:`_capacity_changed`;
     * ``on_success``, ``on_rate_limit_error`` and ``observe_held`` do nothing (``observe_held``
       never calls the supplier), and ``requires_http_connection`` is ``False``.
     """
 
-    # A class-level default keeps the slot valid for subclasses that skip ``super().__init__``.
+    # Class-level defaults keep the slot and the listeners valid for subclasses that skip
+    # ``super().__init__``. The listeners are a tuple replaced whole on every change, so a
+    # capacity change read from another thread always sees a complete one.
     _wake: Callable[[], None] | None = None
+    _wake_listeners: tuple[Callable[[], None], ...] = ()
 
     @property
     @abc.abstractmethod
@@ -469,7 +475,9 @@ class AbstractRateLimiter(abc.ABC):
         trio thread by admission. A change that can only shrink capacity never runs it.
 
         The base class keeps the slot, which a subclass runs with :meth:`_capacity_changed`;
-        a ``wake`` that is neither callable nor ``None`` raises :class:`TypeError`.
+        a ``wake`` that is neither callable nor ``None`` raises :class:`TypeError`. The
+        slot is apart from the wake listeners (:meth:`add_wake_listener`): installing or
+        clearing it leaves every listener listening.
         """
         if wake is not None and not callable(wake):
             raise TypeError(
@@ -478,12 +486,56 @@ class AbstractRateLimiter(abc.ABC):
             )
         self._wake = wake
 
+    def add_wake_listener(self, listener: Callable[[], None]) -> None:
+        """Run ``listener`` after every change that can let more fit, beside the wake
+        installed with :meth:`on_capacity_change`.
+
+        Any number of listeners may listen at once: a second dispatcher that shares this
+        account listens this way, so neither takes the other's wake. Each runs once per
+        change, synchronously and with no arguments, after the installed wake and in the
+        order added, in the thread that made the change. Adding a listener that already
+        listens does nothing; one that is not callable raises :class:`TypeError`.
+        """
+        if not callable(listener):
+            raise TypeError(
+                f"{type(self).__name__}.add_wake_listener: listener must be callable, "
+                f"got {type(listener).__name__}"
+            )
+        if listener not in self._wake_listeners:
+            self._wake_listeners = (*self._wake_listeners, listener)
+
+    def remove_wake_listener(self, listener: Callable[[], None]) -> bool:
+        """Stop running ``listener``; answers whether it was listening.
+
+        The wake installed with :meth:`on_capacity_change` is not a listener: clear it with
+        ``on_capacity_change(None)``.
+        """
+        listeners = self._wake_listeners
+        if listener not in listeners:
+            return False
+        self._wake_listeners = tuple(other for other in listeners if other != listener)
+        return True
+
+    @property
+    def wake_listeners(self) -> tuple[Callable[[], None], ...]:
+        """Everything a change of capacity runs, in the order it runs them: the wake
+        installed with :meth:`on_capacity_change`, if any, then every listener."""
+        wake = self._wake
+        return self._wake_listeners if wake is None else (wake, *self._wake_listeners)
+
     @final
     def _capacity_changed(self) -> None:
-        """Run the installed wake, if any. Call only after capacity may have grown."""
+        """Run the installed wake, if any, then every wake listener. Call only after
+        capacity may have grown.
+
+        Every one of them runs even if one raises; the first error is then raised.
+        """
         wake = self._wake
-        if wake is not None:
-            wake()
+        if not self._wake_listeners:
+            if wake is not None:
+                wake()
+            return
+        _run_listeners(self.wake_listeners)
 
     def on_success(self, input: Any = None) -> None:
         """An attempt that declared this account succeeded; the account may relax.
@@ -538,6 +590,17 @@ class AbstractRateLimiter(abc.ABC):
         except Exception:  # noqa: BLE001 - a repr must never raise
             name = "?"
         return f"<{type(self).__name__} {name!r}>"
+
+
+def _run_listeners(listeners: tuple[Callable[[], None], ...]) -> None:
+    first_error: Exception | None = None
+    for listener in listeners:
+        try:
+            listener()
+        except Exception as exc:  # noqa: BLE001 - run the rest, then raise the first
+            first_error = first_error or exc
+    if first_error is not None:
+        raise first_error
 
 
 # -- the account's shape ---------------------------------------------------------------------------

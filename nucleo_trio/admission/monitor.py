@@ -104,6 +104,7 @@ from ..errors import CancellationRequested, LLMReadableError, UncorrectableError
 from .demand import Demand, DemandEntry, Grant
 from .gates import CountingGate
 from .limiter import (
+    AbstractRateLimiter,
     LimiterEventType,
     LimiterIdentity,
     RateLimiter,
@@ -238,19 +239,22 @@ class _Group:
 
 
 class _Wake:
-    """The wake-up admission installs on a limiter (ADM-10): a callable that reaches the
-    monitors and the limiter only weakly, so an idle limiter keeps none of them alive and a
-    wake from a limiter a monitor no longer tracks does nothing.
+    """The wake-up one monitor hears a limiter through (ADM-10): a callable that reaches the
+    monitor and the limiter only weakly, so an idle limiter keeps neither alive and a wake
+    from a limiter the monitor no longer tracks does nothing.
 
-    A limiter has one wake slot, and one limiter may serve several monitors (two dispatchers
-    in one program): the second joins the wake the first installed, so a change of capacity
-    reaches both, and each tells the others when it gives back (:meth:`others_than`).
+    One limiter may serve several monitors (two dispatchers in one program). The first
+    installs its wake in the limiter's one slot (``on_capacity_change``); on an account of
+    the base class, every later one adds its own as a wake listener
+    (:meth:`~nucleo_trio.admission.limiter.AbstractRateLimiter.add_wake_listener`), so a
+    change of capacity reaches each, and each tells the others when it gives back
+    (:func:`_tell_others`). ``shared`` says another monitor was seen on the limiter.
     """
 
-    __slots__ = ("__weakref__", "_limiter", "_limiter_id", "_monitors")
+    __slots__ = ("__weakref__", "_limiter", "_limiter_id", "_monitor", "listener", "shared")
 
-    def __init__(self, monitor: Admission, limiter: RateLimiter) -> None:
-        self._monitors: list[weakref.ref[Admission]] = [weakref.ref(monitor)]
+    def __init__(self, monitor: Admission, limiter: RateLimiter, *, listener: bool) -> None:
+        self._monitor = weakref.ref(monitor)
         self._limiter_id = id(limiter)
         self._limiter: Callable[[], RateLimiter | None]
         try:
@@ -259,37 +263,41 @@ class _Wake:
             # A limiter without weak references: held strongly, so its id cannot be reused
             # while this wake (installed on it) is alive.
             self._limiter = lambda: limiter
+        # Added with add_wake_listener (else installed in the slot).
+        self.listener = listener
+        self.shared = False
 
     def __call__(self) -> None:
-        for ref in self._monitors:
-            monitor = ref()
-            if monitor is not None:
-                monitor._limiter_woke(self._limiter_id)
-
-    def join(self, monitor: Admission) -> None:
-        self._monitors = [ref for ref in self._monitors if ref() is not None]
-        self._monitors.append(weakref.ref(monitor))
-
-    def leave(self, monitor: Admission) -> bool:
-        """Forget ``monitor``; answers whether another monitor still listens."""
-        self._monitors = [ref for ref in self._monitors if ref() not in (None, monitor)]
-        return bool(self._monitors)
+        monitor = self._monitor()
+        if monitor is not None:
+            monitor._limiter_woke(self._limiter_id)
 
     @property
-    def shared(self) -> bool:
-        return len(self._monitors) > 1
-
-    def others_than(self, monitor: Admission) -> None:
-        """Wake every monitor but ``monitor``: it gave back capacity the others may be short of."""
-        for ref in self._monitors:
-            other = ref()
-            if other is not None and other is not monitor:
-                other._limiter_woke(self._limiter_id)
+    def monitor(self) -> Admission | None:
+        """The monitor this wake reaches, if it is still alive."""
+        return self._monitor()
 
     @property
     def limiter(self) -> RateLimiter | None:
         """The limiter this wake was installed on, if it is still alive."""
         return self._limiter()
+
+
+def _wakes_on(limiter: AbstractRateLimiter) -> list[_Wake]:
+    """The monitors' wakes ``limiter`` runs on a change of capacity."""
+    return [
+        wake
+        for wake in limiter.wake_listeners
+        if isinstance(wake, _Wake) and wake.limiter is limiter
+    ]
+
+
+def _in_place(limiter: RateLimiter, wake: _Wake | None) -> bool:
+    """Whether ``wake`` is alive, bound to ``limiter`` and still run by it. An account of the
+    base class says what it runs; of any other, a wake once installed is taken to be there."""
+    if wake is None or wake.limiter is not limiter:
+        return False
+    return not isinstance(limiter, AbstractRateLimiter) or wake in limiter.wake_listeners
 
 
 class _Unset:
@@ -690,28 +698,31 @@ class Admission:
 
     def _install_wake(self, limiter: RateLimiter) -> None:
         """Install the wake on ``limiter`` unless the one installed earlier is still in place
-        (once per limiter over the monitor's life, ADM-10)."""
+        (once per limiter over the monitor's life, ADM-10): it may have been cleared or taken
+        while the limiter was idle."""
         limiter_id = id(limiter)
         hooks = self._hooks
         installed = hooks.get(limiter_id)
-        if installed is not None:
-            hook = installed()
-            # The wake is still in place if it is alive and bound to this limiter, and, for an
-            # account with the base class's wake slot, still in that slot (it may have been
-            # cleared or taken while the limiter was idle).
-            if (
-                hook is not None
-                and hook.limiter is limiter
-                and getattr(limiter, "_wake", hook) is hook
-            ):
-                return
-        existing = getattr(limiter, "_wake", None)
-        if isinstance(existing, _Wake) and existing.limiter is limiter:
-            # Another monitor's wake is in the limiter's one slot: listen through it too.
-            existing.join(self)
-            hook = existing
+        if installed is not None and _in_place(limiter, installed()):
+            return
+        others: list[_Wake] = []
+        listened = limiter if isinstance(limiter, AbstractRateLimiter) else None
+        if listened is not None:
+            for wake in _wakes_on(listened):
+                if wake.monitor is None:
+                    listened.remove_wake_listener(wake)  # a monitor that is gone
+                elif wake.monitor is not self:
+                    others.append(wake)
+        hook: _Wake
+        if listened is not None and others:
+            # Another monitor hears this limiter: listen beside it, leaving its wake alone.
+            hook = _Wake(self, limiter, listener=True)
+            listened.add_wake_listener(hook)
+            hook.shared = True
+            for other in others:
+                other.shared = True
         else:
-            hook = _Wake(self, limiter)
+            hook = _Wake(self, limiter, listener=False)
             limiter.on_capacity_change(hook)
 
         def dropped(ref: weakref.ref[_Wake]) -> None:
@@ -724,8 +735,10 @@ class Admission:
         """Another monitor serving ``limiter`` hears that this one gave back to it."""
         ref = self._hooks.get(id(limiter))
         hook = ref() if ref is not None else None
-        if hook is not None and hook.shared:
-            hook.others_than(self)
+        if hook is not None and hook.shared and isinstance(limiter, AbstractRateLimiter):
+            for wake in _wakes_on(limiter):
+                if wake.monitor is not self:
+                    wake()
 
     def _limiter_woke(self, limiter_id: int) -> None:
         if self.is_stopped:
@@ -1050,10 +1063,16 @@ class Admission:
             if limiter is not None:
                 limiters.setdefault(id(limiter), limiter)
         for limiter in limiters.values():
-            shared = getattr(limiter, "_wake", None)
-            if isinstance(shared, _Wake) and shared.limiter is limiter and shared.leave(self):
-                continue  # another monitor still listens through it: it stays in place
+            held = self._hooks.get(id(limiter))
+            hook = held() if held is not None else None
             try:
+                if isinstance(limiter, AbstractRateLimiter):
+                    if hook is not None and _in_place(limiter, hook):
+                        if hook.listener:
+                            limiter.remove_wake_listener(hook)
+                            continue
+                    elif any(wake.monitor not in (None, self) for wake in _wakes_on(limiter)):
+                        continue  # the wake there now is another monitor's: it stays in place
                 limiter.on_capacity_change(None)
             except Exception:  # noqa: BLE001 - stopping goes on whatever one account does
                 log.exception("Clearing the wake of %r failed", limiter)
