@@ -30,10 +30,12 @@ import openai
 from nucleo_trio.errors import (
     ExternalServiceError,
     QuotaExhaustedError,
+    TransientErrorRetry,
     http_error_from_status,
     lost_in_transit,
     rerun_for_status,
 )
+from nucleo_trio.errors._boundary_map import exception_map, mapped
 from nucleo_trio.llm.clients.openai import parse_retry_after
 
 __all__ = ["translate"]
@@ -48,27 +50,30 @@ def translate(error: BaseException, *, service: str, endpoint: str) -> BaseExcep
 
     An exception that is neither the SDK's nor a transport failure is returned as it is.
     """
-    if isinstance(error, openai.APIStatusError):
-        return _status_failure(error, service=service, endpoint=endpoint)
-    if isinstance(error, openai.APIConnectionError | httpx2.TransportError):
-        # APITimeoutError is an APIConnectionError; a stream cut while it is read surfaces
-        # from httpx2 itself, below the SDK.
-        kind = type(error).__name__
-        return lost_in_transit(
-            f"{service} failed in transit for {endpoint} ({kind})",
-            ExternalServiceError(
-                f"{service} could not be reached for {endpoint}: {kind}: {error}",
-                service=service,
-                cause=error,
-            ),
-        )
-    if isinstance(error, openai.OpenAIError):
-        return ExternalServiceError(
-            f"{service} failed for {endpoint}: {type(error).__name__}: {error}",
+    translated = mapped(SDK_ERRORS, error, service=service, endpoint=endpoint)
+    return error if translated is None else translated
+
+
+def _lost(
+    error: openai.APIConnectionError | httpx2.TransportError, *, service: str, endpoint: str
+) -> TransientErrorRetry:
+    kind = type(error).__name__
+    return lost_in_transit(
+        f"{service} failed in transit for {endpoint} ({kind})",
+        ExternalServiceError(
+            f"{service} could not be reached for {endpoint}: {kind}: {error}",
             service=service,
             cause=error,
-        )
-    return error
+        ),
+    )
+
+
+def _failed(error: openai.OpenAIError, *, service: str, endpoint: str) -> ExternalServiceError:
+    return ExternalServiceError(
+        f"{service} failed for {endpoint}: {type(error).__name__}: {error}",
+        service=service,
+        cause=error,
+    )
 
 
 def _body_text(error: openai.APIStatusError) -> str:
@@ -114,3 +119,18 @@ def _status_failure(error: openai.APIStatusError, *, service: str, endpoint: str
         body=body,
         retry_after=retry_after,
     )
+
+
+SDK_ERRORS = exception_map(
+    {
+        openai.APIStatusError: _status_failure,
+        # APITimeoutError is an APIConnectionError; a stream cut while it is read surfaces from
+        # httpx2 itself, below the SDK.
+        openai.APIConnectionError: _lost,
+        httpx2.TransportError: _lost,
+        openai.OpenAIError: _failed,
+    }
+)
+"""The SDK's exceptions (and httpx2's transport failures below it), each with the builder of
+the runtime's exception for it, called with ``service`` and ``endpoint``: :func:`translate`
+reads it, and a call site may wrap the SDK in ``map_exceptions(SDK_ERRORS, ...)``."""
