@@ -88,8 +88,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import math
-import numbers
 import threading
 import weakref
 from collections import OrderedDict
@@ -101,6 +99,7 @@ import trio
 
 from .._clock import whole_ms
 from ..errors import CancellationRequested, LLMReadableError, UncorrectableError
+from ._answers import answer
 from .demand import Demand, DemandEntry, Grant
 from .gates import CountingGate
 from .limiter import (
@@ -457,50 +456,6 @@ def _signature(demand: tuple[Any, ...], seq: int) -> Hashable:
 
 
 _NO_WAITS: Mapping[str, int] = MappingProxyType({})
-
-
-_INF = math.inf
-_A_BOOL = "True or False"
-_AN_INSTANT = (
-    "None (only an event can help) or a trio.current_time() instant, an int or a float "
-    "(+inf reads as None; not NaN, -inf or a bool)"
-)
-
-
-class _AccountAnswerError(TypeError):
-    """An account answered admission with a value its contract does not allow."""
-
-
-def _bad_answer(method: str, value: object, expected: str) -> _AccountAnswerError:
-    return _AccountAnswerError(
-        f"{method} returned {value!r} (a {type(value).__name__}); it must return {expected}"
-    )
-
-
-def _instant(value: object) -> float | None:
-    """An ``earliest_fit`` answer as the evaluator uses it; raises on a value it cannot use."""
-    if value is None:
-        return None
-    kind = type(value)
-    if kind is float:
-        if -_INF < value < _INF:  # type: ignore[operator]
-            return value  # type: ignore[return-value]
-    elif kind is int:
-        return value  # type: ignore[return-value]
-    return _odd_instant(value)
-
-
-def _odd_instant(value: object) -> float | None:
-    """The slow path of :func:`_instant`: subclasses, other reals, infinities and faults."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise _bad_answer("earliest_fit", value, _AN_INSTANT)
-    try:
-        instant = float(value)
-    except (ArithmeticError, ValueError, TypeError):
-        raise _bad_answer("earliest_fit", value, _AN_INSTANT) from None
-    if instant != instant or instant == -_INF:
-        raise _bad_answer("earliest_fit", value, _AN_INSTANT)
-    return None if instant == _INF else instant
 
 
 _DeadlineTarget: TypeAlias = "_Group | int"
@@ -1189,9 +1144,9 @@ class Admission:
             return _HELD
         # Step 2 (ADM-28): memory before any entry.
         try:
-            memory_fits = memory.fits(_NOTHING, _NOTHING)
+            memory_fits: object = memory.fits(_NOTHING, _NOTHING)
             if memory_fits is not True and memory_fits is not False:
-                raise _bad_answer("fits", memory_fits, _A_BOOL)
+                memory_fits = answer("fits", memory_fits)  # not a bool: raises
         except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
             return self._refuse(w, memory_account, exc, now)
         if not memory_fits:
@@ -1205,13 +1160,15 @@ class Admission:
             account = accounts[index]
             reserved = reserve.get(account, _NOTHING) if reserve is not None else _NOTHING
             try:
-                fits = entry.limiter.fits(entry.amounts, reserved)
+                fits: object = entry.limiter.fits(entry.amounts, reserved)
                 if fits is True:
                     continue
                 if fits is not False:
-                    raise _bad_answer("fits", fits, _A_BOOL)
+                    fits = answer("fits", fits)  # not a bool: raises
                 self._mark_held(w, account, entry, now)
-                instant = _instant(entry.limiter.earliest_fit(entry.amounts, reserved))
+                instant = answer(
+                    "earliest_fit", entry.limiter.earliest_fit(entry.amounts, reserved)
+                )
             except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
                 return self._refuse(w, account, exc, now)
             shorts.append((index, instant))
@@ -1224,10 +1181,11 @@ class Admission:
             account = accounts[index]
             reserved = reserve.get(account, _NOTHING) if reserve is not None else _NOTHING
             try:
-                took = entry.limiter.try_take(entry.amounts, reserved)
+                took: object = entry.limiter.try_take(entry.amounts, reserved)
                 if took is not True and took is not False:
-                    # Whether it debited is unknown: only the entries before it go back.
-                    raise _bad_answer("try_take", took, _A_BOOL)
+                    # Not a bool (raises): whether it debited is unknown, so only the entries
+                    # before it go back.
+                    took = answer("try_take", took)
             except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
                 self._give_back(w, taken)
                 return self._refuse(w, account, exc, now)
@@ -1235,7 +1193,9 @@ class Admission:
                 self._give_back(w, taken)
                 try:
                     self._mark_held(w, account, entry, now)
-                    instant = _instant(entry.limiter.earliest_fit(entry.amounts, reserved))
+                    instant = answer(
+                        "earliest_fit", entry.limiter.earliest_fit(entry.amounts, reserved)
+                    )
                 except Exception as exc:  # noqa: BLE001 - as above
                     return self._refuse(w, account, exc, now)
                 self._hold(
@@ -1245,9 +1205,9 @@ class Admission:
             taken += 1
         # Step 5 (ADM-32): memory after every entry.
         try:
-            memory_took = memory.try_take(_NOTHING, _NOTHING)
+            memory_took: object = memory.try_take(_NOTHING, _NOTHING)
             if memory_took is not True and memory_took is not False:
-                raise _bad_answer("try_take", memory_took, _A_BOOL)
+                memory_took = answer("try_take", memory_took)  # not a bool: raises
         except Exception as exc:  # noqa: BLE001 - as above
             self._give_back(w, taken)
             return self._refuse(w, memory_account, exc, now)
@@ -1261,7 +1221,7 @@ class Admission:
         memory_account = self._memory_account
         try:
             self._mark_held(w, memory_account, None, now)
-            instant = _instant(self._memory.earliest_fit(_NOTHING, _NOTHING))
+            instant = answer("earliest_fit", self._memory.earliest_fit(_NOTHING, _NOTHING))
         except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
             return self._refuse(w, memory_account, exc, now)
         if head is not None and not self._head_memory_short:
