@@ -1,4 +1,4 @@
-"""The dispatcher: its life, the door every job passes, the lanes, and the settle.
+"""The dispatcher: the door every job passes, the lanes, the job's task, and the settle.
 
 A job's route, in the order of the modules that hold each step:
 
@@ -15,20 +15,19 @@ A job's route, in the order of the modules that hold each step:
 5. **The settle** (``_finish``, here, with :mod:`.verdicts`): one verdict, the terminal event,
    the workflow event, the teardown, and last of all the handle.
 
-The dispatcher's life (the start, the stop in order, Ctrl-C and outer cancellation) is
-here too; what crosses the boundary to the program around it is in :mod:`._boundary`.
+The dispatcher's life (one phase, the start, the stop in order, Ctrl-C and outer
+cancellation) is in :mod:`._life`; what crosses the boundary to the program around it is in
+:mod:`._boundary`.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import threading
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import pluggy
 import trio
@@ -74,9 +73,7 @@ from ..jobs.stoppable import AbstractStoppable
 from ..models.envelope import ComplianceEnvelope
 from ..models.runtime import ModelDemandAssembler, ModelRuntime
 from ..models.spend import SpendGate
-from ..observability.control import ControlServer
-from ..observability.event_logger import EventLogger
-from ..observability.health import HealthSnapshot, QueueSizes, SystemHealthReporter, capture_health
+from ..observability.health import HealthSnapshot, QueueSizes, capture_health
 from ..plugins.manager import (
     DBProviderKinds,
     GuardrailKinds,
@@ -89,18 +86,14 @@ from ..plugins.manager import (
     observers_from,
 )
 from ..resources import (
-    DBResourceProvider,
     DBResourceProviders,
 )
 from ._boundary import (
     _boundary_error,
-    _cancel_after_real_seconds,
     _checked_seconds,
     _fatal_in,
-    _only_cancellation,
-    _StartedRelay,
-    _where_stuck,
 )
+from ._life import INTERRUPT_WINDOW, Life
 from .attempt import MAX_CORRECTION_RETRIES, execute
 from .config import DispatcherConfig
 from .dependencies import DependencyGraph
@@ -130,14 +123,6 @@ __all__ = [
 log = logging.getLogger("nucleo_trio.dispatcher")
 
 R = TypeVar("R")
-
-
-DATABASE_CLOSE_WINDOW = 10.0
-"""Seconds shutdown gives each configured database provider to close its idle connections."""
-
-INTERRUPT_WINDOW = 10.0
-"""Seconds shutdown waits for interrupted jobs to end (and each stoppable to stop) before it
-goes on without them (:attr:`JobDispatcher.interrupt_window`)."""
 
 
 class DelayedSubmission:
@@ -234,7 +219,6 @@ class JobDispatcher:
         not hold raises :class:`~nucleo_trio.errors.UsageKeyError` (a ``KeyError``) listing the
         configured names and the nearest one. Shutdown closes each one it built that has an
         ``aclose()`` (a shared account gives its lease back then), after the jobs end."""
-        self._built_limiters: list[RateLimiter] = []  # closed at shutdown
         self.accounts = RateLimiterRegistry()
         """The shared accounts, built on first use and kept for the dispatcher's life: one
         instance per limiter class (``dispatcher.accounts.instance(RenderSlots)``), and a token
@@ -243,7 +227,6 @@ class JobDispatcher:
         """The database providers jobs may declare by name (``require_database("orders")``):
         those ``config.databases`` declares, built when the plugins load, and any registered
         here. Shutdown closes the ones it built; one you register is yours to close."""
-        self._built_databases: list[DBResourceProvider] = []  # closed at shutdown
         self.db_kinds: DBProviderKinds | None = None
         """The database provider kinds the plugins provide, by name: what ``config.databases``
         is built from. ``None`` until the plugins load."""
@@ -296,32 +279,24 @@ class JobDispatcher:
         # Of those, the ones that started an attempt: what the health report and the live view
         # list, without walking the jobs parked in admission or waiting on a dependency.
         self._executing: dict[str, QueuedJob] = {}
-        self._stoppables: list[AbstractStoppable] = [self.models]
-        self._started = False
-        self._stopping = False
-        self._stopped = False
-        self.state: AsyncValue[DispatcherState] = AsyncValue(DispatcherState.NEW)
+        self._graph = DependencyGraph()
+        # The life: one phase, the stop asked for (by shutdown(), an exception or cancellation
+        # around the dispatcher, or a fatal exception inside it), the dispatcher's own tasks,
+        # and the stop sequence its run task carries out.
+        self._life = Life(
+            self,
+            timekeeper=self._timekeeper,
+            live=self._live,
+            running=self._running,
+            lanes=(self._fast, self._standard),
+            finish=self._finish,
+            on_stop=self._wake_drain,
+        )
+        self.state: AsyncValue[DispatcherState] = self._life.state
         """Where the dispatcher is in its life, as a value tasks can wait on:
         ``await dispatcher.state.wait_value(DispatcherState.STOPPING)``."""
-        self._jobs: trio.Nursery | None = None
-        self._system: trio.Nursery | None = None
-        self._tasks = 0
-        self._idle = trio.Event()
-        self._idle.set()
-        self._closed = trio.Event()
-        self._graph = DependencyGraph()
-        # The stop: requested by shutdown(), an exception or cancellation around the dispatcher,
-        # or a fatal exception inside it; carried out by the run task (_stop_in_order).
-        self._serving = True
-        self._stop_requested = trio.Event()
-        self._stop_fast = False
-        self._stop_timeout = self.config.shutdown_timeout
-        self._grace_scope = trio.CancelScope()
-        self._fatal: BaseException | None = None
-        self._on_fatal: Callable[[], object] | None = None
-        self._interrupted_at = 0.0
-        self._background = 0
-        self._background_done = trio.Event()
+        self._spawn = self._life.spawn
+        self._spawn_system = self._life.spawn_system
         self._delayed = 0  # submissions of submit_with_delay still waiting out their delay
         self._drained: trio.Event | None = None  # set while the block's exit waits for jobs
         self.interrupt_window = INTERRUPT_WINDOW
@@ -333,7 +308,20 @@ class JobDispatcher:
     def is_running(self) -> bool:
         """Whether the dispatcher has started and not stopped (false again once its run ended,
         however it ended)."""
-        return self._started and not self._stopped
+        return self._life.is_running
+
+    # Read by tests and the soak's checks, which look at the dispatcher from outside.
+    @property
+    def _stopping(self) -> bool:
+        return self._life.stopping
+
+    @property
+    def _system(self) -> trio.Nursery | None:
+        return self._life.system
+
+    @property
+    def _jobs(self) -> trio.Nursery | None:
+        return self._life.jobs
 
     @trio.lowlevel.enable_ki_protection
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -346,7 +334,7 @@ class JobDispatcher:
         ``SystemExit`` raised inside it (a job, an observer) stops it the same way and leaves
         ``run`` as itself; so does a crash of one of its own tasks.
         """
-        if self._started:
+        if self._life.started:
             warnings.warn(
                 "JobDispatcher is already started; the second start does nothing",
                 RuntimeWarning,
@@ -357,128 +345,7 @@ class JobDispatcher:
             return
         if self.plugins is None:
             self._load_plugins()
-        self._started = True
-        self.models.envelope.seal_default()  # ENV-02: start seals the default if none was
-        try:
-            async with trio.open_nursery() as guard:
-                guard.start_soon(self._stop_when_cancelled_from_outside)
-                with trio.CancelScope(shield=True):
-                    await self._serve(task_status)
-                guard.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            failure: BaseException | None = self._fatal or _boundary_error(group)
-            if failure is group:
-                raise
-        else:
-            failure = self._fatal
-        finally:
-            self._mark_stopped()
-        if failure is not None:
-            raise failure  # outside the except block: the failure keeps its own context
-
-    async def _serve(self, task_status: trio.TaskStatus[None]) -> None:
-        """The dispatcher's tasks, in the nursery order the shutdown undoes."""
-        async with trio.open_nursery() as system:
-            self._system = system
-            self.bus.on_fatal = self._escalate
-            await system.start(self._supervised, self.bus.run, "the message bus")
-            if self.config.health_every is not None:
-                self.bus.subscribe(self._health_reporter(self.config.health_every))
-            if self.config.log_events:
-                self.bus.subscribe(EventLogger())
-            await system.start(self._supervised, self.admission.run, "admission")
-            await system.start(self._supervised, self._timekeeper.run, "the timekeeper")
-            if self.config.control_socket is not None:
-                # Not supervised: it serves until the nursery closes, and keeps its own
-                # failures to itself (a client can never stop the dispatcher).
-                await system.start(ControlServer(self, self.config.control_socket).run)
-            self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STARTED))
-            async with trio.open_nursery() as jobs:
-                self._jobs = jobs
-                # The Heart may fire at once (overdue slots), so only once jobs can run.
-                assert self.heart is not None
-                await system.start(self._supervised, self.heart.run, "the heart")
-                if not self._stopping:
-                    self.state.value = DispatcherState.RUNNING
-                task_status.started()
-                try:
-                    await self._stop_requested.wait()
-                except BaseException as exc:
-                    # Only when run() is the program's main task (``trio.run(dispatcher.run)``):
-                    # trio delivers Ctrl-C there even though this task is KI-protected.
-                    fatal = _fatal_in(exc)
-                    if fatal is None:
-                        raise
-                    self._escalate(fatal)
-                await self._stop_in_order()
-                if self._tasks:
-                    system.start_soon(self._warn_while_stuck)
-            await self._await_background()
-            self._serving = False
-            system.cancel_scope.cancel()
-
-    @trio.lowlevel.enable_ki_protection
-    async def _supervised(
-        self,
-        run: Callable[..., Awaitable[None]],
-        what: str,
-        *,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> None:
-        """Run one of the dispatcher's own tasks. A failure to start leaves :meth:`run` as
-        itself; a crash once started stops the dispatcher in order (every handle settled)
-        instead of tearing the nursery down under the jobs."""
-        started = False
-
-        def report_started(value: None = None) -> None:
-            nonlocal started
-            started = True
-            task_status.started(value)
-
-        status = cast("trio.TaskStatus[None]", _StartedRelay(report_started))
-        try:
-            await run(task_status=status)
-        except BaseException as exc:  # noqa: BLE001 - escalated below, or re-raised
-            if not started or not self._serving or _only_cancellation(exc):
-                raise
-            log.critical("%s crashed; the dispatcher stops", what, exc_info=exc)
-            self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.ERROR, error=exc))
-            self._escalate(_fatal_in(exc) or exc)
-
-    @trio.lowlevel.enable_ki_protection
-    async def _stop_when_cancelled_from_outside(self) -> None:
-        """Sleeps beside the shielded serve: a cancel scope around the dispatcher that is
-        cancelled wakes it, and it asks for the stop the shield would otherwise keep out."""
-        try:
-            await trio.sleep_forever()
-        finally:
-            self._request_stop(fast=True)
-
-    def _escalate(self, failure: BaseException) -> None:
-        """A ``KeyboardInterrupt``, ``SystemExit`` or crash inside the dispatcher: stop at once,
-        and let :meth:`run` raise it once every handle has settled."""
-        if self._fatal is None:
-            self._fatal = failure
-            if self._on_fatal is not None:
-                self._on_fatal()  # the block of open_dispatcher stops at once too
-        self._request_stop(fast=True)
-
-    def _request_stop(self, *, fast: bool, timeout: float | None = None) -> None:
-        """Ask the run task for the stop sequence (see :meth:`shutdown`); a fast stop skips the
-        wait for running jobs and cancels every job at once. A later fast request overtakes a
-        graceful stop already waiting."""
-        if not self._stopping:
-            self._stopping = True
-            self._wake_drain()
-            self.state.value = DispatcherState.STOPPING
-            if self.heart is not None:
-                self.heart.stop()  # from this instant nothing fires into a stopping dispatcher
-            if timeout is not None:
-                self._stop_timeout = timeout
-            self._stop_requested.set()
-        if fast and not self._stop_fast:
-            self._stop_fast = True
-            self._grace_scope.cancel()
+        await self._life.run(task_status)
 
     async def wait_until_settled(self) -> None:
         """Wait until every job submitted so far, and every job those submit, has settled.
@@ -499,7 +366,7 @@ class JobDispatcher:
             self.heart.hold_fires()
         self._graph.on_awaiting = self._wake_drain
         try:
-            while (self._live or self._delayed) and not self._stopping:
+            while (self._live or self._delayed) and not self._life.stopping:
                 if self._stranded():
                     self._cancel_stranded()
                 self._drained = trio.Event()
@@ -531,40 +398,26 @@ class JobDispatcher:
         """The block's exit waits for the last job: tell it when there may be none left, or
         when every job left waits for a dependency nobody submitted."""
         if self._drained is not None and (
-            self._stopping or not (self._live or self._delayed) or self._stranded()
+            self._life.stopping or not (self._live or self._delayed) or self._stranded()
         ):
             self._drained.set()
 
-    def _fast_requested(self) -> bool:
-        """``_stop_fast`` read afresh after an await (a direct read there would be narrowed
-        by mypy to the value checked before the await, and flagged unreachable)."""
-        return self._stop_fast
-
-    def _mark_stopped(self) -> None:
-        """However :meth:`run` ended: a dead run is seen as stopped, and nothing waits on it."""
-        self._stopping = True
-        self._stopped = True
-        self._serving = False
-        self._stop_requested.set()
-        self._closed.set()
-        self.state.value = DispatcherState.STOPPED
-
     def _stopped_error(self, when: str = "") -> NucleoSystemError:
-        why = "" if self._fatal is None else f" (it stopped on {self._fatal!r})"
+        why = "" if self._life.fatal is None else f" (it stopped on {self._life.fatal!r})"
         what = f"the dispatcher stopped {when}" if when else "the dispatcher has stopped"
         return NucleoSystemError("dispatcher", what + why)
 
     def _not_running(self, call: str) -> UsageRuntimeError:
         """What a call that needs a running dispatcher raises before the start or after the
         stop: the mistake, and where the call belongs."""
-        if not self._started:
+        if not self._life.started:
             return UsageRuntimeError(
                 "dispatcher",
                 f"JobDispatcher.{call}: the dispatcher is not started",
                 "call it inside `async with open_dispatcher() as dispatcher:`, or after "
                 "`await nursery.start(dispatcher.run)`",
             )
-        why = "" if self._fatal is None else f" (it stopped on {self._fatal!r})"
+        why = "" if self._life.fatal is None else f" (it stopped on {self._life.fatal!r})"
         return UsageRuntimeError(
             "dispatcher",
             f"JobDispatcher.{call}: the dispatcher has stopped{why}",
@@ -585,13 +438,13 @@ class JobDispatcher:
             except (PluginError, TypeError, ValueError) as exc:
                 raise ConfigError(f"dispatcher config: limiter {name!r}: {exc}") from exc
             self.limiters[name] = limiter
-            self._built_limiters.append(limiter)
+            self._life.built_limiters.append(limiter)
         self.db_kinds = DBProviderKinds(self.plugins)
         for name, database in self.config.databases.items():
             try:
                 provider = self.db_kinds.create(database.kind, name, **database.settings)
                 self.databases.register(provider)
-                self._built_databases.append(provider)
+                self._life.built_databases.append(provider)
             except (PluginError, RuntimeError, TypeError, ValueError) as exc:
                 raise ConfigError(
                     f"dispatcher config: database {name!r} (kind {database.kind!r}): {exc}"
@@ -635,158 +488,11 @@ class JobDispatcher:
         :attr:`interrupt_window` seconds to end; one that outlives it is settled as cancelled and
         named in a warning while its task lives.
         """
-        if not self._started:
+        if not self._life.started:
             raise self._not_running("shutdown()")
         if timeout is not None:
             timeout = _checked_seconds("shutdown(timeout)", timeout)
-        self._request_stop(fast=False, timeout=timeout)
-        caller = current_job()
-        if caller is not None and caller.dispatcher is self:
-            return
-        try:
-            await self._closed.wait()
-        except BaseException as exc:
-            fatal = _fatal_in(exc)
-            if fatal is None:
-                raise  # a cancelled wait: the stop goes on, and a later call waits for it
-            self._request_stop(fast=True)
-            with trio.CancelScope(shield=True):
-                await self._closed.wait()
-            raise
-
-    async def _stop_in_order(self) -> None:
-        """The stop sequence, run by the dispatcher's own task (see :meth:`shutdown`)."""
-        self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STOPPING))
-        # The heart is already stopped: _request_stop stopped it when the stop was asked for.
-        if self._stop_fast:
-            self._cancel_everything()
-        self.admission.stop()
-        if not self._stop_fast:
-            wait = self._stop_timeout or 30.0
-            with self._grace_scope:
-                self._grace_scope.deadline = trio.current_time() + wait
-                await self._idle.wait()
-            if self._fast_requested():
-                self._cancel_everything()  # overtaken by a fast stop while it waited
-        self._interrupted_at = trio.current_time()
-        for queued in list(self._running.values()):
-            queued.interrupt()
-        with trio.move_on_after(self.interrupt_window):
-            await self._idle.wait()
-        if await self._await_commits_in_flight():
-            with trio.move_on_after(self.interrupt_window):
-                await self._idle.wait()
-        for queued in list(self._running.values()):
-            if not queued.handle.done:
-                log.warning(self._stuck_report(queued))
-                self._finish(queued, forced(queued))
-        for lane in (self._fast, self._standard):
-            for queued in lane.drain():
-                self._finish(queued, cancelled(queued, "Cancelled by shutdown"))
-        for stoppable in self._stoppables:
-            try:
-                with trio.move_on_after(self.interrupt_window) as window:
-                    await stoppable.stop()
-                if window.cancelled_caught:
-                    log.error(
-                        "stopping %r took over %.0f s; abandoned", stoppable, self.interrupt_window
-                    )
-            except Exception:
-                log.exception("stopping %r failed", stoppable)
-        await self._close_built_databases()
-        await self._close_built_limiters()
-        self.bus.publish(ev.SchedulerEvent(type=ev.SchedulerEventType.STOPPED))
-        self._stopped = True
-        if self.bus.is_running:
-            await self.bus.stop()
-        if self.heart is not None:
-            try:
-                await self.heart.aclose()
-            except Exception:
-                log.exception("closing the heartbeat store failed")
-        self._closed.set()
-
-    async def _await_commits_in_flight(self) -> bool:
-        """A job still running with its commit in flight is not stuck: its commit's answer is
-        its outcome, and the commit window bounds the wait for it (past it the commit is
-        aborted). Wait for each answer; answers whether there was any."""
-        waited = False
-        for queued in list(self._running.values()):
-            resources = queued.context.resources
-            if resources is None or not resources.commit_in_flight:
-                continue
-            answered = trio.Event()
-            resources.on_commit_answer(partial(_set_on_answer, answered))
-            await answered.wait()
-            waited = True
-        return waited
-
-    def _cancel_everything(self) -> None:
-        """A fast stop's first phase for every job at once: the cancel flag and callbacks (a
-        parked job leaves admission holding nothing, a wait on a dependency ends); the
-        interrupt that follows is the second phase."""
-        for queued in list(self._live.values()):
-            queued.cancel_message = queued.cancel_message or "Cancelled by shutdown"
-            queued.context.cancel("Cancelled by shutdown")
-
-    @trio.lowlevel.enable_ki_protection
-    async def _warn_while_stuck(self) -> None:
-        """While a job's task outlives the stop, name it again every :attr:`interrupt_window`."""
-        while self._tasks:
-            await trio.sleep(self.interrupt_window)
-            for queued in list(self._running.values()):
-                log.warning(self._stuck_report(queued))
-
-    def _stuck_report(self, queued: QueuedJob) -> str:
-        task = queued.task
-        where = _where_stuck(task) if task is not None else "(its task has ended)"
-        waited = trio.current_time() - self._interrupted_at
-        return (
-            f"{queued.job.name} ({type(queued.job).__qualname__}, workflow "
-            f"{queued.job.workflow_id}) has not ended {waited:.1f} s after shutdown interrupted "
-            f"it; its handle is settled as cancelled and its task is still {where}. A job must "
-            "not swallow trio.Cancelled, block in a shielded cancel scope, or wait on a worker "
-            "thread that ignores cancellation."
-        )
-
-    async def _close_built_databases(self) -> None:
-        """Close the idle connections of the providers this dispatcher built from its config
-        (a provider passed in by the caller is the caller's to close)."""
-        for provider in self._built_databases:
-            aclose = getattr(provider, "aclose", None)
-            if aclose is None:
-                continue
-            try:
-                with trio.move_on_after(DATABASE_CLOSE_WINDOW) as window:
-                    await aclose()
-                if window.cancelled_caught:
-                    log.error(
-                        "closing database %r took over %.0f s; abandoned",
-                        provider.name,
-                        DATABASE_CLOSE_WINDOW,
-                    )
-            except Exception:
-                log.exception("closing database %r failed", provider.name)
-
-    async def _close_built_limiters(self) -> None:
-        """Close the accounts this dispatcher built from its config that hold something
-        outside the process (a shared account's hub and lease); a limiter passed in by the
-        caller is the caller's to close."""
-        for limiter in self._built_limiters:
-            aclose = getattr(limiter, "aclose", None)
-            if aclose is None:
-                continue
-            try:
-                with trio.move_on_after(DATABASE_CLOSE_WINDOW) as window:
-                    await aclose()
-                if window.cancelled_caught:
-                    log.error(
-                        "closing limiter %r took over %.0f s; abandoned",
-                        limiter.limiter_name,
-                        DATABASE_CLOSE_WINDOW,
-                    )
-            except Exception:
-                log.exception("closing limiter %r failed", limiter.limiter_name)
+        await self._life.shutdown(timeout)
 
     def schedule_heartbeat(
         self, spec: ScheduleHeartbeat, user_id: str, *, scope_guard: ScopeGuard | None = None
@@ -800,7 +506,7 @@ class JobDispatcher:
         :class:`ValueError`, a call while the dispatcher is not running with RuntimeError, and a
         call from inside a job (which could name any user) with a system error.
         """
-        if self.heart is None or not self._started or self._stopping:
+        if self.heart is None or not self._life.started or self._life.stopping:
             raise RuntimeError(
                 "JobDispatcher.schedule_heartbeat: the dispatcher is not running; schedule once "
                 "it has started (boot code re-publishes fixed schedules at every start)"
@@ -809,7 +515,7 @@ class JobDispatcher:
 
     def register_stoppable(self, stoppable: AbstractStoppable) -> None:
         """Stop ``stoppable`` at shutdown, after the jobs and before the bus."""
-        self._stoppables.append(stoppable)
+        self._life.stoppables.append(stoppable)
 
     # -- models ---------------------------------------------------------------------------------
     @property
@@ -853,7 +559,7 @@ class JobDispatcher:
         not a job or a handle :class:`~nucleo_trio.errors.UsageTypeError` (a ``TypeError``).
         """
         # SUB-01: refusals at the door are handles born failed; these raises are usage errors.
-        if not self._started or self._stopped:
+        if not self._life.is_running:
             raise self._not_running("submit()")
         if not isinstance(job, AbstractJob):
             raise UsageTypeError(
@@ -942,7 +648,8 @@ class JobDispatcher:
         or after the stop :class:`~nucleo_trio.errors.UsageRuntimeError`.
         """
         # SUB-13
-        if not self._started or self._system is None or self._stopped:
+        system = self._life.system
+        if system is None or not self._life.is_running:
             raise self._not_running("submit_with_delay()")
         if delay is not None:
             delay = _checked_seconds("submit_with_delay(delay)", delay, allow_negative=True)
@@ -965,7 +672,7 @@ class JobDispatcher:
                 self._wake_drain()
 
         self._delayed += 1
-        self._system.start_soon(later)
+        system.start_soon(later)
         return answer
 
     def _door(
@@ -1002,7 +709,7 @@ class JobDispatcher:
                     f"runs on the thread of its own task, not {caller.job.name}'s",
                     f"build the child with {caller.job.name} (`context.job`) as its parent",
                 )
-        if self._stopping:
+        if self._life.stopping:
             return NucleoSystemError(
                 "dispatcher", f"{job.name} was submitted while the dispatcher is shutting down"
             )
@@ -1039,30 +746,12 @@ class JobDispatcher:
             return
         if lane.active:
             self._spawn(self._relay, lane)
-        if self._stopping:
+        if self._life.stopping:
             # A job still queued at shutdown is settled as cancelled, never started into a
             # closed admission.
             self._finish(queued, cancelled(queued, "Cancelled by shutdown"))
             return
         await self._run_job(queued)
-
-    def _spawn(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
-        assert self._jobs is not None
-        self._tasks += 1
-        if self._idle.is_set():
-            self._idle = trio.Event()
-        self._jobs.start_soon(self._counted, fn, arg)
-
-    @trio.lowlevel.enable_ki_protection
-    async def _counted(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
-        # KI-protected: a Ctrl-C is delivered to the program's main task (which stops the
-        # dispatcher in order), never half-way through a job's bookkeeping.
-        try:
-            await fn(arg)
-        finally:
-            self._tasks -= 1
-            if self._tasks == 0:
-                self._idle.set()
 
     async def _run_job(self, queued: QueuedJob) -> None:
         """The job's task. The job runs in its own nursery, whose cancel scope is the one
@@ -1104,7 +793,7 @@ class JobDispatcher:
             if fatal is not None:
                 # KeyboardInterrupt or SystemExit from inside a job stops the whole dispatcher,
                 # and leaves run() as itself once every job has settled; this job is the first.
-                self._escalate(fatal)
+                self._life.escalate(fatal)
                 queued.cancel_message = queued.cancel_message or "Cancelled by shutdown"
                 queued.context.cancel("Cancelled by shutdown")
                 return forced(queued)
@@ -1120,50 +809,6 @@ class JobDispatcher:
         return forced(queued)  # shutdown interrupted the job
 
     # -- one execution --------------------------------------------------------------------------
-    def _spawn_system(self, fn: Callable[[], Awaitable[None]]) -> None:
-        """Run clean-up that must outlive the job (a forced close's handle closes, then its
-        permits). Raises RuntimeError when the system nursery is gone, so the caller falls
-        back to doing what it can at once."""
-        if self._system is None:
-            raise RuntimeError("the dispatcher's system nursery is not running")
-        self._background += 1
-        self._system.start_soon(self._background_task, fn)
-
-    @trio.lowlevel.enable_ki_protection
-    async def _background_task(self, fn: Callable[[], Awaitable[None]]) -> None:
-        try:
-            await fn()
-        finally:
-            self._background -= 1
-            if self._background == 0:
-                self._background_done.set()
-
-    async def _await_background(self) -> None:
-        """Clean-up that outlives its job (a forced close) finishes before the dispatcher's
-        nursery closes, so no connection is still closing in a worker thread once the block is
-        left. Bounded by :attr:`interrupt_window` real seconds: a close is real I/O, and a
-        virtual clock (a test's autojump) must not cut it short while its thread works."""
-        if not self._background:
-            return
-        finished = threading.Event()
-        with trio.CancelScope() as window:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(
-                    _cancel_after_real_seconds, self.interrupt_window, finished, window
-                )
-                while self._background:
-                    self._background_done = trio.Event()
-                    await self._background_done.wait()
-                finished.set()
-                nursery.cancel_scope.cancel()
-        if window.cancelled_caught:
-            log.error(
-                "%d clean-up tasks (forced closes of database handles) were still running "
-                "%.0f s after the dispatcher stopped; cancelled",
-                self._background,
-                self.interrupt_window,
-            )
-
     # -- endings --------------------------------------------------------------------------------
     def _finish(self, queued: QueuedJob, verdict: Verdict) -> None:
         """Terminal event, workflow event, teardown, and last the handle; once per job (a job
@@ -1275,16 +920,6 @@ class JobDispatcher:
             queues=QueueSizes(len(self._standard), len(self._fast), admission.queue_size),
         )
 
-    def _health_reporter(self, every: int) -> SystemHealthReporter:
-        """The reporter :meth:`run` subscribes: logs a snapshot every ``every`` events."""
-        return SystemHealthReporter(
-            every=every,
-            memory=self.admission.memory.account_for(None),
-            queues=lambda: QueueSizes(
-                len(self._standard), len(self._fast), self.admission.queue_size
-            ),
-        )
-
     # -- events ---------------------------------------------------------------------------------
     def _emit_limiter_event(
         self,
@@ -1316,10 +951,6 @@ class JobDispatcher:
                 amount=amount,
             )
         )
-
-
-def _set_on_answer(event: trio.Event, committed: bool) -> None:
-    event.set()
 
 
 def _requirements_failure(job: AbstractJob[Any], exc: Exception) -> NucleoSystemError:
@@ -1381,14 +1012,14 @@ async def open_dispatcher(
         async with trio.open_nursery() as nursery:
             # A fatal exception inside the dispatcher cancels the block at once (its own stop
             # runs shielded); the exception leaves in place of that cancellation.
-            dispatcher._on_fatal = nursery.cancel_scope.cancel
+            dispatcher._life.on_fatal = nursery.cancel_scope.cancel
             await nursery.start(dispatcher.run)
             try:
                 yield dispatcher
                 await dispatcher.wait_until_settled()
             except BaseException as exc:
                 body_error = exc
-                dispatcher._request_stop(fast=True)
+                dispatcher._life.request_stop(fast=True)
                 raise
             finally:
                 with trio.CancelScope(shield=True):
