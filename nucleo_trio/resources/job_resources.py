@@ -22,6 +22,7 @@ deadline, a cancel, a shutdown):
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from functools import partial
@@ -207,6 +208,37 @@ _FATES = (
 )
 
 
+class _Commit(enum.Enum):
+    """Where the transaction's commit is, since the last ``begin_all``; it only moves forward
+    until the next ``begin_all``."""
+
+    NOT_SENT = "not sent"
+    """No ``commit_all`` has sent a commit since the last ``begin_all``."""
+    SENT = "sent"
+    """``commit_all`` sent its first commit and has not answered: its answer is the outcome."""
+    OVERDUE = "overdue"
+    """Sent, and the commit window after a request to stop has passed: the call in flight was
+    aborted and no further call starts; the answer follows as soon as the walk ends."""
+    COMMITTED = "committed"
+    """Answered: every database committed."""
+    FAILED = "failed"
+    """Answered: not every database committed (the :class:`CommitError` says what each
+    did)."""
+
+
+_IN_FLIGHT = (_Commit.SENT, _Commit.OVERDUE)
+
+
+class _Closer(enum.Enum):
+    """Who is closing the handles now."""
+
+    NOBODY = "nobody"
+    COOPERATIVE = "cooperative"
+    """:meth:`JobResources.aclose`, in the attempt's task (or phase one's)."""
+    REAPING = "reaping"
+    """A forced close's background task, closing the aborted handles."""
+
+
 class JobResources:
     """One attempt's grant and its database handles; the job reaches them through
     ``context.resources``.
@@ -241,23 +273,22 @@ class JobResources:
         self._spawn = spawn
         self._commit_window = commit_window
         self._handles: Mapping[DBResourceProvider, DBHandle] = _NO_HANDLES
-        # The transaction: what committed, whether a commit was sent, its answer. The id sets
-        # below only fill once handles are open, so until then every attempt shares one empty
+        # The transaction: what committed, where the commit is, its answer. The id sets below
+        # only fill once handles are open, so until then every attempt shares one empty
         # frozenset (materialize gives an attempt with databases sets of its own).
         self._committed: set[int] = _NO_IDS
-        self._commit_sent = False
-        self._commit_answered: trio.Event | None = None
-        self._on_answer: list[Callable[[bool], object]] = []
+        self._commit = _Commit.NOT_SENT
+        self._answered: trio.Event | None = None  # what a close waits on while it is in flight
+        self._on_answer: list[Callable[[bool], object]] | None = None
         self._in_flight: tuple[DBResourceProvider, DBHandle, trio.CancelScope] | None = None
+        # A request to stop (a deadline, a cancel, a shutdown): when the commit window ends.
         self._stop_at: float | None = None
         self._stop_requested: trio.Event | None = None
-        self._window_passed = False
         # The close: handles whose close started and returned, handles aborted, who closes.
         self._closing_handles: set[int] = _NO_IDS
         self._closed_handles: set[int] = _NO_IDS
         self._aborted: set[int] = _NO_IDS
-        self._cooperative = False
-        self._reaping = False
+        self._closer = _Closer.NOBODY
         self._closing: trio.Event | None = None
         self._materializing: trio.Event | None = None
         self._force_requested = False
@@ -350,19 +381,19 @@ class JobResources:
         """Begin a transaction on every handle, in declaration order, forgetting what the
         last transaction committed."""
         self._committed = set()
-        self._commit_sent = False
+        self._commit = _Commit.NOT_SENT
         for provider, handle in tuple(self._handles.items()):
             await provider.begin(handle)
 
     @property
     def commit_sent(self) -> bool:
         """A ``commit_all`` started since the last ``begin_all``: its answer is the outcome."""
-        return self._commit_sent
+        return self._commit is not _Commit.NOT_SENT
 
     @property
     def commit_in_flight(self) -> bool:
         """A ``commit_all`` is under way and has not answered yet."""
-        return self._commit_answered is not None and not self._commit_answered.is_set()
+        return self._commit in _IN_FLIGHT
 
     @property
     def committed(self) -> tuple[DBResourceProvider, ...]:
@@ -399,6 +430,8 @@ class JobResources:
         if not self.commit_in_flight:
             callback(self.all_committed)
             return
+        if self._on_answer is None:
+            self._on_answer = []
         self._on_answer.append(callback)
 
     def request_stop(self) -> None:
@@ -429,9 +462,8 @@ class JobResources:
         """
         if all(id(p) in self._committed for p in self._handles):
             return
-        self._commit_sent = True
-        self._window_passed = False
-        answered = self._commit_answered = trio.Event()
+        self._commit = _Commit.SENT
+        answered = self._answered = trio.Event()
         error: CommitError | None = None
         try:
             with trio.CancelScope(shield=True):
@@ -440,9 +472,10 @@ class JobResources:
                     error = await self._commit_in_order()
                     watch.cancel_scope.cancel()
         finally:
-            answered.set()
             everything = self.all_committed
-            callbacks, self._on_answer = self._on_answer, []
+            self._commit = _Commit.COMMITTED if everything else _Commit.FAILED
+            answered.set()
+            callbacks, self._on_answer = self._on_answer or (), None
             for callback in callbacks:
                 try:
                     callback(everything)
@@ -462,7 +495,7 @@ class JobResources:
             await self._stop_requested.wait()
         assert self._stop_at is not None
         await trio.sleep_until(self._stop_at)
-        self._window_passed = True
+        self._commit = _Commit.OVERDUE
         if self._in_flight is not None:
             provider, handle, call = self._in_flight
             self._abort(provider, handle)
@@ -476,7 +509,7 @@ class JobResources:
     ) -> bool:
         """One provider call of ``commit_all`` within the commit window: ``False`` when the
         window cut it short or had already passed (then it is not made)."""
-        if self._window_passed:
+        if self._commit is _Commit.OVERDUE:
             return False
         with trio.CancelScope() as call:
             self._in_flight = (provider, handle, call)
@@ -509,7 +542,7 @@ class JobResources:
         what became of every database."""
         label = _label(failing)
         cut_short = failure is None or self._was_aborted(handle)
-        if cut_short and self._window_passed:
+        if cut_short and self._commit is _Commit.OVERDUE:
             headline = (
                 f"commit failed on {label}: no answer within {self._commit_window:g} s of the "
                 "request to stop, so it was aborted" + (f" ({failure})" if failure else "")
@@ -625,10 +658,10 @@ class JobResources:
         closing = self._closing = trio.Event()
         self._mark_released()
         failures: list[tuple[DBResourceProvider, BaseException]] = []
-        self._cooperative = True
+        self._closer = _Closer.COOPERATIVE
         try:
-            if self._commit_answered is not None and not self._commit_answered.is_set():
-                await self._commit_answered.wait()  # never close a connection under its commit
+            if self._answered is not None and self.commit_in_flight:
+                await self._answered.wait()  # never close a connection under its commit
             # Once everything committed the outcome is settled: a cancel must not cut the
             # close short (and with it the attempt's report), so it is shielded, within the
             # commit window.
@@ -643,10 +676,10 @@ class JobResources:
                     except Exception as exc:
                         failures.append((provider, exc))
         except BaseException:
-            self._cooperative = False
+            self._closer = _Closer.NOBODY
             self.force_close()
             raise
-        self._cooperative = False
+        self._closer = _Closer.NOBODY
         if window.cancelled_caught:  # the window passed: the rest is aborted and closed later
             self.force_close()
             return
@@ -701,7 +734,7 @@ class JobResources:
             return
         pending = [(p, h) for p, h in self._handles.items() if id(h) not in self._closed_handles]
         if not pending:
-            if not self._cooperative:
+            if self._closer is not _Closer.COOPERATIVE:
                 self._settle_logged(rollback=not self.executed)
             return
         fresh = [(p, h) for p, h in pending if id(h) not in self._aborted]
@@ -713,12 +746,12 @@ class JobResources:
             )
         for provider, handle in fresh:
             self._abort(provider, handle)
-        if self._cooperative or self._reaping:
+        if self._closer is not _Closer.NOBODY:
             return
         closing = self._closing
         if closing is None:
             closing = self._closing = trio.Event()
-        self._reaping = True
+        self._closer = _Closer.REAPING
         try:
             if self._spawn is None:
                 raise RuntimeError("no task to close them in was given (spawn)")
@@ -726,7 +759,7 @@ class JobResources:
         except RuntimeError as exc:
             # Nothing can await the closes: give the permits back now, and leave the aborted
             # handles to a later aclose(), which closes what is still open.
-            self._reaping = False
+            self._closer = _Closer.NOBODY
             self._closing = None
             log.warning("the aborted handles' permits go back before they are closed: %s", exc)
             self._settle_logged(rollback=not self.executed)
@@ -746,7 +779,7 @@ class JobResources:
                         await self._close_after_abort(provider, handle)
             raise
         finally:
-            self._reaping = False
+            self._closer = _Closer.NOBODY
             self._settle_logged(rollback=not self.executed)
             if self._closing is not None:
                 self._closing.set()
