@@ -4,9 +4,14 @@ Run them all with ``python -m benchmarks.run`` (``--quick`` for a smaller varian
 for one). Each module measures one claim the seed makes and returns rows for one table:
 
 * :mod:`benchmarks.dispatch_overhead`: what the full dispatch path costs per job over a bare trio
-  task, with and without a bus subscriber;
+  task and over the floor (:mod:`benchmarks._floor`, a minimal runtime of the same shape), with
+  no resources, with one unit of a roomy gate, and with a bus subscriber;
+* :mod:`benchmarks.instructions`: the same paths counted in instructions with callgrind
+  (``python -m benchmarks.instructions``; a full ``benchmarks.run`` quotes four of them);
 * :mod:`benchmarks.admission_scaling`: that one grant costs the same behind a line of 100 and a
-  line of 10,000;
+  line of 10,000, and what a grant under contention costs beside a ``trio.CapacityLimiter``;
+* :mod:`benchmarks.parked_memory`: the memory and objects a job parked in admission holds, at
+  100,000 parked;
 * :mod:`benchmarks.hostage`: the seed's hostage scenario in virtual time, against sequential
   acquisition.
 * :mod:`benchmarks.rate_accuracy` and :mod:`benchmarks.memory_pressure`: the accounts' rates

@@ -3,6 +3,9 @@
 ``--quick`` runs a smaller variant (fewer jobs, fewer rounds) in under a minute; the full run
 takes a few minutes. ``--only NAME`` runs one benchmark (repeat it for several).
 ``--markdown`` prints the table as Markdown, the form ``docs/performance.md`` quotes.
+``--at COMMIT`` runs the same benchmarks (this tree's ``benchmarks/``) against that commit's
+``nucleo_trio`` and plugins, unpacked with ``git archive`` into a temporary directory: the
+"before" of a change, measured by the same code as its "after" (see :mod:`benchmarks._at`).
 
 Progress goes to stderr, the table to stdout. The exit status is 0 whether or not a target was
 met: a benchmark reports, it does not gate (a busy machine is not a regression). Read the
@@ -12,6 +15,7 @@ verdict column.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,16 +30,19 @@ from . import (
     loop_stall,
     mcp_call,
     memory_pressure,
+    parked_memory,
     rate_accuracy,
     redis_accounts,
     soak,
     web_service,
 )
+from ._at import snapshot
 from ._harness import Row, format_table, machine_line, progress
 
 BENCHMARKS: tuple[ModuleType, ...] = (
     dispatch_overhead,
     admission_scaling,
+    parked_memory,
     graph_submit,
     hostage,
     rate_accuracy,
@@ -71,7 +78,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         help=f"run only this benchmark (repeatable); one of: {', '.join(names)}",
     )
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown")
+    parser.add_argument(
+        "--at",
+        metavar="COMMIT",
+        help="measure that commit (git archive) with this tree's benchmarks instead of this tree",
+    )
     args = parser.parse_args(argv)
+    if args.at:
+        forwarded = [
+            *(["--quick"] if args.quick else []),
+            *(["--markdown"] if args.markdown else []),
+        ]
+        for name in args.only or ():
+            forwarded += ["--only", name]
+        with snapshot(args.at) as (root, env):
+            progress(f"measuring {args.at} in {root}")
+            command = [sys.executable, "-m", "benchmarks.run", *forwarded]
+            return subprocess.run(command, cwd=root, env=env).returncode
 
     chosen = [m for m in BENCHMARKS if not args.only or m.NAME in args.only]
     mode = "quick" if args.quick else "full"
@@ -87,8 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print(f"nucleo_trio benchmarks ({mode} run, {elapsed:.0f} s): {machine_line()}")
     print(
-        "value: best-of-rounds CPU time of the trio thread (virtual seconds for hostage); "
-        "wall: best-of-rounds wall clock"
+        "value: best-of-rounds CPU time of the trio thread (virtual seconds for hostage; counts "
+        "and memory as their units say); median: the median round, which a verdict reads where "
+        "it is given; wall: best-of-rounds wall clock"
     )
     print()
     print(format_table(rows, markdown=args.markdown))
