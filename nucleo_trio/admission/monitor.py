@@ -85,34 +85,32 @@ serves it, and only a limiter whose wake was replaced or cleared since gets a ne
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import trio
 
-from .._clock import whole_ms
-from ..errors import CancellationRequested, LLMReadableError, UncorrectableError
-from ._answers import answer
-from .demand import Demand, DemandEntry, Grant
-from .gates import CountingGate
-from .limiter import (
-    AbstractRateLimiter,
-    LimiterEventType,
-    LimiterIdentity,
-    RateLimiter,
-    Replenishment,
-    _identity_faults,
-    _limiter_faults,
-    describe_faults,
-    name_of,
+from ..errors import CancellationRequested, UncorrectableError
+from ._accounts import Seen, Wake, account_of, install_wake, release_accounts, unuse, unwire
+from ._line import DEADLINE_SLACK, UNSET, Account, Group, Unset, Waiter, push, request_pass
+from ._pass import (
+    CANCELLED_WHILE_PARKED,
+    GRANTED,
+    REFUSED,
+    attempt,
+    evaluate,
+    reject,
+    reject_held,
 )
+from ._settle import settle
+from .demand import Demand, DemandEntry, Grant
+from .limiter import LimiterEventType, LimiterIdentity, RateLimiter, name_of
 from .memory import UnboundedMemory
 
 if TYPE_CHECKING:
@@ -138,13 +136,6 @@ seconds held (0 unless the waiter was held), ``amount`` the units moved
 (:func:`~nucleo_trio.admission.units_of`). Best effort: whatever it raises drops that event,
 never silently: the first failure per account is logged as a warning naming the account and
 the error, later ones at debug."""
-
-_NOTHING: tuple[Any, ...] = ()
-_NO_WIRING: tuple[None, list[Any]] = (None, [])
-
-_GRANTED, _REFUSED, _HELD = 0, 1, 2
-
-_CANCELLED_WHILE_PARKED = "Job cancelled while waiting for admission"
 
 
 class AdmissionClosedError(UncorrectableError):
@@ -179,294 +170,17 @@ class AdmissionWaiter(Protocol):
         ...
 
 
-# --------------------------------------------------------------------------------------------
-# Bookkeeping records (private; slotted for the evaluator's hot path)
-# --------------------------------------------------------------------------------------------
-
-
-class _Account:
-    """One account as admission tracks it: a limiter and the identity it debits.
-
-    ``users`` counts the waiters in the monitor and the unsettled grants that name it; at 0 the
-    monitor forgets the account.
-    """
-
-    __slots__ = ("groups", "ident", "key", "key_id", "limiter", "peers", "users")
-
-    def __init__(self, limiter: RateLimiter, key: LimiterIdentity) -> None:
-        self.limiter = limiter
-        self.key = key
-        self.key_id = id(key)
-        self.ident = (id(limiter), self.key_id)
-        self.groups: dict[Hashable, _Group] = {}
-        self.users = 0
-        # The accounts in use on the same limiter, this one included (the monitor's list).
-        self.peers: list[_Account] = []
-
-    def group(self, signature: Hashable) -> _Group:
-        group = self.groups.get(signature)
-        if group is None:
-            group = self.groups[signature] = _Group(self, signature)
-        return group
-
-
-class _Group:
-    """Followers short on one account with the same amounts, oldest first (lazy-deletion heap).
-
-    An entry ``(seq, stamp)`` is live while the waiter is in the line and has not been asked
-    again since it joined (its ``stamp`` is unchanged).
-    """
-
-    __slots__ = ("account", "deadline", "heap", "live", "signature")
-
-    def __init__(self, account: _Account, signature: Hashable) -> None:
-        self.account = account
-        self.signature = signature
-        self.heap: list[tuple[int, int]] = []
-        self.live = 0
-        self.deadline: float | None = None
-
-    def first(self, line: dict[int, _Waiter]) -> _Waiter | None:
-        heap = self.heap
-        while heap:
-            seq, stamp = heap[0]
-            waiter = line.get(seq)
-            if waiter is not None and waiter.stamp == stamp:
-                return waiter
-            heapq.heappop(heap)
-        return None
-
-
-class _Wake:
-    """The wake-up one monitor hears a limiter through (ADM-10): a callable that reaches the
-    monitor and the limiter only weakly, so an idle limiter keeps neither alive and a wake
-    from a limiter the monitor no longer tracks does nothing.
-
-    One limiter may serve several monitors (two dispatchers in one program). The first
-    installs its wake in the limiter's one slot (``on_capacity_change``); on an account of
-    the base class, every later one adds its own as a wake listener
-    (:meth:`~nucleo_trio.admission.limiter.AbstractRateLimiter.add_wake_listener`), so a
-    change of capacity reaches each, and each tells the others when it gives back
-    (:func:`_tell_others`). ``shared`` says another monitor was seen on the limiter.
-    """
-
-    __slots__ = ("__weakref__", "_limiter", "_limiter_id", "_monitor", "listener", "shared")
-
-    def __init__(self, monitor: Admission, limiter: RateLimiter, *, listener: bool) -> None:
-        self._monitor = weakref.ref(monitor)
-        self._limiter_id = id(limiter)
-        self._limiter: Callable[[], RateLimiter | None]
-        try:
-            self._limiter = weakref.ref(limiter)
-        except TypeError:
-            # A limiter without weak references: held strongly, so its id cannot be reused
-            # while this wake (installed on it) is alive.
-            self._limiter = lambda: limiter
-        # Added with add_wake_listener (else installed in the slot).
-        self.listener = listener
-        self.shared = False
-
-    def __call__(self) -> None:
-        monitor = self._monitor()
-        if monitor is not None:
-            monitor._limiter_woke(self._limiter_id)
-
-    @property
-    def monitor(self) -> Admission | None:
-        """The monitor this wake reaches, if it is still alive."""
-        return self._monitor()
-
-    @property
-    def limiter(self) -> RateLimiter | None:
-        """The limiter this wake was installed on, if it is still alive."""
-        return self._limiter()
-
-
-def _wakes_on(limiter: AbstractRateLimiter) -> list[_Wake]:
-    """The monitors' wakes ``limiter`` runs on a change of capacity."""
-    return [
-        wake
-        for wake in limiter.wake_listeners
-        if isinstance(wake, _Wake) and wake.limiter is limiter
-    ]
-
-
-def _in_place(limiter: RateLimiter, wake: _Wake | None) -> bool:
-    """Whether ``wake`` is alive, bound to ``limiter`` and still run by it. An account of the
-    base class says what it runs; of any other, a wake once installed is taken to be there."""
-    if wake is None or wake.limiter is not limiter:
-        return False
-    return not isinstance(limiter, AbstractRateLimiter) or wake in limiter.wake_listeners
-
-
-class _Unset:
-    __slots__ = ()
-
-
-class _Seen:
-    """A set of objects by identity that keeps none alive: an entry goes when its object dies,
-    so a later object that reuses the id is not mistaken for it. An object that takes no weak
-    reference is remembered by its class instead."""
-
-    __slots__ = ("_refs",)
-
-    def __init__(self) -> None:
-        self._refs: dict[int, weakref.ref[Any]] = {}
-
-    def __contains__(self, obj: object) -> bool:
-        ref = self._refs.get(id(obj))
-        if ref is not None and ref() is obj:
-            return True
-        ref = self._refs.get(id(type(obj)))
-        return ref is not None and ref() is type(obj)
-
-    def add(self, obj: object) -> None:
-        try:
-            self._hold(obj)
-        except TypeError:
-            self._hold(type(obj))
-
-    def _hold(self, obj: object) -> None:
-        refs, key = self._refs, id(obj)
-
-        def gone(ref: weakref.ref[Any]) -> None:
-            if refs.get(key) is ref:
-                del refs[key]
-
-        refs[key] = weakref.ref(obj, gone)
-
-
-_UNSET = _Unset()
-
-
-class _Waiter:
-    """One admit call: its demand, what it was held on and since when, and how it ended."""
-
-    __slots__ = (
-        "accounts",
-        "arrival",
-        "context",
-        "entries",
-        "failure",
-        "grant",
-        "groups",
-        "held",
-        "in_line",
-        "on_memory",
-        "reserve",
-        "seq",
-        "signature",
-        "chained",
-        "_snapshot",
-        "stamp",
-        "wakeup",
-    )
-
-    def __init__(
-        self,
-        seq: int,
-        entries: tuple[DemandEntry, ...],
-        accounts: tuple[_Account, ...],
-        snapshot: JobSnapshot | None | _Unset,
-        context: AdmissionWaiter | None,
-        arrival: float,
-    ) -> None:
-        self.seq = seq
-        self.entries = entries
-        self.accounts = accounts
-        self._snapshot = snapshot
-        self.context = context
-        self.arrival = arrival
-        # What the head sets aside for a follower on each account (ADM-36).
-        self.reserve: dict[_Account, tuple[Any, ...]] = {
-            account: entry.amounts for account, entry in zip(accounts, entries, strict=True)
-        }
-        # One signature for the whole demand (every entry's limiter, identity and amounts),
-        # used for this waiter's group on every account: followers with equal signatures ask
-        # every account, memory included, the same question, so when one is held anywhere, so
-        # is each of them behind it.
-        self.signature: Hashable = _signature(
-            tuple((id(entry.limiter), id(entry.key), entry.amounts) for entry in entries), seq
-        )
-        # Groups whose chain stopped at this waiter because it was held on another account:
-        # they go on from here when it leaves the line.
-        self.chained: list[_Group] = []
-        # key id -> (identity, instant first held): ordered, so REJECTED follows marking order.
-        self.held: dict[int, tuple[LimiterIdentity, float]] = {}
-        self.groups: list[_Group] = []
-        self.stamp = 0
-        self.on_memory = False
-        self.in_line = False
-        self.grant: Grant | None = None
-        self.failure: BaseException | None = None
-        self.wakeup: trio.Event | None = None
-
-    @property
-    def snapshot(self) -> JobSnapshot | None:
-        """The job's snapshot: read at the admit call when events are reported (ADM-09), else
-        from the context the first time anything asks; a grant nobody hears about builds none."""
-        snapshot = self._snapshot
-        if isinstance(snapshot, _Unset):
-            assert self.context is not None
-            snapshot = self._snapshot = self.context.snapshot()
-        return snapshot
-
-    @property
-    def resourceful(self) -> bool:
-        return bool(self.entries)
-
-    def unpark(self) -> None:
-        if self.wakeup is not None:
-            self.wakeup.set()
-
-
 ParkedWaiter: TypeAlias = tuple["AdmissionWaiter | None", float, tuple[str, ...]]
 """One parked waiter as :meth:`Admission.parked` lists it: ``(waiter, arrival, held_on)``."""
 
-Ticket: TypeAlias = _Waiter
+Ticket: TypeAlias = Waiter
 """A parked demand's place in the line, as :meth:`Admission.enter` answers it (opaque)."""
 
-
-_SET_ASIDE_IS_TAKEN: dict[type, bool] = {}
-
-
-def _takes_what_it_set_aside(limiter: RateLimiter) -> bool:
-    """Whether a head's grant on ``limiter`` leaves every follower's answer as it was under the
-    head's reservation: true of a :class:`CountingGate` that keeps the gate's own questions
-    (``in use + asked + set aside <= capacity``, and never an instant). A time-based account
-    can answer a follower an instant once the reservation is a debit, so it is asked again."""
-    cls = type(limiter)
-    answer = _SET_ASIDE_IS_TAKEN.get(cls)
-    if answer is None:
-        answer = _SET_ASIDE_IS_TAKEN[cls] = isinstance(limiter, CountingGate) and all(
-            getattr(cls, name) is getattr(CountingGate, name)
-            for name in ("fits", "try_take", "earliest_fit", "give", "_ask", "_permits")
-        )
-    return answer
-
-
-def _signature(demand: tuple[Any, ...], seq: int) -> Hashable:
-    """The demand itself when it is hashable; otherwise a key of this waiter's own (amounts
-    that cannot be compared cannot be shown equal, so such a waiter is a group of one)."""
-    try:
-        hash(demand)
-    except TypeError:
-        return ("unhashable", seq)
-    return demand
-
-
 _NO_WAITS: Mapping[str, int] = MappingProxyType({})
-
-
-_DeadlineTarget: TypeAlias = "_Group | int"
 
 _CONTRADICTION_RETRY = 0.01
 """Seconds before the evaluator looks again when an account keeps naming a past instant for a
 waiter it says is short (a correct account never does: its instant is when ``fits`` turns)."""
-
-_DEADLINE_SLACK = 256
-"""The deadline heap is compacted (stale entries dropped) when it outgrows twice its live
-entries and at least this many."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -500,37 +214,37 @@ class Admission:
         if not callable(clock):
             raise TypeError(f"Admission: clock must be callable, got {type(clock).__name__}")
         self._memory: RateLimiter = memory if memory is not None else UnboundedMemory()
-        self._memory_account = _Account(self._memory, self._memory.account_for(None))
+        self._memory_account = Account(self._memory, self._memory.account_for(None))
         self._emit_fn = emit
         self._clock = clock
 
-        self._line: OrderedDict[int, _Waiter] = OrderedDict()
+        self._line: OrderedDict[int, Waiter] = OrderedDict()
         self._seqs = itertools.count()
         # (limiter id, identity id) -> the account: only accounts in use right now.
-        self._accounts: dict[tuple[int, int], _Account] = {}
+        self._accounts: dict[tuple[int, int], Account] = {}
         # limiter id -> (limiter, its accounts in use): the limiters whose wake counts now.
-        self._wired: dict[int, tuple[RateLimiter, list[_Account]]] = {}
+        self._wired: dict[int, tuple[RateLimiter, list[Account]]] = {}
         # limiter id -> the wake installed on it, while the limiter holds it (weakly: an entry
         # goes when its limiter drops the wake or dies, so this is as large as what holds one).
-        self._hooks: dict[int, weakref.ref[_Wake]] = {}
+        self._hooks: dict[int, weakref.ref[Wake]] = {}
         self._held_counts: dict[int, int] = {}
         # Accounts whose shape passed (_check_shape), and those whose event failed to build.
-        self._sound = _Seen()
-        self._unreported = _Seen()
+        self._sound = Seen()
+        self._unreported = Seen()
 
-        self._head_blockers: set[_Account] = set()
+        self._head_blockers: set[Account] = set()
         self._head_memory_short = False
         self._head_deadline: tuple[int, float] | None = None  # (head seq, instant) scheduled
-        self._suspended: set[_Group] = set()
+        self._suspended: set[Group] = set()
         # Resourceful waiters in the line not yet held on memory, oldest first.
-        self._off_memory: OrderedDict[int, _Waiter] = OrderedDict()
+        self._off_memory: OrderedDict[int, Waiter] = OrderedDict()
         self._recheck_head = False
 
         self._candidates: list[int] = []
-        self._vias: dict[int, list[_Group | None]] = {}
-        self._deadlines: list[tuple[float, int, _Group | int]] = []
+        self._vias: dict[int, list[Group | None]] = {}
+        self._deadlines: list[tuple[float, int, Group | int]] = []
         self._deadline_order = itertools.count()
-        self._deadline_limit = _DEADLINE_SLACK  # the heap is compacted when it grows past this
+        self._deadline_limit = DEADLINE_SLACK  # the heap is compacted when it grows past this
         self._woken: set[int] = set()
 
         self._started = False
@@ -602,7 +316,7 @@ class Admission:
             memory = self._memory
             self._memory_account.peers = [self._memory_account]
             self._wired[id(memory)] = (memory, self._memory_account.peers)
-            self._install_wake(memory)
+            install_wake(self, memory)
             memory_key = self._memory_account.key_id
             counts = self._held_counts
             memory.observe_held(lambda: counts.get(memory_key, 0))
@@ -614,7 +328,7 @@ class Admission:
                 self._in_pass = True
                 departures = self._departures
                 try:
-                    self._evaluate()
+                    evaluate(self)
                 except Exception as defect:  # noqa: BLE001 - a defect closes admission for good
                     self._close_on_defect(defect)
                     break
@@ -646,55 +360,6 @@ class Admission:
             if not self.is_stopped:
                 self.stop()
 
-    def _wake(self) -> None:
-        self._wake_requested = True
-        if self._wake_event is not None:
-            self._wake_event.set()
-
-    def _install_wake(self, limiter: RateLimiter) -> None:
-        """Install the wake on ``limiter`` unless the one installed earlier is still in place
-        (once per limiter over the monitor's life, ADM-10): it may have been cleared or taken
-        while the limiter was idle."""
-        limiter_id = id(limiter)
-        hooks = self._hooks
-        installed = hooks.get(limiter_id)
-        if installed is not None and _in_place(limiter, installed()):
-            return
-        others: list[_Wake] = []
-        listened = limiter if isinstance(limiter, AbstractRateLimiter) else None
-        if listened is not None:
-            for wake in _wakes_on(listened):
-                if wake.monitor is None:
-                    listened.remove_wake_listener(wake)  # a monitor that is gone
-                elif wake.monitor is not self:
-                    others.append(wake)
-        hook: _Wake
-        if listened is not None and others:
-            # Another monitor hears this limiter: listen beside it, leaving its wake alone.
-            hook = _Wake(self, limiter, listener=True)
-            listened.add_wake_listener(hook)
-            hook.shared = True
-            for other in others:
-                other.shared = True
-        else:
-            hook = _Wake(self, limiter, listener=False)
-            limiter.on_capacity_change(hook)
-
-        def dropped(ref: weakref.ref[_Wake]) -> None:
-            if hooks.get(limiter_id) is ref:
-                del hooks[limiter_id]
-
-        hooks[limiter_id] = weakref.ref(hook, dropped)
-
-    def _tell_others(self, limiter: RateLimiter) -> None:
-        """Another monitor serving ``limiter`` hears that this one gave back to it."""
-        ref = self._hooks.get(id(limiter))
-        hook = ref() if ref is not None else None
-        if hook is not None and hook.shared and isinstance(limiter, AbstractRateLimiter):
-            for wake in _wakes_on(limiter):
-                if wake.monitor is not self:
-                    wake()
-
     def _limiter_woke(self, limiter_id: int) -> None:
         if self.is_stopped:
             return
@@ -706,7 +371,7 @@ class Admission:
         if limiter_id not in self._wired:
             return  # nobody uses the limiter now: nothing to look at
         self._woken.add(limiter_id)
-        self._wake()
+        request_pass(self)
 
     # -- admit ------------------------------------------------------------------------------------
     async def admit(self, demand: Demand, waiter: AdmissionWaiter | None = None) -> Grant:
@@ -752,22 +417,22 @@ class Admission:
         arrival = self._clock()
         # ADM-09: the snapshot is the job as it stands at the admit call. It is only read when
         # something will report it: an emitter is wired and the demand holds anything.
-        snapshot: JobSnapshot | None | _Unset = None
+        snapshot: JobSnapshot | None | Unset = None
         if waiter is not None:
-            snapshot = waiter.snapshot() if entries and self._emit_fn is not None else _UNSET
+            snapshot = waiter.snapshot() if entries and self._emit_fn is not None else UNSET
         w = self._new_waiter(entries, snapshot, waiter, arrival)
         if not self._line:
             # The fast path (ADM-11): nobody to overtake, so try at once, as the head.
             try:
-                outcome = self._attempt(w, None, arrival)
+                outcome = attempt(self, w, None, arrival)
             except Exception as defect:  # noqa: BLE001 - a defect closes admission for good
                 self._close_on_defect(defect)
-                self._unuse(w)
+                unuse(self, w)
                 raise self._defect_error() from defect
-            if outcome == _GRANTED:
+            if outcome == GRANTED:
                 assert w.grant is not None
                 return w.grant
-            if outcome == _REFUSED:
+            if outcome == REFUSED:
                 assert w.failure is not None
                 raise w.failure
         self._enqueue(w)
@@ -786,95 +451,29 @@ class Admission:
     def _new_waiter(
         self,
         entries: tuple[DemandEntry, ...],
-        snapshot: JobSnapshot | None | _Unset,
+        snapshot: JobSnapshot | None | Unset,
         context: AdmissionWaiter | None,
         arrival: float,
-    ) -> _Waiter:
-        accounts: list[_Account] = []
+    ) -> Waiter:
+        accounts: list[Account] = []
         try:
             for entry in entries:
-                accounts.append(self._account_of(entry))
+                accounts.append(account_of(self, entry))
         except BaseException:
-            self._release_accounts(accounts)
+            release_accounts(self, accounts)
             raise
-        return _Waiter(next(self._seqs), entries, tuple(accounts), snapshot, context, arrival)
+        return Waiter(next(self._seqs), entries, tuple(accounts), snapshot, context, arrival)
 
-    def _account_of(self, entry: DemandEntry) -> _Account:
-        """The account ``entry`` debits, tracked from now on, with one more user."""
-        limiter = entry.limiter
-        ident = (id(limiter), id(entry.key))
-        account = self._accounts.get(ident)
-        if account is None:
-            self._check_shape(limiter, entry.key)
-            account = _Account(limiter, entry.key)
-            wired = self._wired.get(ident[0])
-            if wired is None:
-                try:
-                    self._install_wake(limiter)
-                except Exception as exc:  # noqa: BLE001 - the account's fault: refuse this admit
-                    name = name_of(entry.key)
-                    raise UncorrectableError(
-                        f"{name} failed during admission: on_capacity_change raised {exc!r}",
-                        cause=exc,
-                    ) from exc
-                wired = self._wired[ident[0]] = (limiter, [])
-            account.peers = wired[1]
-            account.peers.append(account)
-            self._accounts[ident] = account
-        account.users += 1
-        return account
-
-    def _check_shape(self, limiter: RateLimiter, key: LimiterIdentity) -> None:
-        """Refuse an account whose shape breaks the contract (a ``capacity`` written as a
-        method, a ``status()`` of the wrong type), naming it and everything wrong, before it
-        can break events and health. An account that passed is not checked again while it lives:
-        accounts are forgotten when idle and met again at the next use."""
-        sound = self._sound
-        faults: list[str] = []
-        if limiter not in sound:
-            faults += _limiter_faults(limiter)
-        if key not in sound:
-            faults += _identity_faults(key)
-        if faults:
-            raise UncorrectableError(describe_faults(key, faults))
-        sound.add(limiter)
-        sound.add(key)
-
-    def _unuse(self, w: _Waiter) -> None:
-        """``w`` left without a grant: its accounts lose a user (once per waiter)."""
-        accounts, w.accounts = w.accounts, ()
-        self._release_accounts(accounts)
-
-    def _release_accounts(self, accounts: Sequence[_Account]) -> None:
-        for account in accounts:
-            account.users -= 1
-            if account.users <= 0:
-                self._forget(account)
-
-    def _forget(self, account: _Account) -> None:
-        """Nobody holds or waits on ``account``: drop its bookkeeping. Its limiter keeps the
-        installed wake, which does nothing until the limiter is used again."""
-        ident = account.ident
-        if self._accounts.get(ident) is account:
-            del self._accounts[ident]
-        peers = account.peers
-        if account in peers:
-            peers.remove(account)
-            if not peers and self._wired.get(ident[0], _NO_WIRING)[1] is peers:
-                del self._wired[ident[0]]
-        if self._held_counts.get(account.key_id) == 0:
-            del self._held_counts[account.key_id]
-
-    def _enqueue(self, w: _Waiter) -> None:
+    def _enqueue(self, w: Waiter) -> None:
         self._line[w.seq] = w
         w.in_line = True
         if w.resourceful and self._memory_account.key_id not in w.held:
             self._off_memory[w.seq] = w
         w.wakeup = trio.Event()
-        self._push(w.seq, None)
-        self._wake()
+        push(self, w.seq, None)
+        request_pass(self)
 
-    async def _park(self, w: _Waiter) -> Grant:
+    async def _park(self, w: Waiter) -> Grant:
         unregister: Callable[[], None] | None = None
         if w.context is not None:
             unregister = w.context.on_cancel(w.unpark)
@@ -887,7 +486,7 @@ class Admission:
                     raise w.failure
                 if w.context is not None and w.context.is_cancelled:
                     self._withdraw(w)
-                    raise CancellationRequested(_CANCELLED_WHILE_PARKED)
+                    raise CancellationRequested(CANCELLED_WHILE_PARKED)
                 assert w.wakeup is not None
                 try:
                     await w.wakeup.wait()
@@ -899,7 +498,7 @@ class Admission:
             if unregister is not None:
                 unregister()
 
-    def _interrupted(self, w: _Waiter) -> None:
+    def _interrupted(self, w: Waiter) -> None:
         """The parked task was cancelled: leave holding nothing (ADM-17)."""
         if w.grant is not None:
             try:
@@ -909,10 +508,10 @@ class Admission:
         elif w.failure is None:
             self._withdraw(w)
 
-    def _withdraw(self, w: _Waiter) -> None:
+    def _withdraw(self, w: Waiter) -> None:
         if w.in_line:
-            self._reject(
-                w, "cancelled", CancellationRequested(_CANCELLED_WHILE_PARKED), self._clock()
+            reject(
+                self, w, "cancelled", CancellationRequested(CANCELLED_WHILE_PARKED), self._clock()
             )
 
     # -- settlement -------------------------------------------------------------------------------
@@ -924,62 +523,12 @@ class Admission:
         Raises :class:`TypeError` for something other than a :class:`Grant`, and
         :class:`ValueError` for a grant another :class:`Admission` issued.
         """
-        self._settle(grant, everything=False)
+        settle(self, grant, everything=False)
 
     def rollback(self, grant: Grant) -> None:
         """Give back every account, TIME ones included: the work never happened. Otherwise as
         :meth:`release`."""
-        self._settle(grant, everything=True)
-
-    def _settle(self, grant: Grant, *, everything: bool) -> None:
-        if not isinstance(grant, Grant):
-            raise TypeError(f"Admission: expected a Grant, got {type(grant).__name__}")
-        if grant._owner is not self:
-            raise ValueError("Admission: this grant was issued by another Admission")
-        if not grant._claim():
-            return
-        if grant.is_empty:
-            # Nothing to give back and no completion for memory; the evaluator is still woken
-            # after every settlement (ADM-20), which costs an empty pass at most. With nobody in
-            # the line that pass would find nothing, so it is skipped.
-            if not self.is_stopped and self._line:
-                self._wake()
-            return
-        open_ = not self.is_stopped
-        tracked: tuple[_Account, ...] = grant._tracked
-        first_error: Exception | None = None
-        for index, entry in enumerate(grant.entries):
-            try:
-                if not everything and entry.limiter.replenishment() is not Replenishment.RELEASE:
-                    continue
-                entry.limiter.give(entry.amounts)
-            except Exception as exc:  # noqa: BLE001 - give back the rest, then raise the first
-                first_error = first_error or exc
-                continue
-            self._tell_others(entry.limiter)
-            self._emit(
-                entry.key,
-                grant.snapshot,
-                self._held_counts.get(id(entry.key), 0),
-                LimiterEventType.RELEASED,
-                0.0,
-                None,
-                entry,
-            )
-            if open_ and index < len(tracked):
-                self._mark_account(tracked[index])
-        try:
-            # A completion for the memory gate (ADM-47); memory never reports RELEASED.
-            self._memory.give(_NOTHING)
-        except Exception as exc:  # noqa: BLE001 - raised below, after the wake
-            first_error = first_error or exc
-        if open_:
-            self._mark_account(self._memory_account)
-            self._wake()
-        # The grant is settled whatever a give did (ADM-45): its accounts lose this user.
-        self._release_accounts(tracked)
-        if first_error is not None:
-            raise first_error
+        settle(self, grant, everything=True)
 
     # -- stop and defects -------------------------------------------------------------------------
     def stop(self) -> None:
@@ -990,7 +539,7 @@ class Admission:
             return
         self._stopped = True
         self._drain("shutdown", AdmissionClosedError)
-        self._wake()
+        request_pass(self)
 
     def _close_on_defect(self, defect: BaseException) -> None:
         if self._defect is not None or self._stopped:
@@ -998,7 +547,7 @@ class Admission:
         self._defect = defect
         log.error("Admission failed on an internal defect and is closed", exc_info=defect)
         self._drain("aborted", self._defect_error)
-        self._wake()
+        request_pass(self)
 
     def _defect_error(self) -> UncorrectableError:
         defect = self._defect
@@ -1010,29 +559,7 @@ class Admission:
 
     def _drain(self, reason: str, failure: Callable[[], BaseException]) -> None:
         """Refuse every parked waiter and forget every wired account (ADM-06, ADM-44)."""
-        # Every limiter still holding the wake, in use or idle (the memory account included).
-        limiters = {id(limiter): limiter for limiter, _ in self._wired.values()}
-        for ref in list(self._hooks.values()):
-            hook = ref()
-            limiter = hook.limiter if hook is not None else None
-            if limiter is not None:
-                limiters.setdefault(id(limiter), limiter)
-        for limiter in limiters.values():
-            held = self._hooks.get(id(limiter))
-            hook = held() if held is not None else None
-            try:
-                if isinstance(limiter, AbstractRateLimiter):
-                    if hook is not None and _in_place(limiter, hook):
-                        if hook.listener:
-                            limiter.remove_wake_listener(hook)
-                            continue
-                    elif any(wake.monitor not in (None, self) for wake in _wakes_on(limiter)):
-                        continue  # the wake there now is another monitor's: it stays in place
-                limiter.on_capacity_change(None)
-            except Exception:  # noqa: BLE001 - stopping goes on whatever one account does
-                log.exception("Clearing the wake of %r failed", limiter)
-        self._wired.clear()
-        self._hooks.clear()
+        unwire(self)
         try:
             now: float | None = self._clock()
         except RuntimeError:
@@ -1041,9 +568,9 @@ class Admission:
         self._line.clear()
         for w in waiters:
             w.in_line = False
-            self._reject_held(w, reason, now)
+            reject_held(self, w, reason, now)
             w.failure = failure()
-            self._unuse(w)
+            unuse(self, w)
             w.unpark()
         self._off_memory.clear()
         self._candidates.clear()
@@ -1057,543 +584,3 @@ class Admission:
         for account in self._accounts.values():
             account.groups.clear()
         self._memory_account.groups.clear()
-
-    # -- a pass -----------------------------------------------------------------------------------
-    def _evaluate(self) -> None:
-        now = self._clock()  # one `now` for every attempt of the pass (ADM-21)
-        deadlines = self._deadlines
-        while deadlines and deadlines[0][0] <= now:
-            instant, _, target = heapq.heappop(deadlines)
-            if isinstance(target, _Group):
-                if target.deadline == instant:
-                    target.deadline = None
-                self._mark_group(target)
-            else:
-                if self._head_deadline == (target, instant):
-                    self._head_deadline = None
-                if self._line and next(iter(self._line)) == target:
-                    self._push(target, None)
-        if self._woken:
-            woken, self._woken = self._woken, set()
-            for limiter_id in woken:
-                wired = self._wired.get(limiter_id)
-                if wired is not None:
-                    for account in wired[1]:
-                        self._mark_account(account)
-        line = self._line
-        candidates = self._candidates
-        while True:
-            while candidates:
-                seq = heapq.heappop(candidates)
-                vias = self._vias.pop(seq)
-                w = line.get(seq)
-                if w is None:
-                    for via in vias:
-                        if via is not None:
-                            self._continue(via, seq)
-                    continue
-                self._visit(w, vias, now)
-            if self._recheck_head and line and not self._head_memory_short:
-                # A follower found memory closed after a grant earlier in the pass: the head,
-                # asked again, is short on memory too, and then so is everyone behind it.
-                self._recheck_head = False
-                self._push(next(iter(line)), None)
-                continue
-            self._recheck_head = False
-            return
-
-    def _visit(self, w: _Waiter, vias: list[_Group | None], now: float) -> None:
-        head = self._line[next(iter(self._line))]
-        is_head = head is w
-        if w.context is not None and w.context.is_cancelled:
-            # ADM-18: a cancelled waiter leaves; a cancelled head stops reserving.
-            self._reject(w, "cancelled", CancellationRequested(_CANCELLED_WHILE_PARKED), now)
-        else:
-            self._attempt(w, None if is_head else head, now)
-        for via in vias:
-            if via is None:
-                continue
-            if w.in_line and not is_head:
-                # Still held: everyone behind it in the group has its demand and would be held
-                # the same way, so the chain stops here until what holds it changes.
-                if w.on_memory:
-                    if via.account is not self._memory_account:
-                        self._suspended.add(via)  # goes on when memory is marked
-                elif via not in w.groups:
-                    w.chained.append(via)  # held elsewhere: goes on when it leaves the line
-                continue
-            self._continue(via, w.seq)
-
-    # -- one attempt ------------------------------------------------------------------------------
-    def _attempt(self, w: _Waiter, head: _Waiter | None, now: float) -> int:
-        """Steps 1-5 of one grant attempt (ADM-26..33); ``head`` is None when ``w`` is the head.
-
-        Returns GRANTED, REFUSED or HELD, having done what each means: events, the waiter
-        completed or failed and out of the line, or its blockers and deadlines recorded.
-        """
-        if not w.entries:
-            # An empty demand never meets memory and holds nothing (ADM-26).
-            self._grant(w, now)
-            return _GRANTED
-        memory = self._memory
-        memory_account = self._memory_account
-        # Step 1 (ADM-27): behind a head short on memory, a resourceful waiter is held on memory.
-        if head is not None and self._head_memory_short:
-            self._mark_held(w, memory_account, None, now)
-            self._hold(w, head, (), on_memory=True, memory_deadline=None, now=now)
-            return _HELD
-        # Step 2 (ADM-28): memory before any entry.
-        try:
-            memory_fits: object = memory.fits(_NOTHING, _NOTHING)
-            if memory_fits is not True and memory_fits is not False:
-                memory_fits = answer("fits", memory_fits)  # not a bool: raises
-        except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
-            return self._refuse(w, memory_account, exc, now)
-        if not memory_fits:
-            return self._short_on_memory(w, head, now)
-        entries = w.entries
-        accounts = w.accounts
-        reserve = head.reserve if head is not None else None
-        # Step 3 (ADM-29, ADM-30): every entry, even after a short one.
-        shorts: list[tuple[int, float | None]] = []
-        for index, entry in enumerate(entries):
-            account = accounts[index]
-            reserved = reserve.get(account, _NOTHING) if reserve is not None else _NOTHING
-            try:
-                fits: object = entry.limiter.fits(entry.amounts, reserved)
-                if fits is True:
-                    continue
-                if fits is not False:
-                    fits = answer("fits", fits)  # not a bool: raises
-                self._mark_held(w, account, entry, now)
-                instant = answer(
-                    "earliest_fit", entry.limiter.earliest_fit(entry.amounts, reserved)
-                )
-            except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
-                return self._refuse(w, account, exc, now)
-            shorts.append((index, instant))
-        if shorts:
-            self._hold(w, head, shorts, on_memory=False, memory_deadline=None, now=now)
-            return _HELD
-        # Step 4 (ADM-31): take every entry; a refused take undoes the ones before it.
-        taken = 0
-        for index, entry in enumerate(entries):
-            account = accounts[index]
-            reserved = reserve.get(account, _NOTHING) if reserve is not None else _NOTHING
-            try:
-                took: object = entry.limiter.try_take(entry.amounts, reserved)
-                if took is not True and took is not False:
-                    # Not a bool (raises): whether it debited is unknown, so only the entries
-                    # before it go back.
-                    took = answer("try_take", took)
-            except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
-                self._give_back(w, taken)
-                return self._refuse(w, account, exc, now)
-            if not took:
-                self._give_back(w, taken)
-                try:
-                    self._mark_held(w, account, entry, now)
-                    instant = answer(
-                        "earliest_fit", entry.limiter.earliest_fit(entry.amounts, reserved)
-                    )
-                except Exception as exc:  # noqa: BLE001 - as above
-                    return self._refuse(w, account, exc, now)
-                self._hold(
-                    w, head, [(index, instant)], on_memory=False, memory_deadline=None, now=now
-                )
-                return _HELD
-            taken += 1
-        # Step 5 (ADM-32): memory after every entry.
-        try:
-            memory_took: object = memory.try_take(_NOTHING, _NOTHING)
-            if memory_took is not True and memory_took is not False:
-                memory_took = answer("try_take", memory_took)  # not a bool: raises
-        except Exception as exc:  # noqa: BLE001 - as above
-            self._give_back(w, taken)
-            return self._refuse(w, memory_account, exc, now)
-        if not memory_took:
-            self._give_back(w, taken)
-            return self._short_on_memory(w, head, now)
-        self._grant(w, now)
-        return _GRANTED
-
-    def _short_on_memory(self, w: _Waiter, head: _Waiter | None, now: float) -> int:
-        memory_account = self._memory_account
-        try:
-            self._mark_held(w, memory_account, None, now)
-            instant = answer("earliest_fit", self._memory.earliest_fit(_NOTHING, _NOTHING))
-        except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
-            return self._refuse(w, memory_account, exc, now)
-        if head is not None and not self._head_memory_short:
-            self._recheck_head = True
-        self._hold(w, head, (), on_memory=True, memory_deadline=instant, now=now)
-        return _HELD
-
-    def _give_back(self, w: _Waiter, taken: int) -> None:
-        """Undo this attempt's takes. A give that raises here is a defect (ADM-44)."""
-        for index in range(taken - 1, -1, -1):
-            entry = w.entries[index]
-            entry.limiter.give(entry.amounts)
-
-    # -- outcomes ---------------------------------------------------------------------------------
-    def _hold(
-        self,
-        w: _Waiter,
-        head: _Waiter | None,
-        shorts: Sequence[tuple[int, float | None]],
-        *,
-        on_memory: bool,
-        memory_deadline: float | None,
-        now: float,
-    ) -> None:
-        """Record why ``w`` waits, so that exactly the events that can help ask it again."""
-        w.on_memory = on_memory
-        if not w.in_line:
-            return  # the fast path: enqueueing makes it a candidate of the next pass
-        if head is None:
-            self._leave_groups(w)
-            self._hold_head(
-                w, shorts, on_memory=on_memory, memory_deadline=memory_deadline, now=now
-            )
-            return
-        if on_memory:
-            self._regroup(w, [self._memory_account])
-            self._schedule(w.groups[0], memory_deadline)
-            return
-        accounts = w.accounts
-        self._regroup(w, [accounts[index] for index, _ in shorts])
-        for group, (_, instant) in zip(w.groups, shorts, strict=True):
-            self._schedule(group, instant)
-
-    def _regroup(self, w: _Waiter, accounts: list[_Account]) -> None:
-        """Put ``w`` in its group on each of ``accounts``, in order. Held again where it was
-        held before (the common case in a long line), it keeps its places: its entries stay
-        valid and no heap moves (a group with a member is never dropped)."""
-        groups = w.groups
-        if len(groups) == len(accounts) and all(
-            group.account is account for group, account in zip(groups, accounts, strict=True)
-        ):
-            return
-        self._leave_groups(w)  # may drop a group it was the last member of: look up afresh
-        for account in accounts:
-            self._join(account.group(w.signature), w)
-
-    def _hold_head(
-        self,
-        w: _Waiter,
-        shorts: Sequence[tuple[int, float | None]],
-        *,
-        on_memory: bool,
-        memory_deadline: float | None,
-        now: float,
-    ) -> None:
-        was_memory_short = self._head_memory_short
-        self._head_memory_short = on_memory
-        deadline: float | None
-        if on_memory:
-            self._head_blockers = {self._memory_account}
-            deadline = memory_deadline
-        else:
-            self._head_blockers = {w.accounts[index] for index, _ in shorts}
-            # The latest short instant; None when any short account needs an event (ADM-30).
-            instants = [instant for _, instant in shorts]
-            deadline = None
-            if instants and all(instant is not None for instant in instants):
-                deadline = max(instant for instant in instants if instant is not None)
-        registered = self._head_deadline
-        if deadline is not None and (
-            registered is None or registered[0] != w.seq or deadline < registered[1]
-        ):
-            # An earlier look already scheduled for this head suffices: it asks again and
-            # schedules afresh, so re-asks on events do not pile up entries.
-            self._head_deadline = (w.seq, deadline)
-            self._push_deadline(deadline, w.seq)
-        if on_memory and not was_memory_short:
-            # MEM-36: every resourceful waiter behind a head short on memory is held on memory.
-            for follower in list(self._off_memory.values()):
-                if follower is not w:
-                    self._mark_held(follower, self._memory_account, None, now)
-        elif was_memory_short and not on_memory:
-            self._mark_account(self._memory_account)
-
-    def _grant(self, w: _Waiter, now: float) -> None:
-        waits: dict[str, int] = {}
-        for key, since in w.held.values():
-            name = name_of(key)
-            waits[name] = waits.get(name, 0) + whole_ms(now - since)
-        # An empty grant never reports anything, so it needs no snapshot (DG-10).
-        snapshot = w.snapshot if w.entries and self._emit_fn is not None else None
-        # The waiter's claim on its accounts passes to the grant, until it settles.
-        grant = Grant(
-            w.entries,
-            snapshot,
-            max(0.0, now - w.arrival),
-            waits,
-            owner=self,
-            tracked=w.accounts,
-        )
-        counts = self._held_counts
-        for index, entry in enumerate(w.entries):
-            key_id = w.accounts[index].key_id
-            held = w.held.pop(key_id, None)
-            if held is None:
-                self._emit(
-                    entry.key,
-                    w,
-                    counts.get(key_id, 0),
-                    LimiterEventType.GRANTED_IMMEDIATE,
-                    0.0,
-                    None,
-                    entry,
-                )
-            else:
-                counts[key_id] -= 1
-                self._emit(
-                    entry.key,
-                    w,
-                    counts[key_id],
-                    LimiterEventType.GRANTED_FROM_HOLD,
-                    max(0.0, now - held[1]),
-                    None,
-                    entry,
-                )
-        for key_id, (key, since) in w.held.items():
-            # Memory (EVT-05), and anything else the waiter was held on.
-            counts[key_id] -= 1
-            self._emit(
-                key,
-                w,
-                counts[key_id],
-                LimiterEventType.GRANTED_FROM_HOLD,
-                max(0.0, now - since),
-                None,
-                1,
-            )
-        w.held.clear()
-        w.grant = grant
-        self._leave_line(w)
-        w.accounts = ()
-        w.unpark()
-
-    def _refuse(self, w: _Waiter, account: _Account, exc: Exception, now: float) -> int:
-        """An account refused (ADM-41, ADM-42): fail this waiter only."""
-        failure: BaseException
-        if isinstance(exc, LLMReadableError):
-            reason, failure = "circuit_blocked", exc
-        else:
-            name = name_of(account.key)
-            log.error("%s failed during admission", name, exc_info=exc)
-            reason = "aborted"
-            failure = UncorrectableError(f"{name} failed during admission: {exc}", cause=exc)
-        self._reject(w, reason, failure, now, refusing=account)
-        return _REFUSED
-
-    def _reject(
-        self,
-        w: _Waiter,
-        reason: str,
-        failure: BaseException,
-        now: float | None,
-        *,
-        refusing: _Account | None = None,
-    ) -> None:
-        was_held = refusing is not None and refusing.key_id in w.held
-        self._reject_held(w, reason, now)
-        if refusing is not None and not was_held:
-            # EVT-07: the refusing account had not held the job; it reports the refusal too.
-            self._emit(
-                refusing.key,
-                w,
-                self._held_counts.get(refusing.key_id, 0),
-                LimiterEventType.REJECTED,
-                0.0,
-                reason,
-                1,
-            )
-        w.failure = failure
-        self._leave_line(w)
-        self._unuse(w)
-        w.unpark()
-
-    def _reject_held(self, w: _Waiter, reason: str, now: float | None) -> None:
-        counts = self._held_counts
-        for key_id, (key, since) in w.held.items():
-            counts[key_id] -= 1
-            wait = 0.0 if now is None else max(0.0, now - since)
-            self._emit(key, w, counts[key_id], LimiterEventType.REJECTED, wait, reason, 1)
-        w.held.clear()
-
-    def _mark_held(
-        self, w: _Waiter, account: _Account, entry: DemandEntry | None, now: float
-    ) -> None:
-        """HELD at most once per waiter per account (EVT-04), with the post-increment count."""
-        key_id = account.key_id
-        if key_id in w.held:
-            return
-        w.held[key_id] = (account.key, now)
-        count = self._held_counts[key_id] = self._held_counts.get(key_id, 0) + 1
-        if account is self._memory_account:
-            self._off_memory.pop(w.seq, None)
-        # The entry's amount; memory's HELD counts 1 (EVT-04).
-        self._emit(account.key, w, count, LimiterEventType.HELD, 0.0, None, entry or 1)
-
-    # -- the line and the index -------------------------------------------------------------------
-    def _leave_line(self, w: _Waiter) -> None:
-        if not w.in_line:
-            return
-        self._departures += 1
-        was_head = next(iter(self._line)) == w.seq
-        del self._line[w.seq]
-        w.in_line = False
-        self._off_memory.pop(w.seq, None)
-        self._leave_groups(w)
-        if w.chained:
-            chained, w.chained = w.chained, []
-            for group in chained:
-                self._continue(group, w.seq)
-            if not self._in_pass:
-                self._wake()
-        if was_head:
-            self._head_left(w)
-
-    def _head_left(self, old: _Waiter) -> None:
-        """The head left (granted, refused, cancelled): its reservation is gone (ADM-23)."""
-        was_memory_short = self._head_memory_short
-        self._head_blockers = set()
-        self._head_memory_short = False
-        if self._line:
-            new_head = self._line[next(iter(self._line))]
-            self._leave_groups(new_head)  # the head is asked with no reservation, never grouped
-            self._push(new_head.seq, None)
-        granted = old.grant is not None
-        for account in old.accounts:
-            if granted and _takes_what_it_set_aside(account.limiter):
-                # The head took exactly what it had set aside there: no follower fits on this
-                # account now that did not fit before, so none is asked again for it.
-                continue
-            self._mark_account(account)
-        if old.entries or was_memory_short:
-            self._mark_account(self._memory_account)
-        if not self._in_pass:
-            self._wake()
-
-    def _leave_groups(self, w: _Waiter) -> None:
-        w.stamp += 1
-        for group in w.groups:
-            group.live -= 1
-            if group.live <= 0:
-                group.live = 0
-                group.heap.clear()
-                groups = group.account.groups
-                if groups.get(group.signature) is group:
-                    del groups[group.signature]
-                self._suspended.discard(group)
-        w.groups.clear()
-
-    def _join(self, group: _Group, w: _Waiter) -> None:
-        heap = group.heap
-        heapq.heappush(heap, (w.seq, w.stamp))
-        group.live += 1
-        w.groups.append(group)
-        if len(heap) > 2 * group.live + 32:
-            # Drop the entries of waiters that left or were asked again since they joined.
-            line = self._line
-            heap[:] = [
-                (seq, stamp)
-                for seq, stamp in heap
-                if (member := line.get(seq)) is not None and member.stamp == stamp
-            ]
-            heapq.heapify(heap)
-
-    def _schedule(self, group: _Group, instant: float | None) -> None:
-        """Look at ``group`` again at ``instant``; an earlier look already scheduled suffices."""
-        if instant is None:
-            return
-        if group.deadline is None or instant < group.deadline:
-            group.deadline = instant
-            self._push_deadline(instant, group)
-
-    def _push_deadline(self, instant: float, target: _Group | int) -> None:
-        deadlines = self._deadlines
-        heapq.heappush(deadlines, (instant, next(self._deadline_order), target))
-        if len(deadlines) > self._deadline_limit:
-            # Entries whose look is no longer owed (a superseded instant, a group that
-            # emptied, a head that left) would stay until their instant: drop them now.
-            deadlines[:] = [entry for entry in deadlines if self._deadline_owed(*entry)]
-            heapq.heapify(deadlines)
-            self._deadline_limit = max(_DEADLINE_SLACK, 2 * len(deadlines))
-
-    def _deadline_owed(self, instant: float, order: int, target: _Group | int) -> bool:
-        if isinstance(target, _Group):
-            return (
-                target.deadline == instant and target.account.groups.get(target.signature) is target
-            )
-        return self._head_deadline == (target, instant)
-
-    def _push(self, seq: int, via: _Group | None) -> None:
-        vias = self._vias.get(seq)
-        if vias is None:
-            self._vias[seq] = [via]
-            heapq.heappush(self._candidates, seq)
-        else:
-            vias.append(via)
-
-    def _mark_group(self, group: _Group) -> None:
-        first = group.first(self._line)
-        if first is not None:
-            self._push(first.seq, group)
-
-    def _continue(self, group: _Group, after: int) -> None:
-        first = group.first(self._line)
-        if first is not None and first.seq > after:
-            self._push(first.seq, group)
-
-    def _mark_account(self, account: _Account) -> None:
-        """``account`` may have more to give: ask the head if it waits on it, and the first
-        follower of each of its groups."""
-        for group in list(account.groups.values()):
-            self._mark_group(group)
-        if account in self._head_blockers and self._line:
-            self._push(next(iter(self._line)), None)
-        if account is self._memory_account and self._suspended:
-            suspended, self._suspended = self._suspended, set()
-            for group in suspended:
-                self._mark_group(group)
-
-    # -- events -----------------------------------------------------------------------------------
-    def _emit(
-        self,
-        account: LimiterIdentity,
-        owner: _Waiter | JobSnapshot | None,
-        waiters: int,
-        type: LimiterEventType,
-        wait: float,
-        reject_reason: str | None,
-        amount: DemandEntry | int,
-    ) -> None:
-        """Report one transition. The snapshot and the units are only worked out when there is
-        an emitter to hear them: with none, an event costs nothing."""
-        emit = self._emit_fn
-        if emit is None:
-            return
-        try:
-            snapshot = owner.snapshot if isinstance(owner, _Waiter) else owner
-            units = amount.units if isinstance(amount, DemandEntry) else amount
-            emit(account, snapshot, waiters, type, wait, reject_reason, units)
-        except Exception as exc:  # noqa: BLE001 - emission is best effort (EVT-14)
-            # Dropped, never silently: the first failure per account is a warning that names
-            # the account and the error, the later ones are logged at debug.
-            if account in self._unreported:
-                log.debug("Dropped a %s limiter event", type.name, exc_info=True)
-                return
-            self._unreported.add(account)
-            log.warning(
-                "Dropped a %s limiter event for %s: %s: %s (later ones for this account are "
-                "logged at debug)",
-                type.name,
-                name_of(account),
-                exc.__class__.__name__,
-                # attrs' validators raise with (message, attribute, ...): the message is enough.
-                exc.args[0] if len(exc.args) > 1 and isinstance(exc.args[0], str) else exc,
-                exc_info=log.isEnabledFor(logging.DEBUG),
-            )

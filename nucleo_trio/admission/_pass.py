@@ -1,0 +1,491 @@
+"""The pass: the walk over the candidates in arrival order, one grant attempt for each, and
+what each outcome does (a grant, a hold, a refusal) and reports.
+
+A pass reads the clock once and never awaits, so it is one critical section. It takes its
+candidates from the index (``_line``): the head, new arrivals, and the first follower of
+each group of an account that may have more to give. Every answer an account gives is checked
+as it arrives (``_answers.answer``); a wrong answer or a raise refuses that waiter alone.
+The functions take the monitor (``m``) and work on its state.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .._clock import whole_ms
+from ..errors import CancellationRequested, LLMReadableError, UncorrectableError
+from ._accounts import unuse
+from ._answers import answer
+from ._line import (
+    NOTHING,
+    Account,
+    Group,
+    Waiter,
+    continue_chain,
+    join,
+    leave_groups,
+    leave_line,
+    mark_account,
+    mark_group,
+    push,
+    push_deadline,
+    schedule,
+)
+from .demand import DemandEntry, Grant
+from .limiter import LimiterEventType, LimiterIdentity, name_of
+
+if TYPE_CHECKING:
+    from ..jobs.snapshot import JobSnapshot
+    from .monitor import Admission
+
+log = logging.getLogger("nucleo_trio.admission")
+
+GRANTED, REFUSED, HELD = 0, 1, 2
+"""What one attempt came to."""
+
+CANCELLED_WHILE_PARKED = "Job cancelled while waiting for admission"
+
+
+# --------------------------------------------------------------------------------------------
+# The walk and one attempt
+# --------------------------------------------------------------------------------------------
+
+
+def evaluate(m: Admission) -> None:
+    """One pass (ADM-19..25): the looks that fell due and the limiters that woke mark their
+    candidates, then every candidate is asked in arrival order until none is left."""
+    now = m._clock()  # one `now` for every attempt of the pass (ADM-21)
+    deadlines = m._deadlines
+    while deadlines and deadlines[0][0] <= now:
+        instant, _, target = heapq.heappop(deadlines)
+        if isinstance(target, Group):
+            if target.deadline == instant:
+                target.deadline = None
+            mark_group(m, target)
+        else:
+            if m._head_deadline == (target, instant):
+                m._head_deadline = None
+            if m._line and next(iter(m._line)) == target:
+                push(m, target, None)
+    if m._woken:
+        woken, m._woken = m._woken, set()
+        for limiter_id in woken:
+            wired = m._wired.get(limiter_id)
+            if wired is not None:
+                for account in wired[1]:
+                    mark_account(m, account)
+    line = m._line
+    candidates = m._candidates
+    while True:
+        while candidates:
+            seq = heapq.heappop(candidates)
+            vias = m._vias.pop(seq)
+            w = line.get(seq)
+            if w is None:
+                for via in vias:
+                    if via is not None:
+                        continue_chain(m, via, seq)
+                continue
+            _visit(m, w, vias, now)
+        if m._recheck_head and line and not m._head_memory_short:
+            # A follower found memory closed after a grant earlier in the pass: the head,
+            # asked again, is short on memory too, and then so is everyone behind it.
+            m._recheck_head = False
+            push(m, next(iter(line)), None)
+            continue
+        m._recheck_head = False
+        return
+
+
+def _visit(m: Admission, w: Waiter, vias: list[Group | None], now: float) -> None:
+    head = m._line[next(iter(m._line))]
+    is_head = head is w
+    if w.context is not None and w.context.is_cancelled:
+        # ADM-18: a cancelled waiter leaves; a cancelled head stops reserving.
+        reject(m, w, "cancelled", CancellationRequested(CANCELLED_WHILE_PARKED), now)
+    else:
+        attempt(m, w, None if is_head else head, now)
+    for via in vias:
+        if via is None:
+            continue
+        if w.in_line and not is_head:
+            # Still held: everyone behind it in the group has its demand and would be held
+            # the same way, so the chain stops here until what holds it changes.
+            if w.on_memory:
+                if via.account is not m._memory_account:
+                    m._suspended.add(via)  # goes on when memory is marked
+            elif via not in w.groups:
+                w.chained.append(via)  # held elsewhere: goes on when it leaves the line
+            continue
+        continue_chain(m, via, w.seq)
+
+
+def attempt(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:
+    """Steps 1-5 of one grant attempt (ADM-26..33); ``head`` is None when ``w`` is the head.
+
+    Returns GRANTED, REFUSED or HELD, having done what each means: events, the waiter
+    completed or failed and out of the line, or its blockers and deadlines recorded.
+    """
+    if not w.entries:
+        # An empty demand never meets memory and holds nothing (ADM-26).
+        _grant(m, w, now)
+        return GRANTED
+    memory = m._memory
+    memory_account = m._memory_account
+    # Step 1 (ADM-27): behind a head short on memory, a resourceful waiter is held on memory.
+    if head is not None and m._head_memory_short:
+        _mark_held(m, w, memory_account, None, now)
+        _hold(m, w, head, (), on_memory=True, memory_deadline=None, now=now)
+        return HELD
+    # Step 2 (ADM-28): memory before any entry.
+    try:
+        memory_fits: object = memory.fits(NOTHING, NOTHING)
+        if memory_fits is not True and memory_fits is not False:
+            memory_fits = answer("fits", memory_fits)  # not a bool: raises
+    except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
+        return _refuse(m, w, memory_account, exc, now)
+    if not memory_fits:
+        return _short_on_memory(m, w, head, now)
+    entries = w.entries
+    accounts = w.accounts
+    reserve = head.reserve if head is not None else None
+    # Step 3 (ADM-29, ADM-30): every entry, even after a short one.
+    shorts: list[tuple[int, float | None]] = []
+    for index, entry in enumerate(entries):
+        account = accounts[index]
+        reserved = reserve.get(account, NOTHING) if reserve is not None else NOTHING
+        try:
+            fits: object = entry.limiter.fits(entry.amounts, reserved)
+            if fits is True:
+                continue
+            if fits is not False:
+                fits = answer("fits", fits)  # not a bool: raises
+            _mark_held(m, w, account, entry, now)
+            instant = answer("earliest_fit", entry.limiter.earliest_fit(entry.amounts, reserved))
+        except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
+            return _refuse(m, w, account, exc, now)
+        shorts.append((index, instant))
+    if shorts:
+        _hold(m, w, head, shorts, on_memory=False, memory_deadline=None, now=now)
+        return HELD
+    # Step 4 (ADM-31): take every entry; a refused take undoes the ones before it.
+    taken = 0
+    for index, entry in enumerate(entries):
+        account = accounts[index]
+        reserved = reserve.get(account, NOTHING) if reserve is not None else NOTHING
+        try:
+            took: object = entry.limiter.try_take(entry.amounts, reserved)
+            if took is not True and took is not False:
+                # Not a bool (raises): whether it debited is unknown, so only the entries
+                # before it go back.
+                took = answer("try_take", took)
+        except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
+            _give_back(m, w, taken)
+            return _refuse(m, w, account, exc, now)
+        if not took:
+            _give_back(m, w, taken)
+            try:
+                _mark_held(m, w, account, entry, now)
+                instant = answer(
+                    "earliest_fit", entry.limiter.earliest_fit(entry.amounts, reserved)
+                )
+            except Exception as exc:  # noqa: BLE001 - as above
+                return _refuse(m, w, account, exc, now)
+            _hold(m, w, head, [(index, instant)], on_memory=False, memory_deadline=None, now=now)
+            return HELD
+        taken += 1
+    # Step 5 (ADM-32): memory after every entry.
+    try:
+        memory_took: object = memory.try_take(NOTHING, NOTHING)
+        if memory_took is not True and memory_took is not False:
+            memory_took = answer("try_take", memory_took)  # not a bool: raises
+    except Exception as exc:  # noqa: BLE001 - as above
+        _give_back(m, w, taken)
+        return _refuse(m, w, memory_account, exc, now)
+    if not memory_took:
+        _give_back(m, w, taken)
+        return _short_on_memory(m, w, head, now)
+    _grant(m, w, now)
+    return GRANTED
+
+
+def _short_on_memory(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:
+    memory_account = m._memory_account
+    try:
+        _mark_held(m, w, memory_account, None, now)
+        instant = answer("earliest_fit", m._memory.earliest_fit(NOTHING, NOTHING))
+    except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
+        return _refuse(m, w, memory_account, exc, now)
+    if head is not None and not m._head_memory_short:
+        m._recheck_head = True
+    _hold(m, w, head, (), on_memory=True, memory_deadline=instant, now=now)
+    return HELD
+
+
+def _give_back(m: Admission, w: Waiter, taken: int) -> None:
+    """Undo this attempt's takes. A give that raises here is a defect (ADM-44)."""
+    for index in range(taken - 1, -1, -1):
+        entry = w.entries[index]
+        entry.limiter.give(entry.amounts)
+
+
+# --------------------------------------------------------------------------------------------
+# Outcomes
+# --------------------------------------------------------------------------------------------
+
+
+def _hold(
+    m: Admission,
+    w: Waiter,
+    head: Waiter | None,
+    shorts: Sequence[tuple[int, float | None]],
+    *,
+    on_memory: bool,
+    memory_deadline: float | None,
+    now: float,
+) -> None:
+    """Record why ``w`` waits, so that exactly the events that can help ask it again."""
+    w.on_memory = on_memory
+    if not w.in_line:
+        return  # the fast path: enqueueing makes it a candidate of the next pass
+    if head is None:
+        leave_groups(m, w)
+        _hold_head(m, w, shorts, on_memory=on_memory, memory_deadline=memory_deadline, now=now)
+        return
+    if on_memory:
+        _regroup(m, w, [m._memory_account])
+        schedule(m, w.groups[0], memory_deadline)
+        return
+    accounts = w.accounts
+    _regroup(m, w, [accounts[index] for index, _ in shorts])
+    for group, (_, instant) in zip(w.groups, shorts, strict=True):
+        schedule(m, group, instant)
+
+
+def _regroup(m: Admission, w: Waiter, accounts: list[Account]) -> None:
+    """Put ``w`` in its group on each of ``accounts``, in order. Held again where it was
+    held before (the common case in a long line), it keeps its places: its entries stay
+    valid and no heap moves (a group with a member is never dropped)."""
+    groups = w.groups
+    if len(groups) == len(accounts) and all(
+        group.account is account for group, account in zip(groups, accounts, strict=True)
+    ):
+        return
+    leave_groups(m, w)  # may drop a group it was the last member of: look up afresh
+    for account in accounts:
+        join(m, account.group(w.signature), w)
+
+
+def _hold_head(
+    m: Admission,
+    w: Waiter,
+    shorts: Sequence[tuple[int, float | None]],
+    *,
+    on_memory: bool,
+    memory_deadline: float | None,
+    now: float,
+) -> None:
+    was_memory_short = m._head_memory_short
+    m._head_memory_short = on_memory
+    deadline: float | None
+    if on_memory:
+        m._head_blockers = {m._memory_account}
+        deadline = memory_deadline
+    else:
+        m._head_blockers = {w.accounts[index] for index, _ in shorts}
+        # The latest short instant; None when any short account needs an event (ADM-30).
+        instants = [instant for _, instant in shorts]
+        deadline = None
+        if instants and all(instant is not None for instant in instants):
+            deadline = max(instant for instant in instants if instant is not None)
+    registered = m._head_deadline
+    if deadline is not None and (
+        registered is None or registered[0] != w.seq or deadline < registered[1]
+    ):
+        # An earlier look already scheduled for this head suffices: it asks again and
+        # schedules afresh, so re-asks on events do not pile up entries.
+        m._head_deadline = (w.seq, deadline)
+        push_deadline(m, deadline, w.seq)
+    if on_memory and not was_memory_short:
+        # MEM-36: every resourceful waiter behind a head short on memory is held on memory.
+        for follower in list(m._off_memory.values()):
+            if follower is not w:
+                _mark_held(m, follower, m._memory_account, None, now)
+    elif was_memory_short and not on_memory:
+        mark_account(m, m._memory_account)
+
+
+def _grant(m: Admission, w: Waiter, now: float) -> None:
+    waits: dict[str, int] = {}
+    for key, since in w.held.values():
+        name = name_of(key)
+        waits[name] = waits.get(name, 0) + whole_ms(now - since)
+    # An empty grant never reports anything, so it needs no snapshot (DG-10).
+    snapshot = w.snapshot if w.entries and m._emit_fn is not None else None
+    # The waiter's claim on its accounts passes to the grant, until it settles.
+    grant = Grant(
+        w.entries,
+        snapshot,
+        max(0.0, now - w.arrival),
+        waits,
+        owner=m,
+        tracked=w.accounts,
+    )
+    counts = m._held_counts
+    for index, entry in enumerate(w.entries):
+        key_id = w.accounts[index].key_id
+        held = w.held.pop(key_id, None)
+        if held is None:
+            emit(
+                m,
+                entry.key,
+                w,
+                counts.get(key_id, 0),
+                LimiterEventType.GRANTED_IMMEDIATE,
+                0.0,
+                None,
+                entry,
+            )
+        else:
+            counts[key_id] -= 1
+            emit(
+                m,
+                entry.key,
+                w,
+                counts[key_id],
+                LimiterEventType.GRANTED_FROM_HOLD,
+                max(0.0, now - held[1]),
+                None,
+                entry,
+            )
+    for key_id, (key, since) in w.held.items():
+        # Memory (EVT-05), and anything else the waiter was held on.
+        counts[key_id] -= 1
+        emit(
+            m,
+            key,
+            w,
+            counts[key_id],
+            LimiterEventType.GRANTED_FROM_HOLD,
+            max(0.0, now - since),
+            None,
+            1,
+        )
+    w.held.clear()
+    w.grant = grant
+    leave_line(m, w)
+    w.accounts = ()
+    w.unpark()
+
+
+def _refuse(m: Admission, w: Waiter, account: Account, exc: Exception, now: float) -> int:
+    """An account refused (ADM-41, ADM-42): fail this waiter only."""
+    failure: BaseException
+    if isinstance(exc, LLMReadableError):
+        reason, failure = "circuit_blocked", exc
+    else:
+        name = name_of(account.key)
+        log.error("%s failed during admission", name, exc_info=exc)
+        reason = "aborted"
+        failure = UncorrectableError(f"{name} failed during admission: {exc}", cause=exc)
+    reject(m, w, reason, failure, now, refusing=account)
+    return REFUSED
+
+
+def reject(
+    m: Admission,
+    w: Waiter,
+    reason: str,
+    failure: BaseException,
+    now: float | None,
+    *,
+    refusing: Account | None = None,
+) -> None:
+    was_held = refusing is not None and refusing.key_id in w.held
+    reject_held(m, w, reason, now)
+    if refusing is not None and not was_held:
+        # EVT-07: the refusing account had not held the job; it reports the refusal too.
+        emit(
+            m,
+            refusing.key,
+            w,
+            m._held_counts.get(refusing.key_id, 0),
+            LimiterEventType.REJECTED,
+            0.0,
+            reason,
+            1,
+        )
+    w.failure = failure
+    leave_line(m, w)
+    unuse(m, w)
+    w.unpark()
+
+
+def reject_held(m: Admission, w: Waiter, reason: str, now: float | None) -> None:
+    counts = m._held_counts
+    for key_id, (key, since) in w.held.items():
+        counts[key_id] -= 1
+        wait = 0.0 if now is None else max(0.0, now - since)
+        emit(m, key, w, counts[key_id], LimiterEventType.REJECTED, wait, reason, 1)
+    w.held.clear()
+
+
+def _mark_held(
+    m: Admission, w: Waiter, account: Account, entry: DemandEntry | None, now: float
+) -> None:
+    """HELD at most once per waiter per account (EVT-04), with the post-increment count."""
+    key_id = account.key_id
+    if key_id in w.held:
+        return
+    w.held[key_id] = (account.key, now)
+    count = m._held_counts[key_id] = m._held_counts.get(key_id, 0) + 1
+    if account is m._memory_account:
+        m._off_memory.pop(w.seq, None)
+    # The entry's amount; memory's HELD counts 1 (EVT-04).
+    emit(m, account.key, w, count, LimiterEventType.HELD, 0.0, None, entry or 1)
+
+
+# --------------------------------------------------------------------------------------------
+# Events
+# --------------------------------------------------------------------------------------------
+
+
+def emit(
+    m: Admission,
+    account: LimiterIdentity,
+    owner: Waiter | JobSnapshot | None,
+    waiters: int,
+    type: LimiterEventType,
+    wait: float,
+    reject_reason: str | None,
+    amount: DemandEntry | int,
+) -> None:
+    """Report one transition. The snapshot and the units are only worked out when there is
+    an emitter to hear them: with none, an event costs nothing."""
+    emitter = m._emit_fn
+    if emitter is None:
+        return
+    try:
+        snapshot = owner.snapshot if isinstance(owner, Waiter) else owner
+        units = amount.units if isinstance(amount, DemandEntry) else amount
+        emitter(account, snapshot, waiters, type, wait, reject_reason, units)
+    except Exception as exc:  # noqa: BLE001 - emission is best effort (EVT-14)
+        # Dropped, never silently: the first failure per account is a warning that names
+        # the account and the error, the later ones are logged at debug.
+        if account in m._unreported:
+            log.debug("Dropped a %s limiter event", type.name, exc_info=True)
+            return
+        m._unreported.add(account)
+        log.warning(
+            "Dropped a %s limiter event for %s: %s: %s (later ones for this account are "
+            "logged at debug)",
+            type.name,
+            name_of(account),
+            exc.__class__.__name__,
+            # attrs' validators raise with (message, attribute, ...): the message is enough.
+            exc.args[0] if len(exc.args) > 1 and isinstance(exc.args[0], str) else exc,
+            exc_info=log.isEnabledFor(logging.DEBUG),
+        )

@@ -1,0 +1,74 @@
+"""Settling a grant: what a job held goes back to its accounts, once.
+
+A release gives back the RELEASE accounts of a job that ran and counts a completion for the
+memory account; a roll-back gives back every account, TIME ones included, because the work
+never happened. Each account given back is marked, so the next pass asks exactly the waiters
+it may now let in, and another monitor serving the same limiter is told.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._accounts import release_accounts, tell_others
+from ._line import NOTHING, Account, mark_account, request_pass
+from ._pass import emit
+from .demand import Grant
+from .limiter import LimiterEventType, Replenishment
+
+if TYPE_CHECKING:
+    from .monitor import Admission
+
+
+def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
+    """Settle ``grant`` once: its RELEASE accounts, or with ``everything`` all of them, get
+    their amounts back, and a completion goes to memory (ADM-45..47)."""
+    if not isinstance(grant, Grant):
+        raise TypeError(f"Admission: expected a Grant, got {type(grant).__name__}")
+    if grant._owner is not m:
+        raise ValueError("Admission: this grant was issued by another Admission")
+    if not grant._claim():
+        return
+    if grant.is_empty:
+        # Nothing to give back and no completion for memory; the evaluator is still woken
+        # after every settlement (ADM-20), which costs an empty pass at most. With nobody in
+        # the line that pass would find nothing, so it is skipped.
+        if not m.is_stopped and m._line:
+            request_pass(m)
+        return
+    open_ = not m.is_stopped
+    tracked: tuple[Account, ...] = grant._tracked
+    first_error: Exception | None = None
+    for index, entry in enumerate(grant.entries):
+        try:
+            if not everything and entry.limiter.replenishment() is not Replenishment.RELEASE:
+                continue
+            entry.limiter.give(entry.amounts)
+        except Exception as exc:  # noqa: BLE001 - give back the rest, then raise the first
+            first_error = first_error or exc
+            continue
+        tell_others(m, entry.limiter)
+        emit(
+            m,
+            entry.key,
+            grant.snapshot,
+            m._held_counts.get(id(entry.key), 0),
+            LimiterEventType.RELEASED,
+            0.0,
+            None,
+            entry,
+        )
+        if open_ and index < len(tracked):
+            mark_account(m, tracked[index])
+    try:
+        # A completion for the memory gate (ADM-47); memory never reports RELEASED.
+        m._memory.give(NOTHING)
+    except Exception as exc:  # noqa: BLE001 - raised below, after the wake
+        first_error = first_error or exc
+    if open_:
+        mark_account(m, m._memory_account)
+        request_pass(m)
+    # The grant is settled whatever a give did (ADM-45): its accounts lose this user.
+    release_accounts(m, tracked)
+    if first_error is not None:
+        raise first_error
