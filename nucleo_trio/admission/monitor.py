@@ -1,86 +1,17 @@
 """Admission: the one place a job waits, and it waits holding nothing.
 
 A job's needs are one :class:`~nucleo_trio.admission.demand.Demand`. :meth:`Admission.admit`
-grants all of it at once or parks the job in one line; a grant is one critical section that
-takes every account or none (trio runs one task at a time and an attempt never awaits, so that
-needs no lock). Waiting while holding part of a demand (hold-and-wait) is impossible by
-construction: an attempt asks every account ``fits`` first, and only when all fit does it
-``try_take`` each; a take that fails undoes the takes before it inside the same attempt.
+grants all of it at once or parks the job in one line, in arrival order, with the head's amounts
+set aside for it; a grant takes every account or none, in one critical section, and every
+answer an account gives is checked where it arrives.
 
-The rules of the line:
-
-* **Arrival order, head reservation.** The *head* (oldest parked waiter) is asked with no
-  reservation; every later waiter is asked with the head's amounts on the same account set aside
-  (``reserved_ahead``), so a small job never starves the head by taking what it is accumulating.
-  A waiter whose accounts the head does not use passes it at once.
-* **Memory first.** A resourceful demand asks the memory account before any entry and takes it
-  after every entry. While the head is short on memory, every resourceful follower is held on
-  memory without its own accounts being asked: memory's line drains strictly in order.
-* **Deadlines.** A short account says when the clock alone will close the gap
-  (``earliest_fit``); the evaluator sleeps until the earliest such instant or the next event. A
-  deadline in the past means "look again now". Nothing polls.
-* **Events.** HELD at most once per waiter per account, GRANTED_IMMEDIATE or GRANTED_FROM_HOLD at
-  the grant, REJECTED (``cancelled``, ``circuit_blocked``, ``aborted``, ``shutdown``) on every
-  account a refused waiter was held on, RELEASED once per entry given back. Memory reports HELD,
-  GRANTED_FROM_HOLD and REJECTED, never RELEASED and nothing on the fast path.
-
-Walking the whole line on every event would make each grant cost as much as the line is long.
-This monitor gets the same grants at a cost per grant that does not grow with the line, by
-re-asking only the waiters whose answer can have changed. The bookkeeping and its invariant:
-
-* The line is an ordered dict ``seq -> waiter`` (O(1) head and removal).
-* Every account keeps *groups*: for each *demand signature* (the whole demand: every entry's
-  limiter, identity and amounts), a heap (by arrival) of the **followers** with that demand
-  whose last attempt was short on that account. Memory is one more account, grouped the same
-  way. The head is never in a group; ``_head_blockers`` names the accounts it was short on.
-* **Invariant.** For every follower ``w`` in a group ``G`` of account ``A``, asking ``w`` again
-  would give the same answer as its last attempt unless one of these happened since, and each of
-  them schedules a re-ask: ``A`` gained capacity (a give, a release, a roll-back or ``A``'s wake
-  marks ``A``), ``A``'s clock instant was reached (a per-group deadline), or the reservation on
-  ``A`` shrank (the head left: its accounts are marked).
-* **Chains.** Followers in one group have the same demand and the same reservation ahead (the
-  head's), so they ask every account *the same question*. When ``A`` is marked, only the first
-  of each of its groups is asked; the next one becomes a candidate only once the first has left
-  the line (granted, refused, cancelled). If the first is still held, everyone behind it would
-  be held the same way, so the chain stops: held on ``A`` again, nothing more is owed; held on
-  another account, the chain is remembered on the waiter (``chained``) and goes on when it
-  leaves the line; held on memory, the chain is *suspended* and goes on when memory is marked.
-  Grouping by the whole demand is what keeps two accounts that take turns binding (a meter
-  that refills while the slots are taken, slots that free while the meter is empty) from
-  moving the whole line from one group to the other at every event.
-* A pass takes candidates in arrival order from a heap: new arrivals, the new head, the head when
-  one of its blockers is marked, and the first follower of each group of a marked account. So
-  one give on a one-slot gate costs a constant number of account calls, however long the line;
-  the cost grows with the number of *distinct* demands waiting on an account, not with the
-  number of waiters.
-* Work done in bulk is paid once per waiter: when the head finds memory closed, every
-  resourceful follower not yet held on memory is marked held (one HELD each, ever), from a set
-  kept for exactly that.
-
-Account wake-ups that land during a pass (a compensating give that runs the wake) are applied at
-the start of the next pass, which the wake-up requests; a pass therefore never loops on itself.
-
-**Hostile accounts.** Every answer an account gives is checked where the monitor receives it:
-``fits`` and ``try_take`` must answer ``True`` or ``False``, ``earliest_fit`` ``None`` or an
-instant (an int or a float; ``+inf`` means "never from the clock alone" and is read as ``None``;
-NaN, ``-inf``, a bool or anything else is refused). A wrong answer is an account fault, handled
-exactly like a raise: that waiter alone is refused with an
-:class:`~nucleo_trio.errors.UncorrectableError` naming the account and the value, what the
-attempt took is given back, and the evaluator goes on. (What a ``try_take`` that gave no
-answer did to its own account is unknown, so only the entries taken before it are given back.)
-The account's shape is checked when admission first meets it
-(:func:`~nucleo_trio.admission.limiter.account_faults`: ``capacity`` and ``in_use`` numbers and
-not methods, the questions callable, ``replenishment()`` and ``status()`` of the right type); an
-account that fails is refused to the job that names it, with one error naming the account and
-everything wrong, and is asked again the next time it is met. One that passed is not checked
-again while it lives.
-
-**Forgetting.** An account is tracked only while a parked waiter or an unsettled grant uses it:
-when the last one leaves, its bookkeeping goes, so ``accounts()`` and every map stay as large
-as what is in use, however many accounts come and go. The wake installed on a limiter (once per
-limiter) stays installed, but it reaches the monitor only through weak references and
-does nothing while the limiter is not in use; when the limiter is used again the same wake
-serves it, and only a limiter whose wake was replaced or cleared since gets a new one.
+This module is the facade: :class:`Admission`, its evaluator loop, the admit call, settlement
+and stop. Behind it, each a set of functions over the monitor's state: ``_line`` (the waiter and
+account records, and the index that says whom a pass asks next), ``_pass`` (one pass, one grant
+attempt, its outcomes and events), ``_settle`` (release and roll-back), ``_accounts`` (the
+accounts in use and the wakes that reach the monitor) and ``_answers`` (the check of an
+account's answers). How the books keep a grant's cost the same however long the line is, and
+the invariant they hold: docs/internals/admission.md, "How the monitor keeps its books".
 """
 
 from __future__ import annotations
