@@ -41,6 +41,7 @@ import enum
 import inspect
 import logging
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar, overload
@@ -218,8 +219,10 @@ class _LiveSubscription(Subscription):
         "workflow_id",
         "_job_class",
         "_predicate",
-        "_send",
-        "_receive",
+        "_queue",
+        "_capacity",
+        "_closed",
+        "_waiter",
         "_scope",
         "_done",
         "_active",
@@ -244,7 +247,15 @@ class _LiveSubscription(Subscription):
         self.workflow_id = workflow_id
         self._job_class = job_class
         self._predicate = predicate
-        self._send, self._receive = trio.open_memory_channel[JobEvent](capacity)
+        # The queue is a deque and a parked consumer, not a memory channel: an offer is an
+        # append (and, when the consumer waits, one reschedule), which a subscriber of every
+        # event pays several times per job.
+        self._queue: deque[JobEvent] = deque()
+        self._capacity = capacity
+        # Closed: nothing more is queued. Set by an unsubscribe or a stop (what is queued is
+        # still delivered) and when the consumer ends (what is left is dropped).
+        self._closed = False
+        self._waiter: trio.lowlevel.Task | None = None
         # Created now, entered by the consumer later: stop() can set a drain deadline on a
         # consumer task that has not begun to run yet.
         self._scope = trio.CancelScope()
@@ -261,7 +272,7 @@ class _LiveSubscription(Subscription):
 
     @property
     def backlog(self) -> int:
-        return self._receive.statistics().current_buffer_used
+        return len(self._queue)
 
     def unsubscribe(self) -> None:
         self._bus._remove(self)
@@ -300,44 +311,70 @@ class _LiveSubscription(Subscription):
             logger.exception("predicate of %r failed on %s; event rejected", self, _describe(event))
             return False
 
+    @trio.lowlevel.enable_ki_protection
     def offer(self, event: JobEvent) -> None:
-        try:
-            self._send.send_nowait(event)
-        except trio.WouldBlock:
+        if self._closed:
+            # Unsubscribed or stopping, or the consumer is gone (the bus's nursery was
+            # cancelled under it): a publisher must never fail because of an observer.
+            return
+        queue = self._queue
+        if len(queue) >= self._capacity:
             logger.error(
                 "queue of %r is full (%d events); %s dropped",
                 self,
                 self._bus.queue_capacity,
                 _describe(event),
             )
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            # The consumer is gone (the bus's nursery was cancelled under it): nobody is left
-            # to deliver to, and a publisher must never fail because of an observer.
-            pass
+            return
+        queue.append(event)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            trio.lowlevel.reschedule(waiter)
 
+    @trio.lowlevel.enable_ki_protection
     def close_queue(self) -> None:
-        # The consumer delivers what is queued, then sees the end of the channel and exits.
-        self._send.close()
+        # The consumer delivers what is queued, then sees the queue closed and exits.
+        self._closed = True
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            trio.lowlevel.reschedule(waiter)
 
     def drain_by(self, deadline: float) -> None:
         self.close_queue()
         self._scope.deadline = min(self._scope.deadline, deadline)
 
+    async def _wait_for_events(self) -> None:
+        """Park until an event is queued or the queue closes."""
+        self._waiter = trio.lowlevel.current_task()
+
+        def abort(_: object) -> trio.lowlevel.Abort:
+            self._waiter = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
+
     @trio.lowlevel.enable_ki_protection
     async def consume(self) -> None:
-        deliver, receive = self._deliver, self._receive
+        deliver, queue = self._deliver, self._queue
         try:
-            with self._scope, receive:
+            with self._scope:
                 while True:
-                    try:
-                        event = await receive.receive()
-                    except trio.EndOfChannel:
+                    if queue:
+                        # Between batches the consumer yields, so a long burst shares the loop.
+                        await trio.lowlevel.checkpoint()
+                    elif self._closed:
                         break
+                    else:
+                        await self._wait_for_events()
+                        continue
                     # What queued meanwhile goes out in the same step, up to a batch: a burst of
-                    # events costs one scheduler step, not one each, and a long burst still
-                    # yields (``receive`` checkpoints) between batches.
+                    # events costs one scheduler step, not one each.
                     left = DELIVERY_BATCH
-                    while True:
+                    while queue and left:
+                        left -= 1
+                        event = queue.popleft()
                         try:
                             await deliver(event)
                         except Exception:
@@ -351,13 +388,6 @@ class _LiveSubscription(Subscription):
                             if on_fatal is None:
                                 raise
                             on_fatal(fatal)
-                        left -= 1
-                        if not left:
-                            break
-                        try:
-                            event = receive.receive_nowait()
-                        except (trio.WouldBlock, trio.EndOfChannel):
-                            break
             if self._scope.cancelled_caught:
                 logger.warning(
                     "%r did not drain within %s s of stop; the rest of its queue is dropped",
@@ -365,6 +395,9 @@ class _LiveSubscription(Subscription):
                     DRAIN_TIMEOUT,
                 )
         finally:
+            self._closed = True
+            self._waiter = None
+            queue.clear()
             self._done.set()
             self._bus._retire(self)
 

@@ -251,6 +251,22 @@ class _SnapshotRule(enum.Enum):
     ABSENT = "absent"  # system and heartbeat events belong to no job (OBS-04)
 
 
+def _check_snapshot(event: "JobEvent", attribute: "attrs.Attribute[Any]", value: object) -> None:
+    # The type and the family's rule in one validator: every event pays it, several per job.
+    rule = type(event)._snapshot_rule
+    if value is None:
+        if rule is _SnapshotRule.REQUIRED:
+            raise ValueError(f"{type(event).__name__} is about a job and needs its snapshot")
+        return
+    if not isinstance(value, JobSnapshot):
+        raise TypeError(
+            f"'snapshot' must be a JobSnapshot or None (got {value!r} that is a "
+            f"{type(value).__name__})"
+        )
+    if rule is _SnapshotRule.ABSENT:
+        raise ValueError(f"{type(event).__name__} belongs to no job and carries no snapshot")
+
+
 # --------------------------------------------------------------------------------------------
 # The root and the families
 # --------------------------------------------------------------------------------------------
@@ -271,10 +287,7 @@ class JobEvent:
 
     _snapshot_rule: ClassVar[_SnapshotRule] = _SnapshotRule.OPTIONAL
 
-    snapshot: JobSnapshot | None = attrs.field(
-        default=None,
-        validator=attrs.validators.optional(attrs.validators.instance_of(JobSnapshot)),
-    )
+    snapshot: JobSnapshot | None = attrs.field(default=None, validator=_check_snapshot)
     """The job the event is about, as it stood when the event was built; ``None`` (the default)
     for an event that belongs to no job."""
     timestamp: float = attrs.field(
@@ -299,13 +312,6 @@ class JobEvent:
                 f"{type(self).__name__} classifies events and cannot be built on its own; "
                 f"build one of its members"
             )
-
-    def __attrs_post_init__(self) -> None:
-        rule = type(self)._snapshot_rule
-        if rule is _SnapshotRule.REQUIRED and self.snapshot is None:
-            raise ValueError(f"{type(self).__name__} is about a job and needs its snapshot")
-        if rule is _SnapshotRule.ABSENT and self.snapshot is not None:
-            raise ValueError(f"{type(self).__name__} belongs to no job and carries no snapshot")
 
     @property
     def message(self) -> str | None:
