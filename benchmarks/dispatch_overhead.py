@@ -264,7 +264,7 @@ def _instruction_rows(quick: bool) -> list[Row]:
         ]
     progress(f"  counting instructions with callgrind: {', '.join(COUNTED)}")
     counts = {c.subject: c for c in instructions.count_many(COUNTED)}
-    job, bare, floor_, gate = (counts[name] for name in COUNTED)
+    bare, floor_, job, gate = counts["bare"], counts["floor"], counts["job"], counts["gate"]
     label = f"N={job.n:,}"
     return [
         Row(

@@ -17,7 +17,7 @@ from nucleo_trio.dispatch import (
     grace_period,
     open_dispatcher,
 )
-from nucleo_trio.dispatch.lanes import QueuedJob
+from nucleo_trio.dispatch.attempt import JobRun
 from nucleo_trio.jobs import (
     JobContext,
     JobRequirements,
@@ -250,13 +250,13 @@ def test_the_priority_order_is_priority_then_submission() -> None:
     """ROUTE-03: the higher priority first, then the earlier submission; priority outranks order."""
     wf = workflow("u", "wf")
 
-    def queued(priority: int) -> QueuedJob:
+    def queued(priority: int) -> JobRun:
         job = Echo(wf)
         job.priority = priority
-        return QueuedJob(job, None, None, (), None)  # type: ignore[arg-type]
+        return JobRun(job, None, None, (), None, None)  # type: ignore[arg-type]
 
     first_low, high, second_low = queued(1), queued(9), queued(1)
-    order = sorted([second_low, first_low, high], key=QueuedJob.sort_key)
+    order = sorted([second_low, first_low, high], key=JobRun.sort_key)
     assert order == [high, first_low, second_low]
 
 

@@ -46,7 +46,8 @@ from ._boundary import (
     _StartedRelay,
     _where_stuck,
 )
-from .lanes import Lane, QueuedJob
+from .attempt import JobRun
+from .lanes import Lane
 from .lifecycle import DispatcherState
 from .timekeeper import Timekeeper
 from .verdicts import Verdict, cancelled, forced
@@ -111,10 +112,10 @@ class Life:
         dispatcher: JobDispatcher,
         *,
         timekeeper: Timekeeper,
-        live: Mapping[str, QueuedJob],
-        running: Mapping[str, QueuedJob],
+        live: Mapping[str, JobRun],
+        running: Mapping[str, JobRun],
         lanes: Sequence[Lane],
-        finish: Callable[[QueuedJob, Verdict], None],
+        finish: Callable[[JobRun, Verdict], None],
         on_stop: Callable[[], None],
     ) -> None:
         self._dispatcher = dispatcher
@@ -442,20 +443,20 @@ class Life:
             if self._fast_requested():
                 self._cancel_everything()  # overtaken by a fast stop while it waited
         self._interrupted_at = trio.current_time()
-        for queued in list(self._running.values()):
-            queued.interrupt()
+        for run in list(self._running.values()):
+            run.interrupt()
         with trio.move_on_after(window):
             await self._idle.wait()
         if await self._await_commits_in_flight():
             with trio.move_on_after(window):
                 await self._idle.wait()
-        for queued in list(self._running.values()):
-            if not queued.handle.done:
-                log.warning(self._stuck_report(queued))
-                self._finish(queued, forced(queued))
+        for run in list(self._running.values()):
+            if not run.handle.done:
+                log.warning(self._stuck_report(run))
+                self._finish(run, forced(run))
         for lane in self._lanes:
-            for queued in lane.drain():
-                self._finish(queued, cancelled(queued, "Cancelled by shutdown"))
+            for run in lane.drain():
+                self._finish(run, cancelled(run, "Cancelled by shutdown"))
         await self._stop_stoppables(window)
         await self._close_built_databases()
         await self._close_built_limiters()
@@ -474,17 +475,16 @@ class Life:
         """A fast stop's first phase for every job at once: the cancel flag and callbacks (a
         parked job leaves admission holding nothing, a wait on a dependency ends); the
         interrupt that follows is the second phase."""
-        for queued in list(self._live.values()):
-            queued.cancel_message = queued.cancel_message or "Cancelled by shutdown"
-            queued.context.cancel("Cancelled by shutdown")
+        for run in list(self._live.values()):
+            run.cancel_for_stop()
 
     async def _await_commits_in_flight(self) -> bool:
         """A job still running with its commit in flight is not stuck: its commit's answer is
         its outcome, and the commit window bounds the wait for it (past it the commit is
         aborted). Wait for each answer; answers whether there was any."""
         waited = False
-        for queued in list(self._running.values()):
-            resources = queued.context.resources
+        for run in list(self._running.values()):
+            resources = run.context.resources
             if resources is None or not resources.commit_in_flight:
                 continue
             answered = trio.Event()
@@ -498,16 +498,16 @@ class Life:
         """While a job's task outlives the stop, name it again every interrupt window."""
         while self._tasks:
             await trio.sleep(self._dispatcher.interrupt_window)
-            for queued in list(self._running.values()):
-                log.warning(self._stuck_report(queued))
+            for run in list(self._running.values()):
+                log.warning(self._stuck_report(run))
 
-    def _stuck_report(self, queued: QueuedJob) -> str:
-        task = queued.task
+    def _stuck_report(self, run: JobRun) -> str:
+        task = run.task
         where = _where_stuck(task) if task is not None else "(its task has ended)"
         waited = trio.current_time() - self._interrupted_at
         return (
-            f"{queued.job.name} ({type(queued.job).__qualname__}, workflow "
-            f"{queued.job.workflow_id}) has not ended {waited:.1f} s after shutdown interrupted "
+            f"{run.job.name} ({type(run.job).__qualname__}, workflow "
+            f"{run.job.workflow_id}) has not ended {waited:.1f} s after shutdown interrupted "
             f"it; its handle is settled as cancelled and its task is still {where}. A job must "
             "not swallow trio.Cancelled, block in a shielded cancel scope, or wait on a worker "
             "thread that ignores cancellation."

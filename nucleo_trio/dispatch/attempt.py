@@ -1,23 +1,30 @@
-"""One execution of a job, inside its own nursery: guards, attempts, re-runs.
+"""One job's run, as the runtime keeps it: the record (:class:`JobRun`) and its execution.
 
 The route a job's task takes once its lane let it go (``JobDispatcher._run_job``):
-:func:`execute` waits for the dependencies holding nothing, runs the input guards, then
-:func:`run_attempts`, then the output guards and ``post_execute``. Each :func:`attempt`
-captures the requirements afresh, asks admission for the whole demand (a grant at once, or a
-place in the line, holding nothing), arms the two-phase :class:`~.deadline.Deadline`, opens
-the database handles, runs ``pre_execute`` and ``execute`` (inside a transaction when asked),
-signals the limiters, and closes. An upstream signal re-runs the attempt with jittered pacing
-(the upstream's Retry-After plus jitter when it named one) against the job's own budget; a
-truncation or a correction re-runs it at once, within theirs. What a job raises from a nursery
-or a task group is read leaf by leaf (:func:`~nucleo_trio.errors._groups.read_raised`): the
-most demanding of its signals, or its failure, and every upstream failure for the limiters.
-Steps with nothing to do (no dependencies, no guards, the default hooks, no handles) are
-answered synchronously rather than awaited.
+:meth:`JobRun.execute` waits for the dependencies holding nothing, runs the input guards, then
+the attempts, then the output guards and ``post_execute``. Each attempt has its steps:
+**admit** (the requirements captured afresh, the whole demand asked of admission: a grant at
+once, or a place in the line, holding nothing), then the two-phase
+:class:`~.deadline.Deadline` armed and the database handles opened, **run the body**
+(``pre_execute`` and ``execute``, inside a transaction when asked, then the commit), **tell
+the limiters** how it went, and **close**. An upstream signal re-runs the attempt with
+jittered pacing (the upstream's Retry-After plus jitter when it named one) against the job's
+own budget; a truncation or a correction re-runs it at once, within theirs. What a job raises
+from a nursery or a task group is read leaf by leaf
+(:func:`~nucleo_trio.errors._groups.read_raised`): the most demanding of its signals, or its
+failure, and every upstream failure for the limiters. Steps with nothing to do (no
+dependencies, no guards, the default hooks, no handles) are answered synchronously rather than
+awaited.
+
+The record reads its dispatcher only through :class:`Runtime`: the public parts a job consults,
+and the private ones the dispatcher hands it.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
+import random
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -49,9 +56,11 @@ from ..resources import (
     JobResources,
     ResourceCloseError,
 )
+from ..resources.job_resources import Spawn
 from ._boundary import _fatal_in
 from .deadline import Deadline, stop_requests_to
-from .dependencies import await_dependencies, wait_holding_nothing
+from .dependencies import DependencyGraph, await_dependencies, wait_holding_nothing
+from .timekeeper import Timekeeper
 from .verdicts import (
     Verdict,
     account_fault,
@@ -65,18 +74,18 @@ from .verdicts import (
 if TYPE_CHECKING:
     from ..bus.bus import MessageBus
     from ..jobs.context import JobContext
+    from ..jobs.handle import JobHandle
     from ..jobs.requirements import JobRequirements
     from .dispatcher import JobDispatcher
-    from .lanes import QueuedJob
+    from .lanes import Lane
 
 __all__ = [
     "MAX_CORRECTION_RETRIES",
     "MAX_TRUNCATION_RETRIES",
     "Hooks",
-    "attempt",
-    "execute",
+    "JobRun",
+    "Runtime",
     "hooks_of",
-    "run_attempts",
 ]
 
 log = logging.getLogger("nucleo_trio.dispatcher")
@@ -90,90 +99,359 @@ correction budget (an ``LLMCall`` stops at 2). One more correction fails the job
 MAX_TRUNCATION_RETRIES = 1
 """A truncated answer is re-run once at the escalated budget (or on the failover model)."""
 
-
-async def execute(dispatcher: JobDispatcher, queued: QueuedJob) -> Verdict:
-    job, context = queued.job, queued.context
-    hooks = hooks_of(type(job))
-    guardrails = dispatcher.guardrails
-    # Steps that have nothing to do are answered synchronously rather than awaited: no
-    # dependencies, no guard on a side (the standard enforcer answers that at once), the
-    # default pre/post hooks. Same answers, fewer coroutines.
-    # Exactly the standard enforcer answers at once: a subclass may override the seats.
-    standard = guardrails if type(guardrails) is StandardGuardrailEnforcer else None
-    try:
-        if queued.dependencies:
-            await await_dependencies(dispatcher._graph, queued)
-        if standard is None or not standard.input_settled_now(job, context):
-            await guardrails.before_resources(job, context)
-        result = await run_attempts(dispatcher, queued, hooks)
-        context.set_result(result)
-        if standard is None or not standard.output_settled_now(job, context):
-            await guardrails.after_release(job, context, result)
-        if hooks.post_execute:
-            await job.post_execute(context)
-    except BaseException as exc:  # noqa: BLE001 - every failure becomes the job's verdict
-        if is_cancellation(exc) or _fatal_in(exc) is not None:
-            raise
-        return verdict_for(queued, exc)
-    return settled_verdict(queued, Verdict(JobState.COMPLETED, result=result))
+_sequence = itertools.count()
 
 
-async def run_attempts(dispatcher: JobDispatcher, queued: QueuedJob, hooks: Hooks) -> Any:
-    """Attempts until one answers, re-running on the three signals within their budgets.
+class Runtime:
+    """What every job's record shares with its dispatcher, one per dispatcher: the dispatcher
+    for the parts a job consults through its public attributes (admission, the bus, the
+    guardrails, the databases, the demand assembler, the ``http`` gate), and the private parts
+    it is handed here (the dependency graph, the timekeeper, the table of executing jobs, the
+    pacing's random source, the spawner of the clean-up that outlives a job)."""
 
-    A group of signals raised at once arrives here as the one that decides (see
-    :func:`attempt`), so it is one re-run on one budget."""
-    job, context = queued.job, queued.context
-    upstream = truncations = corrections = 0
-    first_truncation: OutputTruncationRetry | None = None
-    while True:
-        context.check_cancellation()
-        # The door's capture served routing; every attempt captures afresh (SUB-10).
-        requirements = job.requirements()
+    __slots__ = ("dispatcher", "executing", "graph", "rng", "spawn_system", "timekeeper")
+
+    def __init__(
+        self,
+        dispatcher: JobDispatcher,
+        *,
+        graph: DependencyGraph,
+        timekeeper: Timekeeper,
+        executing: dict[str, JobRun],
+        rng: random.Random,
+        spawn_system: Spawn,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.graph = graph
+        self.timekeeper = timekeeper
+        self.executing = executing
+        self.rng = rng
+        self.spawn_system = spawn_system
+
+
+class JobRun:
+    """One submitted job as the runtime keeps it, from the door to the settle: what the lanes
+    hold, what the stop interrupts, what a verdict reads, and the steps of its execution.
+
+    The job's own face is its :class:`~nucleo_trio.jobs.JobContext` (state, attempt, cancel and
+    timeout flags, the attempt's resources while held) and its handle; the rest of what the
+    runtime knows of one job is here: its place in a lane, its nursery and task, whether the
+    stop interrupted it and with what message, and the last attempt's failure and sent commit,
+    which a verdict decided after the attempt's task was cancelled still reads.
+    """
+
+    __slots__ = (
+        "cancel_message",
+        "context",
+        "dependencies",
+        "failure",
+        "handle",
+        "interrupted",
+        "job",
+        "lane",
+        "nursery",
+        "requirements",
+        "runtime",
+        "sent_commit",
+        "seq",
+        "task",
+    )
+
+    def __init__(
+        self,
+        job: AbstractJob[Any],
+        context: JobContext,
+        handle: JobHandle[Any],
+        dependencies: tuple[JobHandle[Any] | AbstractJob[Any], ...],
+        requirements: JobRequirements,
+        runtime: Runtime,
+    ) -> None:
+        self.job = job
+        self.context = context
+        self.handle = handle
+        self.dependencies = dependencies
+        self.requirements = requirements
+        """The door's capture, for routing; every attempt captures afresh."""
+        self.runtime = runtime
+        self.seq = next(_sequence)
+        self.lane: Lane | None = None
+        self.nursery: trio.Nursery | None = None
+        """The job's own nursery while its task runs: what the stop and phase two cancel."""
+        self.task: trio.lowlevel.Task | None = None
+        """The job's task while it runs, for the stop's report of where a job is stuck."""
+        self.interrupted = False
+        self.cancel_message: str | None = None
+        self.failure: BaseException | None = None
+        """The last attempt's own failure, kept for a verdict that phase two or an interrupt
+        decides after the attempt's task was cancelled (so a commit's error is not lost)."""
+        self.sent_commit: JobResources | None = None
+        """The last attempt's resources once its commit was sent, for the same verdicts: a job
+        stopped after its commit says what the commit did."""
+
+    # -- the lanes and the stop -----------------------------------------------------------------
+    def sort_key(self) -> tuple[int, int]:
+        """The priority lane's order: the higher priority first, then submission order."""
+        # ROUTE-03
+        return (-self.job.priority, self.seq)
+
+    def interrupt(self) -> None:
+        """Cancel the job's own nursery: what shutdown does to a job that outlived its wait."""
+        self.interrupted = True
+        if self.nursery is not None:
+            self.nursery.cancel_scope.cancel()
+
+    def cancel_for_stop(self) -> None:
+        """The stop's cancel of the job, the first phase (the flag and its callbacks), with the
+        stop's message unless the job already has one."""
+        self.cancel_message = self.cancel_message or "Cancelled by shutdown"
+        self.context.cancel("Cancelled by shutdown")
+
+    # -- the execution --------------------------------------------------------------------------
+    async def execute(self) -> Verdict:
+        """The job's execution, inside its own nursery: the dependencies, the input guards, the
+        attempts, the output guards and ``post_execute``; every failure becomes the verdict."""
+        job, context = self.job, self.context
+        hooks = hooks_of(type(job))
+        guardrails = self.runtime.dispatcher.guardrails
+        # Steps that have nothing to do are answered synchronously rather than awaited: no
+        # dependencies, no guard on a side (the standard enforcer answers that at once), the
+        # default pre/post hooks. Same answers, fewer coroutines.
+        # Exactly the standard enforcer answers at once: a subclass may override the seats.
+        standard = guardrails if type(guardrails) is StandardGuardrailEnforcer else None
         try:
-            return await attempt(dispatcher, queued, requirements, hooks)
-        except RerunSignal as signal:
-            if context.timed_out or context.is_cancelled:
-                raise  # a cancellation or a timeout is never re-run (SIG-06)
-            if isinstance(signal, UpstreamRetry):
-                upstream += 1
-                budget = job.upstream_retries
-                if upstream > budget:
-                    raise UncorrectableError(
-                        f"{job.name} exhausted its transparent retry budget ({budget}) on "
-                        f"upstream signals; the last one: {signal}",
-                        cause=signal,
-                    ) from signal
-                # The named delay (Retry-After) plus jitter, else the kind's window; either
-                # scaled by the re-run number and capped (SIG-05).
-                delay = type(signal).pacing_delay(
-                    upstream, dispatcher._rng, retry_after=signal.retry_after
-                )
-                publish_retry(dispatcher.bus, context, signal, delay)
-                await pace(context, delay)
-            elif isinstance(signal, OutputTruncationRetry):
-                truncations += 1
-                if truncations > MAX_TRUNCATION_RETRIES:
-                    first = first_truncation.model if first_truncation else None
-                    if first is not None and signal.model is not None and signal.model != first:
-                        how = f"after failover from {first}"
-                    else:
-                        how = "after the job rebuilt its conversation at the escalated budget"
-                    raise UncorrectableError(
-                        f"{job.name}: the model's output was truncated again {how}",
-                        cause=signal,
-                    ) from signal
-                first_truncation = signal
-                publish_retry(dispatcher.bus, context, signal, None)
+            if self.dependencies:
+                await await_dependencies(self.runtime.graph, self)
+            if standard is None or not standard.input_settled_now(job, context):
+                await guardrails.before_resources(job, context)
+            result = await self._run_attempts(hooks)
+            context.set_result(result)
+            if standard is None or not standard.output_settled_now(job, context):
+                await guardrails.after_release(job, context, result)
+            if hooks.post_execute:
+                await job.post_execute(context)
+        except BaseException as exc:  # noqa: BLE001 - every failure becomes the job's verdict
+            if is_cancellation(exc) or _fatal_in(exc) is not None:
+                raise
+            return verdict_for(self, exc)
+        return settled_verdict(self, Verdict(JobState.COMPLETED, result=result))
+
+    async def _run_attempts(self, hooks: Hooks) -> Any:
+        """Attempts until one answers, re-running on the three signals within their budgets.
+
+        A group of signals raised at once arrives here as the one that decides (see
+        :meth:`_attempt`), so it is one re-run on one budget."""
+        job, context = self.job, self.context
+        upstream = truncations = corrections = 0
+        first_truncation: OutputTruncationRetry | None = None
+        while True:
+            context.check_cancellation()
+            # The door's capture served routing; every attempt captures afresh (SUB-10).
+            requirements = job.requirements()
+            try:
+                return await self._attempt(requirements, hooks)
+            except RerunSignal as signal:
+                if context.timed_out or context.is_cancelled:
+                    raise  # a cancellation or a timeout is never re-run (SIG-06)
+                bus = self.runtime.dispatcher.bus
+                if isinstance(signal, UpstreamRetry):
+                    upstream += 1
+                    budget = job.upstream_retries
+                    if upstream > budget:
+                        raise UncorrectableError(
+                            f"{job.name} exhausted its transparent retry budget ({budget}) on "
+                            f"upstream signals; the last one: {signal}",
+                            cause=signal,
+                        ) from signal
+                    # The named delay (Retry-After) plus jitter, else the kind's window; either
+                    # scaled by the re-run number and capped (SIG-05).
+                    delay = type(signal).pacing_delay(
+                        upstream, self.runtime.rng, retry_after=signal.retry_after
+                    )
+                    publish_retry(bus, context, signal, delay)
+                    await pace(context, delay)
+                elif isinstance(signal, OutputTruncationRetry):
+                    truncations += 1
+                    if truncations > MAX_TRUNCATION_RETRIES:
+                        first = first_truncation.model if first_truncation else None
+                        if first is not None and signal.model is not None and signal.model != first:
+                            how = f"after failover from {first}"
+                        else:
+                            how = "after the job rebuilt its conversation at the escalated budget"
+                        raise UncorrectableError(
+                            f"{job.name}: the model's output was truncated again {how}",
+                            cause=signal,
+                        ) from signal
+                    first_truncation = signal
+                    publish_retry(bus, context, signal, None)
+                else:
+                    corrections += 1
+                    if corrections > MAX_CORRECTION_RETRIES:
+                        raise UncorrectableError(
+                            f"{job.name}: Exceeded max response correction retries "
+                            f"({MAX_CORRECTION_RETRIES}); the last: {signal}",
+                            cause=signal,
+                        ) from signal
+                    publish_retry(bus, context, signal, None)
+
+    # -- one attempt ----------------------------------------------------------------------------
+    async def _attempt(self, requirements: JobRequirements, hooks: Hooks) -> Any:
+        """One attempt: admit; arm the timeout and open the handles; run the body, then commit
+        when it runs in a transaction; tell the limiters; close. Then answer for it: the
+        result, or what it failed with, timed out with, or was stopped after its commit by."""
+        job, context = self.job, self.context
+        providers = providers_of(self.runtime.dispatcher.databases, requirements)
+        resources = await self._admit(requirements, providers)
+        outcome: Any = None
+        failure: BaseException | None = None
+        reading: Reading | None = None
+        assert self.nursery is not None
+        scope = self.nursery.cancel_scope
+        deadline: Deadline | None = None
+        try:
+            if job.timeout is not None:
+                deadline = Deadline(self.runtime.timekeeper, self, scope, resources, job.timeout)
+            if providers:
+                await resources.materialize()  # a failure rolls the grant back; never runs
+            context.resources = resources
+            transactional = requirements.requires_transaction and resources.has_database
+            try:
+                outcome = await self._run_body(resources, hooks, transactional)
+                if transactional and not context.timed_out and not context.is_cancelled:
+                    transactional = False  # commit_all rolls back what it could not commit
+                    await self._commit(resources, deadline)
+            except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
+                if is_cancellation(exc):
+                    raise
+                # A bare exception, or a group from a nursery or task group inside the job: the
+                # re-run it asks for, or the failure it fails with, and its 429s for the limiters.
+                reading = read_raised(exc)
+                failure = reading.outcome
+                if reading.unheeded:
+                    log_unheeded(job.name, reading)
+            if resources.commit_sent:
+                self.sent_commit = resources
+            self.failure = failure
+            if transactional and (failure is not None or context.timed_out or context.is_cancelled):
+                await roll_back_onto(resources, failure)
+            self._tell_limiters(requirements, failure, reading)
+        finally:
+            context.is_executing_job_with_resources = False
+            if deadline is not None:
+                deadline.cancel()
+            failure = await self._close(resources, scope, failure)
+        if (
+            resources.commit_sent
+            and (scope.cancel_called or context.is_cancelled)
+            and not context.timed_out
+        ):
+            raise stopped_after_commit(context, resources, failure)
+        if failure is not None:
+            raise failure
+        if context.timed_out:
+            raise JobTimeoutError(budget_of(job))
+        return outcome
+
+    async def _admit(
+        self, requirements: JobRequirements, providers: tuple[DBResourceProvider, ...]
+    ) -> JobResources:
+        """Admit the attempt's whole demand: a grant at once, or a place in the line, holding
+        nothing, until it fits. Its waits are recorded; the resources hold the grant."""
+        dispatcher, context = self.runtime.dispatcher, self.context
+        demand = dispatcher.demand_assembler.assemble(
+            requirements, context, dispatcher.http_gate, providers
+        )
+        context.attempt += 1
+        # The synchronous half first: a grant at once costs no scheduler step, and a job that
+        # must wait joins the line and parks holding nothing.
+        admission = dispatcher.admission
+        entered = admission.enter(demand, context)
+        grant = entered if isinstance(entered, Grant) else await admission.wait(entered)
+        context.record_admission_wait(grant.wall_wait_ms)
+        for account, ms in grant.wait_times_ms.items():
+            context.record_resource_wait(account, ms)
+        resources = JobResources(
+            admission,
+            grant,
+            providers,
+            context=context,
+            read_only=requirements.read_only,
+            spawn=self.runtime.spawn_system,
+        )
+        context.is_executing_job_with_resources = not demand.is_empty
+        return resources
+
+    async def _run_body(self, resources: JobResources, hooks: Hooks, transactional: bool) -> Any:
+        """``pre_execute``, the turn to RUNNING, the started event, then ``execute`` (after
+        ``begin_all`` when the attempt runs in a transaction); what it returns, or raises."""
+        job, context = self.job, self.context
+        if hooks.pre_execute:
+            await job.pre_execute(context)
+        if not context.try_transition(JobState.RUNNING):
+            context.check_cancellation()
+        self.runtime.executing[job.job_id] = self
+        bus = self.runtime.dispatcher.bus
+        if bus.has_listeners(job.workflow_id):
+            bus.publish(ev.JobStartedEvent(snapshot=context.snapshot(), attempt=context.attempt))
+        resources.executed = True
+        if transactional:
+            await resources.begin_all()
+        return await job.execute(context)
+
+    async def _commit(self, resources: JobResources, deadline: Deadline | None) -> None:
+        """Commit the transaction. Once sent, the commit's answer is the outcome (EXEC-03,
+        JR-15): ``commit_all`` is shielded, a cancel or an interrupt gives it the commit window
+        to answer, and a deadline that lands meanwhile waits for it."""
+        unwatch = stop_requests_to(resources, self)
+        try:
+            await resources.commit_all()
+        finally:
+            unwatch()
+        if deadline is not None:
+            deadline.cancel()  # committed: the work is durable, its deadline met
+
+    def _tell_limiters(
+        self,
+        requirements: JobRequirements,
+        failure: BaseException | None,
+        reading: Reading | None,
+    ) -> None:
+        """Tell the limiters how the attempt went: a success to each, or every upstream
+        failure (each 429 of a group on its own); nothing for a timeout or a cancel."""
+        context = self.context
+        if failure is None and not context.timed_out and not context.is_cancelled:
+            for limiter in signalled(requirements):
+                signal_limiter(limiter.on_success, limiter)
+        elif reading is not None and not context.is_cancelled:
+            limiters = signalled(requirements) if reading.upstream else []
+            for leaf in reading.upstream:  # every 429 of a group, each on its own
+                upstream = UpstreamFailure.from_exception(leaf)
+                for limiter in limiters:
+                    signal_limiter(partial(limiter.on_rate_limit_error, upstream), limiter)
+
+    async def _close(
+        self, resources: JobResources, scope: trio.CancelScope, failure: BaseException | None
+    ) -> BaseException | None:
+        """Close the attempt's resources; answers the attempt's failure, a close failure added
+        (as it, or on it as suppressed). An account's fault as the grant goes back is logged
+        and the job keeps its verdict (ADM-45)."""
+        try:
+            if scope.cancel_called:
+                # Phase two or shutdown: no checkpoint may replace the job's own verdict, so
+                # what is still open is aborted, and closed in the background before its
+                # permits go back.
+                resources.force_close()
+            elif not resources.close_now():  # no handles: settled without a step
+                await resources.aclose()
+        except ResourceCloseError as close_failure:
+            if failure is None:
+                failure = close_failure
             else:
-                corrections += 1
-                if corrections > MAX_CORRECTION_RETRIES:
-                    raise UncorrectableError(
-                        f"{job.name}: Exceeded max response correction retries "
-                        f"({MAX_CORRECTION_RETRIES}); the last: {signal}",
-                        cause=signal,
-                    ) from signal
-                publish_retry(dispatcher.bus, context, signal, None)
+                add_suppressed(failure, close_failure)
+        except GrantReleaseError as fault:
+            account_fault(fault, failure)
+        finally:
+            self.context.resources = None
+        return failure
 
 
 async def pace(context: JobContext, delay: float) -> None:
@@ -212,129 +490,6 @@ def publish_retry(
             snapshot=snapshot, attempt=attempt, reason=str(signal), model=signal.model
         )
     bus.publish(event)
-
-
-async def attempt(
-    dispatcher: JobDispatcher, queued: QueuedJob, requirements: JobRequirements, hooks: Hooks
-) -> Any:
-    """One attempt: admit, arm the timeout, open the handles, run (inside a transaction
-    when asked), signal, close."""
-    job, context = queued.job, queued.context
-    providers = providers_of(dispatcher.databases, requirements)
-    demand = dispatcher.demand_assembler.assemble(
-        requirements, context, dispatcher.http_gate, providers
-    )
-    context.attempt += 1
-    # The synchronous half first: a grant at once costs no scheduler step, and a job that
-    # must wait joins the line and parks holding nothing.
-    entered = dispatcher.admission.enter(demand, context)
-    grant = entered if isinstance(entered, Grant) else await dispatcher.admission.wait(entered)
-    context.record_admission_wait(grant.wall_wait_ms)
-    for account, ms in grant.wait_times_ms.items():
-        context.record_resource_wait(account, ms)
-    resources = JobResources(
-        dispatcher.admission,
-        grant,
-        providers,
-        context=context,
-        read_only=requirements.read_only,
-        spawn=dispatcher._spawn_system,
-    )
-    outcome: Any = None
-    failure: BaseException | None = None
-    reading: Reading | None = None
-    assert queued.nursery is not None
-    scope = queued.nursery.cancel_scope
-    deadline: Deadline | None = None
-    try:
-        if job.timeout is not None:
-            deadline = Deadline(dispatcher._timekeeper, queued, scope, resources, job.timeout)
-        context.is_executing_job_with_resources = not demand.is_empty
-        if providers:
-            await resources.materialize()  # a failure rolls the grant back; never runs
-        context.resources = resources
-        transactional = requirements.requires_transaction and resources.has_database
-        try:
-            if hooks.pre_execute:
-                await job.pre_execute(context)
-            if not context.try_transition(JobState.RUNNING):
-                context.check_cancellation()
-            dispatcher._executing[job.job_id] = queued
-            if dispatcher.bus.has_listeners(job.workflow_id):
-                dispatcher.bus.publish(
-                    ev.JobStartedEvent(snapshot=context.snapshot(), attempt=context.attempt)
-                )
-            resources.executed = True
-            if transactional:
-                await resources.begin_all()
-            outcome = await job.execute(context)
-            if transactional and not context.timed_out and not context.is_cancelled:
-                transactional = False  # commit_all rolls back what it could not commit
-                # Once sent, the commit's answer is the outcome (EXEC-03, JR-15): commit_all
-                # is shielded, a cancel or an interrupt gives it the commit window to
-                # answer, and a deadline that lands meanwhile waits for it (_arm_timeout).
-                unwatch = stop_requests_to(resources, queued)
-                try:
-                    await resources.commit_all()
-                finally:
-                    unwatch()
-                if deadline is not None:
-                    deadline.cancel()  # committed: the work is durable, its deadline met
-        except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
-            if is_cancellation(exc):
-                raise
-            # A bare exception, or a group from a nursery or task group inside the job: the
-            # re-run it asks for, or the failure it fails with, and its 429s for the limiters.
-            reading = read_raised(exc)
-            failure = reading.outcome
-            if reading.unheeded:
-                log_unheeded(job.name, reading)
-        if resources.commit_sent:
-            queued.committing = resources
-        queued.failure = failure
-        if transactional and (failure is not None or context.timed_out or context.is_cancelled):
-            await roll_back_onto(resources, failure)
-        if failure is None and not context.timed_out and not context.is_cancelled:
-            for limiter in signalled(requirements):
-                signal_limiter(limiter.on_success, limiter)
-        elif reading is not None and not context.is_cancelled:
-            limiters = signalled(requirements) if reading.upstream else []
-            for leaf in reading.upstream:  # every 429 of a group, each on its own
-                upstream = UpstreamFailure.from_exception(leaf)
-                for limiter in limiters:
-                    signal_limiter(partial(limiter.on_rate_limit_error, upstream), limiter)
-    finally:
-        context.is_executing_job_with_resources = False
-        if deadline is not None:
-            deadline.cancel()
-        try:
-            if scope.cancel_called:
-                # Phase two or shutdown: no checkpoint may replace the job's own verdict,
-                # so what is still open is aborted, and closed in the background before
-                # its permits go back.
-                resources.force_close()
-            elif not resources.close_now():  # no handles: settled without a step
-                await resources.aclose()
-        except ResourceCloseError as close_failure:
-            if failure is None:
-                failure = close_failure
-            else:
-                add_suppressed(failure, close_failure)
-        except GrantReleaseError as fault:
-            account_fault(fault, failure)  # the job keeps its verdict and result (ADM-45)
-        finally:
-            context.resources = None
-    if (
-        resources.commit_sent
-        and (scope.cancel_called or context.is_cancelled)
-        and not context.timed_out
-    ):
-        raise stopped_after_commit(context, resources, failure)
-    if failure is not None:
-        raise failure
-    if context.timed_out:
-        raise JobTimeoutError(budget_of(job))
-    return outcome
 
 
 def providers_of(

@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import trio
 
 from ..resources import GrantReleaseError, JobResources, ResourceCloseError
-from .lanes import QueuedJob, grace_period
+from .lanes import grace_period
 from .timekeeper import Timekeeper, TimerHandle
 from .verdicts import account_fault
+
+if TYPE_CHECKING:
+    from .attempt import JobRun
 
 __all__ = ["Deadline", "close_cooperatively", "stop_requests_to"]
 
@@ -46,7 +50,7 @@ class Deadline:
         "_keeper",
         "_phase_one",
         "_phase_two",
-        "_queued",
+        "_run",
         "_resources",
         "_scope",
     )
@@ -54,16 +58,16 @@ class Deadline:
     def __init__(
         self,
         keeper: Timekeeper,
-        queued: QueuedJob,
+        run: JobRun,
         scope: trio.CancelScope,
         resources: JobResources,
         budget: float,
     ) -> None:
-        context = queued.context
+        context = run.context
         context.arm_deadline(budget)
         assert context.deadline is not None
         self._keeper = keeper
-        self._queued = queued
+        self._run = run
         self._scope = scope
         self._resources = resources
         self._budget = budget
@@ -79,10 +83,10 @@ class Deadline:
             return
         if resources.commit_sent and resources.all_committed:
             return  # committed before the deadline; the attempt has not resumed yet
-        queued = self._queued
-        queued.context.time_out()
-        assert queued.nursery is not None
-        queued.nursery.start_soon(close_cooperatively, resources)
+        run = self._run
+        run.context.time_out()
+        assert run.nursery is not None
+        run.nursery.start_soon(close_cooperatively, resources)
         phase_two = trio.current_time() + grace_period(self._budget)
         self._scope.deadline = phase_two
         self._phase_two = self._keeper.call_at(phase_two, resources.force_close)
@@ -109,14 +113,14 @@ async def close_cooperatively(resources: JobResources) -> None:
         account_fault(fault, None)
 
 
-def stop_requests_to(resources: JobResources, queued: QueuedJob) -> Callable[[], None]:
+def stop_requests_to(resources: JobResources, run: JobRun) -> Callable[[], None]:
     """While the commit is in flight, a cancel of the job or an interrupt of its nursery (phase
     two, a shutdown) asks the commit to answer within its window. Returns the call that stops
     listening."""
-    unregister = queued.context.on_cancel(resources.request_stop)
+    unregister = run.context.on_cancel(resources.request_stop)
     listening = trio.CancelScope()
-    assert queued.nursery is not None
-    queued.nursery.start_soon(_request_stop_when_interrupted, resources, listening)
+    assert run.nursery is not None
+    run.nursery.start_soon(_request_stop_when_interrupted, resources, listening)
 
     def unwatch() -> None:
         unregister()

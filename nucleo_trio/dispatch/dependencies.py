@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..jobs.context import JobContext
     from ..jobs.job import AbstractJob
     from ..jobs.snapshot import JobSnapshot
-    from .lanes import QueuedJob
+    from .attempt import JobRun
 
 __all__ = ["DependencyGraph", "await_dependencies", "wait_holding_nothing"]
 
@@ -145,20 +145,20 @@ async def wait_holding_nothing(context: JobContext, event: trio.Event) -> None:
         raise CancellationRequested(context.cancel_reason or "Job cancelled")
 
 
-async def await_dependencies(graph: DependencyGraph, queued: QueuedJob) -> None:
+async def await_dependencies(graph: DependencyGraph, run: JobRun) -> None:
     """Wait for each dependency holding nothing; key the outcomes by final snapshot. A failed
     dependency fails the job (:class:`DependencyFailedError`) unless it tolerates that."""
-    context = queued.context
+    context = run.context
     results: dict[JobSnapshot, Any] = {}
     errors: dict[JobSnapshot, BaseException] = {}
-    for dep in queued.dependencies:
+    for dep in run.dependencies:
         dep_handle = dep if isinstance(dep, JobHandle) else await graph.handle_of(context, dep)
         await wait_holding_nothing(context, dep_handle._settled)
         snapshot = dep_handle.context.snapshot()
         if dep_handle.error is None:
             results[snapshot] = dep_handle._result
             continue
-        if not queued.job.tolerates_dependency_failures:
+        if not run.job.tolerates_dependency_failures:
             raise DependencyFailedError(dep_handle.job_id, dep_handle.error)
         results[snapshot] = None
         errors[snapshot] = dep_handle.error

@@ -94,10 +94,10 @@ from ._boundary import (
     _fatal_in,
 )
 from ._life import INTERRUPT_WINDOW, Life
-from .attempt import MAX_CORRECTION_RETRIES, execute
+from .attempt import MAX_CORRECTION_RETRIES, JobRun, Runtime
 from .config import DispatcherConfig
 from .dependencies import DependencyGraph
-from .lanes import PRIORITY_LANE_MAX_TIMEOUT, Lane, QueuedJob
+from .lanes import PRIORITY_LANE_MAX_TIMEOUT, Lane
 from .lifecycle import DispatcherState
 from .seams import DemandAssembler, GuardrailEnforcer
 from .timekeeper import Timekeeper
@@ -274,11 +274,11 @@ class JobDispatcher:
         self._cancel_job = self.cancel
         self._fast = Lane("fast", prioritized=True)
         self._standard = Lane("standard", prioritized=False)
-        self._live: dict[str, QueuedJob] = {}
-        self._running: dict[str, QueuedJob] = {}  # every job whose task runs
+        self._live: dict[str, JobRun] = {}
+        self._running: dict[str, JobRun] = {}  # every job whose task runs
         # Of those, the ones that started an attempt: what the health report and the live view
         # list, without walking the jobs parked in admission or waiting on a dependency.
-        self._executing: dict[str, QueuedJob] = {}
+        self._executing: dict[str, JobRun] = {}
         self._graph = DependencyGraph()
         # The life: one phase, the stop asked for (by shutdown(), an exception or cancellation
         # around the dispatcher, or a fatal exception inside it), the dispatcher's own tasks,
@@ -296,7 +296,15 @@ class JobDispatcher:
         """Where the dispatcher is in its life, as a value tasks can wait on:
         ``await dispatcher.state.wait_value(DispatcherState.STOPPING)``."""
         self._spawn = self._life.spawn
-        self._spawn_system = self._life.spawn_system
+        # What every job's record shares: the parts of the dispatcher its attempts are handed.
+        self._runtime = Runtime(
+            self,
+            graph=self._graph,
+            timekeeper=self._timekeeper,
+            executing=self._executing,
+            rng=self._rng,
+            spawn_system=self._life.spawn_system,
+        )
         self._delayed = 0  # submissions of submit_with_delay still waiting out their delay
         self._drained: trio.Event | None = None  # set while the block's exit waits for jobs
         self.interrupt_window = INTERRUPT_WINDOW
@@ -383,16 +391,16 @@ class JobDispatcher:
 
     def _cancel_stranded(self) -> None:
         for job_id, dependency in list(self._graph.awaiting_submission.items()):
-            queued = self._live.get(job_id)
-            if queued is None or queued.context.is_cancelled:
+            run = self._live.get(job_id)
+            if run is None or run.context.is_cancelled:
                 continue
             reason = (
-                f"the open_dispatcher block ended while {queued.job.name} waited for "
+                f"the open_dispatcher block ended while {run.job.name} waited for "
                 f"{dependency}, which was never submitted (nothing left could submit it)"
             )
-            log.warning("%s is cancelled: %s", queued.job.name, reason)
-            queued.cancel_message = reason
-            queued.context.cancel(reason)
+            log.warning("%s is cancelled: %s", run.job.name, reason)
+            run.cancel_message = reason
+            run.context.cancel(reason)
 
     def _wake_drain(self) -> None:
         """The block's exit waits for the last job: tell it when there may be none left, or
@@ -475,7 +483,7 @@ class JobDispatcher:
         """Stop the dispatcher, in order, and return once it has stopped.
 
         Every parked waiter is refused first, then the lanes stop; running jobs get ``timeout``
-        seconds (the config's, 30 s when zero) before they are interrupted; every job still queued
+        seconds (the config's, 30 s when zero) before they are interrupted; every job still run
         is settled as cancelled; each registered stoppable stops; the bus stops last, delivering
         what was published before it.
 
@@ -618,8 +626,8 @@ class JobDispatcher:
             self._born_failed(context, handle, _no_timeout(job))
             return handle
 
-        queued = QueuedJob(job, context, handle, deps, requirements)
-        self._live[job.job_id] = queued
+        run = JobRun(job, context, handle, deps, requirements, self._runtime)
+        self._live[job.job_id] = run
         if deps:
             self._graph.track(job.job_id, deps)
         if self.bus.has_listeners(job.workflow_id):
@@ -632,11 +640,11 @@ class JobDispatcher:
                 )
             )
         if not requirements.requires_queueing:
-            self._spawn(self._run_job, queued)
+            self._spawn(self._run_job, run)
         elif job.timeout is not None and job.timeout <= PRIORITY_LANE_MAX_TIMEOUT:
-            self._offer(self._fast, queued)
+            self._offer(self._fast, run)
         else:
-            self._offer(self._standard, queued)
+            self._offer(self._standard, run)
         return handle
 
     def submit_with_delay(self, job: AbstractJob[Any], delay: float | None) -> DelayedSubmission:
@@ -730,8 +738,8 @@ class JobDispatcher:
         handle._settle(error=error)
 
     # -- lanes and tasks ------------------------------------------------------------------------
-    def _offer(self, lane: Lane, queued: QueuedJob) -> None:
-        if lane.offer(queued):
+    def _offer(self, lane: Lane, run: JobRun) -> None:
+        if lane.offer(run):
             self._spawn(self._relay, lane)
 
     async def _relay(self, lane: Lane) -> None:
@@ -739,86 +747,84 @@ class JobDispatcher:
 
         Each job's task, as its first act, starts the task that takes the job after it, so a
         lane hands out its jobs strictly in order (priority, then submission) at one scheduler
-        step per job, and a job stays queued, and cancellable as queued, until its task runs.
+        step per job, and a job stays run, and cancellable as run, until its task runs.
         """
-        queued = lane.take()
-        if queued is None:
+        run = lane.take()
+        if run is None:
             return
         if lane.active:
             self._spawn(self._relay, lane)
         if self._life.stopping:
             # A job still queued at shutdown is settled as cancelled, never started into a
             # closed admission.
-            self._finish(queued, cancelled(queued, "Cancelled by shutdown"))
+            self._finish(run, cancelled(run, "Cancelled by shutdown"))
             return
-        await self._run_job(queued)
+        await self._run_job(run)
 
-    async def _run_job(self, queued: QueuedJob) -> None:
+    async def _run_job(self, run: JobRun) -> None:
         """The job's task. The job runs in its own nursery, whose cancel scope is the one
         shutdown cancels to interrupt it and phase two of a timeout cancels at its deadline.
         Whatever happens, the handle settles before the task ends."""
-        context = queued.context
-        job_id = queued.job.job_id
+        context = run.context
+        job_id = run.job.job_id
         _current.set(context)
-        self._running[job_id] = queued
-        queued.task = trio.lowlevel.current_task()
+        self._running[job_id] = run
+        run.task = trio.lowlevel.current_task()
         context.try_transition(JobState.SCHEDULED)
         try:
-            self._finish(queued, await self._run_in_own_nursery(queued))
+            self._finish(run, await self._run_in_own_nursery(run))
         finally:
             self._running.pop(job_id, None)
             self._executing.pop(job_id, None)
-            if not queued.handle.done:  # a defect in the dispatcher itself: still settle
-                log.error("%s ended without a verdict; settling it as failed", queued.job.name)
+            if not run.handle.done:  # a defect in the dispatcher itself: still settle
+                log.error("%s ended without a verdict; settling it as failed", run.job.name)
                 self._finish(
-                    queued,
+                    run,
                     Verdict(
                         JobState.FAILED,
                         error=NucleoSystemError(
-                            "dispatcher", f"{queued.job.name} ended without a verdict"
+                            "dispatcher", f"{run.job.name} ended without a verdict"
                         ),
                     ),
                 )
 
-    async def _run_in_own_nursery(self, queued: QueuedJob) -> Verdict:
-        outcome: list[Verdict] = []
+    async def _run_in_own_nursery(self, run: JobRun) -> Verdict:
+        outcome: list[Verdict] = []  # a list: mypy does not see a nursery swallow Cancelled
         try:
             async with trio.open_nursery() as job_nursery:
-                queued.nursery = job_nursery
-                if queued.interrupted:
+                run.nursery = job_nursery
+                if run.interrupted:
                     job_nursery.cancel_scope.cancel()
-                outcome.append(await execute(self, queued))
+                outcome.append(await run.execute())
         except BaseException as exc:  # noqa: BLE001 - what the job's nursery let through
             fatal = _fatal_in(exc)
             if fatal is not None:
                 # KeyboardInterrupt or SystemExit from inside a job stops the whole dispatcher,
                 # and leaves run() as itself once every job has settled; this job is the first.
                 self._life.escalate(fatal)
-                queued.cancel_message = queued.cancel_message or "Cancelled by shutdown"
-                queued.context.cancel("Cancelled by shutdown")
-                return forced(queued)
-            if is_cancellation(exc) and not queued.interrupted:
+                run.cancel_for_stop()
+                return forced(run)
+            if is_cancellation(exc) and not run.interrupted:
                 raise
-            return verdict_for(queued, exc)
+            return verdict_for(run, exc)
         if outcome:
             return outcome[0]
-        if queued.context.timed_out and not queued.interrupted:
+        if run.context.timed_out and not run.interrupted:
             # Phase two cancelled the job at the grace's end: the timeout is the verdict, and
             # what the attempt had already failed with (a commit's error) is not lost.
-            return timed_out(queued.job, queued.failure)
-        return forced(queued)  # shutdown interrupted the job
+            return timed_out(run.job, run.failure)
+        return forced(run)  # shutdown interrupted the job
 
-    # -- one execution --------------------------------------------------------------------------
     # -- endings --------------------------------------------------------------------------------
-    def _finish(self, queued: QueuedJob, verdict: Verdict) -> None:
+    def _finish(self, run: JobRun, verdict: Verdict) -> None:
         """Terminal event, workflow event, teardown, and last the handle; once per job (a job
         the stop settled before its task ended is not settled again)."""
-        job, context, handle = queued.job, queued.context, queued.handle
+        job, context, handle = run.job, run.context, run.handle
         if handle.done:
             return
         if context.state.is_terminal and context.state is not verdict.state:
             if context.state is JobState.CANCELLED:
-                verdict = cancelled(queued, verdict.cancel_message)
+                verdict = cancelled(run, verdict.cancel_message)
         else:
             context.try_transition(verdict.state)
         if verdict.state is JobState.COMPLETED:
@@ -827,14 +833,14 @@ class JobDispatcher:
             log_failure(log, verdict.error, job=job.name)
         if self.bus.has_listeners(job.workflow_id):
             snapshot = context.snapshot()
-            self.bus.publish(terminal_event(queued, verdict, snapshot))
+            self.bus.publish(terminal_event(run, verdict, snapshot))
             if snapshot.is_root:
                 self.bus.publish(workflow_event(snapshot, verdict))
         # teardown: out of the live set, conversations released, recorded calls released
         self._live.pop(job.job_id, None)
         if self._drained is not None:
             self._wake_drain()
-        if queued.dependencies:
+        if run.dependencies:
             self._graph.untrack(job.job_id)
         context.release_conversations()
         context.clear_completion_data()
@@ -845,26 +851,26 @@ class JobDispatcher:
         """Cooperatively cancel a job: a queued one is settled CANCELLED at once, a running one is
         signalled (it finds out at its next ``check_cancellation()``). Answers whether the job
         was found queued or running."""
-        queued = self._live.get(job_id)
-        if queued is None:
+        run = self._live.get(job_id)
+        if run is None:
             return False
-        lane = queued.lane
-        if lane is not None and lane.remove(queued):
+        lane = run.lane
+        if lane is not None and lane.remove(run):
             message = f"Cancelled while queued: {reason}"
-            queued.context.cancel(message)
-            self._finish(queued, cancelled(queued, message))
+            run.context.cancel(message)
+            self._finish(run, cancelled(run, message))
             return True
-        queued.context.cancel(reason)
+        run.context.cancel(reason)
         return True
 
     def cancel_workflow(self, workflow_id: str, reason: str = "Workflow cancelled") -> int:
         """Cancel every queued or running job of a workflow; answers how many were cancelled."""
         message = f"Workflow cancelled: {reason}"
         count = 0
-        for queued in list(self._live.values()):
-            if queued.job.workflow_id == workflow_id and not queued.context.is_cancelled:
-                queued.cancel_message = message
-                if self.cancel(queued.job.job_id, message):
+        for run in list(self._live.values()):
+            if run.job.workflow_id == workflow_id and not run.context.is_cancelled:
+                run.cancel_message = message
+                if self.cancel(run.job.job_id, message):
                     count += 1
         return count
 
@@ -879,7 +885,7 @@ class JobDispatcher:
         """A snapshot of every job submitted and not settled yet (queued in a lane, waiting on a
         dependency or in admission, running), in submission order. Jobs submitted with a delay
         count once their delay has passed."""
-        return [queued.context.snapshot() for queued in self._live.values()]
+        return [run.context.snapshot() for run in self._live.values()]
 
     @property
     def queued_jobs(self) -> tuple[int, int]:
@@ -908,9 +914,9 @@ class JobDispatcher:
         if admission.held_on(memory) > 0:
             accounts.append(memory)
         running = [
-            (queued.job.job_type, queued.job.workflow_id)
-            for queued in self._executing.values()
-            if queued.context.started_at is not None and not queued.context.state.is_terminal
+            (run.job.job_type, run.job.workflow_id)
+            for run in self._executing.values()
+            if run.context.started_at is not None and not run.context.state.is_terminal
         ]
         return capture_health(
             accounts,

@@ -8,25 +8,17 @@ Each lane is served by one task that is woken the instant a job is offered: noth
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections import deque
-from typing import TYPE_CHECKING, Any
-
-import attrs
-import trio
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..jobs.context import JobContext
-    from ..jobs.handle import JobHandle
-    from ..jobs.job import AbstractJob
+    from .attempt import JobRun
 
-__all__ = ["PRIORITY_LANE_MAX_TIMEOUT", "Lane", "QueuedJob", "grace_period"]
+__all__ = ["PRIORITY_LANE_MAX_TIMEOUT", "Lane", "grace_period"]
 
 PRIORITY_LANE_MAX_TIMEOUT = 5.0  # ROUTE-02
 """Seconds: a job whose timeout is this or less waits in the priority lane, served by
 priority; every other queued job waits in the FIFO lane."""
-
-_sequence = itertools.count()
 
 
 def grace_period(timeout: float) -> float:
@@ -40,41 +32,6 @@ def grace_period(timeout: float) -> float:
     return min(30.0, max(0.5, timeout * 0.1))
 
 
-@attrs.define(eq=False)
-class QueuedJob:
-    """A submitted job on its way to a task: what the lanes hold and the dispatcher tracks."""
-
-    job: AbstractJob[Any]
-    context: JobContext
-    handle: JobHandle[Any]
-    dependencies: tuple[JobHandle[Any] | AbstractJob[Any], ...]
-    requirements: Any
-    seq: int = attrs.field(factory=lambda: next(_sequence))
-    lane: Lane | None = None
-    nursery: trio.Nursery | None = None
-    interrupted: bool = False
-    cancel_message: str | None = None
-    task: trio.lowlevel.Task | None = None
-    """The job's task while it runs, for the stop's report of where a job is stuck."""
-    failure: BaseException | None = None
-    """The last attempt's own failure, kept for a verdict that phase two or an interrupt
-    decides after the attempt's task was cancelled (so a commit's error is not lost)."""
-    committing: Any = None
-    """The last attempt's ``JobResources`` once its commit was sent, for the same verdicts: a
-    job stopped after its commit says what the commit did."""
-
-    def interrupt(self) -> None:
-        """Cancel the job's own nursery: what shutdown does to a job that outlived its wait."""
-        self.interrupted = True
-        if self.nursery is not None:
-            self.nursery.cancel_scope.cancel()
-
-    def sort_key(self) -> tuple[int, int]:
-        """The priority lane's order: the higher priority first, then submission order."""
-        # ROUTE-03
-        return (-self.job.priority, self.seq)
-
-
 class Lane:
     """One queue, served by a relay of tasks (see :meth:`JobDispatcher._relay`).
 
@@ -85,8 +42,8 @@ class Lane:
     def __init__(self, name: str, *, prioritized: bool) -> None:
         self.name = name
         self.prioritized = prioritized
-        self._heap: list[tuple[tuple[int, int], QueuedJob]] = []
-        self._fifo: deque[QueuedJob] = deque()
+        self._heap: list[tuple[tuple[int, int], JobRun]] = []
+        self._fifo: deque[JobRun] = deque()
         self._removed: set[int] = set()
         self._size = 0
         self.active = False
@@ -94,7 +51,7 @@ class Lane:
     def __len__(self) -> int:
         return self._size
 
-    def offer(self, queued: QueuedJob) -> bool:
+    def offer(self, queued: JobRun) -> bool:
         """Queue ``queued``; answers whether the lane was idle and needs a relay started."""
         queued.lane = self
         if self.prioritized:
@@ -107,7 +64,7 @@ class Lane:
         self.active = True
         return True
 
-    def remove(self, queued: QueuedJob) -> bool:
+    def remove(self, queued: JobRun) -> bool:
         """Take ``queued`` out of the lane if it is still there."""
         if queued.lane is not self or queued.seq in self._removed:
             return False
@@ -116,13 +73,13 @@ class Lane:
         self._size -= 1
         return True
 
-    def take(self) -> QueuedJob | None:
+    def take(self) -> JobRun | None:
         """The next job in serving order; the lane turns idle when nothing is left."""
         queued = self._pop()
         self.active = self._size > 0
         return queued
 
-    def _pop(self) -> QueuedJob | None:
+    def _pop(self) -> JobRun | None:
         while self._heap or self._fifo:
             queued = heapq.heappop(self._heap)[1] if self.prioritized else self._fifo.popleft()
             if queued.seq in self._removed:
@@ -133,9 +90,9 @@ class Lane:
             return queued
         return None
 
-    def drain(self) -> list[QueuedJob]:
+    def drain(self) -> list[JobRun]:
         """Everything still waiting, in serving order, leaving the lane empty."""
-        out: list[QueuedJob] = []
+        out: list[JobRun] = []
         while (queued := self._pop()) is not None:
             out.append(queued)
         self.active = False

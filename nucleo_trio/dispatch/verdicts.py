@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from ..jobs.job import AbstractJob
     from ..jobs.snapshot import JobSnapshot
     from ..resources import GrantReleaseError, JobResources
-    from .lanes import QueuedJob
+    from .attempt import JobRun
 
 __all__ = [
     "Verdict",
@@ -72,41 +72,41 @@ class Verdict:
 
 
 def cancelled(
-    queued: QueuedJob, message: str | None, cause: CancellationRequested | None = None
+    run: JobRun, message: str | None, cause: CancellationRequested | None = None
 ) -> Verdict:
     """The CANCELLED verdict: the canceller's reason (else ``message``), with ``cause`` (a
     :class:`CancellationRequested`, made from the reason when none) under the error."""
-    context = queued.context
+    context = run.context
     reason = context.cancel_reason or message or "Job cancelled"
     if cause is None:
         cause = CancellationRequested(reason)
     return Verdict(
         JobState.CANCELLED,
-        error=JobCancelledError(f"{queued.job.name} was cancelled: {reason}", cause=cause),
-        cancel_message=message or queued.cancel_message,
+        error=JobCancelledError(f"{run.job.name} was cancelled: {reason}", cause=cause),
+        cancel_message=message or run.cancel_message,
     )
 
 
-def forced(queued: QueuedJob) -> Verdict:
+def forced(run: JobRun) -> Verdict:
     """A job interrupted (by the stop) before it could say how it ended. One whose commit
     was sent says what the commit did, so a committed job is never taken for one that
     was rolled back."""
-    verdict = cancelled(queued, None, commit_cause(queued))
+    verdict = cancelled(run, None, commit_cause(run))
     verdict.forced = True
     return verdict
 
 
-def settled_verdict(queued: QueuedJob, verdict: Verdict) -> Verdict:
+def settled_verdict(run: JobRun, verdict: Verdict) -> Verdict:
     """A cancel or a timeout that landed while the job ran outranks what it returned."""
-    context = queued.context
+    context = run.context
     if context.timed_out:
-        return timed_out(queued.job, None)
+        return timed_out(run.job, None)
     if context.is_cancelled:
-        return cancelled(queued, None, commit_cause(queued))
+        return cancelled(run, None, commit_cause(run))
     return verdict
 
 
-def verdict_for(queued: QueuedJob, exc: BaseException) -> Verdict:
+def verdict_for(run: JobRun, exc: BaseException) -> Verdict:
     """The verdict of an execution that raised ``exc``: a timeout or a cancel that landed
     first outranks it; a dependency's failure and a crash are told apart.
 
@@ -114,26 +114,26 @@ def verdict_for(queued: QueuedJob, exc: BaseException) -> Verdict:
     guard) is read first: the job fails with its one failure as raised, or with several kept
     as a group; a group of nothing but re-run signals fails with the most demanding of them,
     as a bare one would here, after the attempts."""
-    context = queued.context
+    context = run.context
     exc = read_raised(exc).outcome
     if context.timed_out:
-        return timed_out(queued.job, exc)
+        return timed_out(run.job, exc)
     if context.is_cancelled or isinstance(exc, CancellationRequested):
         cause = exc if isinstance(exc, CancellationRequested) else None
-        return cancelled(queued, None, cause)
+        return cancelled(run, None, cause)
     if isinstance(exc, DependencyFailedError):
         return Verdict(JobState.FAILED, error=exc, dependency_failure=True)
     if is_fatal_crash(exc):
         error: BaseException = NucleoSystemError(
-            "job", f"{queued.job.name} crashed with {type(exc).__name__}: {exc}", exc
+            "job", f"{run.job.name} crashed with {type(exc).__name__}: {exc}", exc
         )
         return Verdict(JobState.FAILED, error=error)
     return Verdict(JobState.FAILED, error=exc)
 
 
-def terminal_event(queued: QueuedJob, verdict: Verdict, snapshot: JobSnapshot) -> ev.JobEvent:
+def terminal_event(run: JobRun, verdict: Verdict, snapshot: JobSnapshot) -> ev.JobEvent:
     """The one terminal event the bus publishes for ``verdict``."""
-    context = queued.context
+    context = run.context
     if verdict.dependency_failure:
         return ev.DependencyFailureEvent(snapshot=snapshot, error=verdict.error)
     common: dict[str, Any] = {
@@ -146,7 +146,7 @@ def terminal_event(queued: QueuedJob, verdict: Verdict, snapshot: JobSnapshot) -
     if verdict.state is JobState.COMPLETED:
         return ev.JobCompletedEvent(result=verdict.result, **common)
     if verdict.state is JobState.TIMED_OUT:
-        return ev.JobTimedOut(timeout=queued.job.timeout or 0.0, **common)
+        return ev.JobTimedOut(timeout=run.job.timeout or 0.0, **common)
     if verdict.state is JobState.CANCELLED:
         if verdict.cancel_message is None:
             return ev.JobCancelled(force=verdict.forced, **common)
@@ -185,13 +185,13 @@ def is_cancellation(exc: BaseException) -> bool:
     return False
 
 
-def commit_cause(queued: QueuedJob) -> CancellationRequested | None:
+def commit_cause(run: JobRun) -> CancellationRequested | None:
     """For a job cancelled once its commit was sent (during its close, its output guards or
     ``post_execute``): what the commit did, so a committed job is never taken for one that was
     rolled back."""
-    if queued.committing is None:
+    if run.sent_commit is None:
         return None
-    return stopped_after_commit(queued.context, queued.committing, queued.failure)
+    return stopped_after_commit(run.context, run.sent_commit, run.failure)
 
 
 def stopped_after_commit(
