@@ -125,9 +125,9 @@ class Life:
         self._lanes = lanes
         self._finish = finish
         self._on_stop = on_stop
-        self._phase = _Phase.NEW
         self.state: AsyncValue[DispatcherState] = AsyncValue(DispatcherState.NEW)
         """The phase as users see it (``JobDispatcher.state``)."""
+        self._enter(_Phase.NEW)
         self.fast = False
         """The stop asked for is the fast one: every job cancelled at once, no wait for the
         running ones. Only ever set together with a stop, and never unset."""
@@ -161,33 +161,20 @@ class Life:
 
     # -- the phase ------------------------------------------------------------------------------
     def _enter(self, phase: _Phase) -> None:
+        """Move to ``phase``: the one place the phase changes, so the facts read from it below
+        (kept as attributes because every submit reads them) can never disagree."""
         self._phase = phase
-        self.state.value = _SEEN_AS[phase]
-
-    @property
-    def started(self) -> bool:
+        self.started = phase >= _Phase.STARTING
         """``run`` was called (and got past loading the plugins)."""
-        return self._phase >= _Phase.STARTING
-
-    @property
-    def stopping(self) -> bool:
+        self.stopping = phase >= _Phase.STOPPING
         """A stop was asked for, or the run has ended."""
-        return self._phase >= _Phase.STOPPING
-
-    @property
-    def stopped(self) -> bool:
+        self.stopped = phase >= _Phase.CLOSING
         """The stop sequence is done with the jobs, or the run has ended: nothing is taken."""
-        return self._phase >= _Phase.CLOSING
-
-    @property
-    def is_running(self) -> bool:
+        self.is_running = self.started and not self.stopped
         """Started, and the stop is not done with the jobs yet: submits are taken."""
-        return _Phase.STARTING <= self._phase < _Phase.CLOSING
-
-    @property
-    def serving(self) -> bool:
+        self.serving = phase < _Phase.ENDING
         """The dispatcher's own tasks are not being cancelled yet: a crash of one stops it."""
-        return self._phase < _Phase.ENDING
+        self.state.value = _SEEN_AS[phase]
 
     def _fast_requested(self) -> bool:
         """``fast`` read afresh after an await (a direct read there would be narrowed by mypy

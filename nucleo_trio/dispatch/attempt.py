@@ -5,7 +5,7 @@ The route a job's task takes once its lane let it go (``JobDispatcher._run_job``
 the attempts, then the output guards and ``post_execute``. Each attempt has its steps:
 **admit** (the requirements captured afresh, the whole demand asked of admission: a grant at
 once, or a place in the line, holding nothing), then the two-phase
-:class:`~.deadline.Deadline` armed and the database handles opened, **run the body**
+:mod:`~.deadline` timeout armed and the database handles opened, **run the body**
 (``pre_execute`` and ``execute``, inside a transaction when asked, then the commit), **tell
 the limiters** how it went, and **close**. An upstream signal re-runs the attempt with
 jittered pacing (the upstream's Retry-After plus jitter when it named one) against the job's
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..admission import Grant
+from ..admission import Grant, Ticket
 from ..admission.limiter import RateLimiter
 from ..bus import events as ev
 from ..errors import (
@@ -57,10 +57,10 @@ from ..resources import (
     ResourceCloseError,
 )
 from ..resources.job_resources import Spawn
+from . import deadline
 from ._boundary import _fatal_in
-from .deadline import Deadline, stop_requests_to
 from .dependencies import DependencyGraph, await_dependencies, wait_holding_nothing
-from .timekeeper import Timekeeper
+from .timekeeper import Timekeeper, TimerHandle
 from .verdicts import (
     Verdict,
     account_fault,
@@ -145,7 +145,11 @@ class JobRun:
         "context",
         "dependencies",
         "failure",
+        "budget",
+        "deadline_call",
+        "grace_call",
         "handle",
+        "held",
         "interrupted",
         "job",
         "lane",
@@ -187,6 +191,12 @@ class JobRun:
         self.sent_commit: JobResources | None = None
         """The last attempt's resources once its commit was sent, for the same verdicts: a job
         stopped after its commit says what the commit did."""
+        # The attempt's two-phase timeout (:mod:`.deadline`): its resources, its budget, the
+        # phase-one call at the deadline and, once phase one ran, the phase-two force-close.
+        self.held: JobResources | None = None
+        self.budget = 0.0
+        self.deadline_call: TimerHandle | None = None
+        self.grace_call: TimerHandle | None = None
 
     # -- the lanes and the stop -----------------------------------------------------------------
     def sort_key(self) -> tuple[int, int]:
@@ -205,6 +215,15 @@ class JobRun:
         stop's message unless the job already has one."""
         self.cancel_message = self.cancel_message or "Cancelled by shutdown"
         self.context.cancel("Cancelled by shutdown")
+
+    def at_deadline(self) -> None:
+        """The timekeeper's call at the attempt's deadline: phase one."""
+        deadline.phase_one(self)
+
+    def after_commit(self, committed: bool) -> None:
+        """A deadline waited for the commit in flight: not committed, phase one runs now."""
+        if not committed:
+            deadline.phase_one(self)
 
     # -- the execution --------------------------------------------------------------------------
     async def execute(self) -> Verdict:
@@ -295,30 +314,45 @@ class JobRun:
 
     # -- one attempt ----------------------------------------------------------------------------
     async def _attempt(self, requirements: JobRequirements, hooks: Hooks) -> Any:
-        """One attempt: admit; arm the timeout and open the handles; run the body, then commit
-        when it runs in a transaction; tell the limiters; close. Then answer for it: the
-        result, or what it failed with, timed out with, or was stopped after its commit by."""
+        """One attempt, step by step: admit; arm the timeout and open the handles; run the
+        body, and commit when it runs in a transaction; tell the limiters; close. Then answer
+        for it: the result, or what it failed with, timed out with, or was stopped after its
+        commit by.
+
+        The steps that never wait are plain calls, and the ones that may are awaited here, so
+        an attempt with nothing to wait for costs no coroutine beyond the job's own."""
         job, context = self.job, self.context
+        admission = self.runtime.dispatcher.admission
         providers = providers_of(self.runtime.dispatcher.databases, requirements)
-        resources = await self._admit(requirements, providers)
+        # Admit. The synchronous half first: a grant at once costs no scheduler step, and a
+        # job that must wait joins the line and parks holding nothing.
+        entered = self._admit(requirements, providers)
+        grant = entered if isinstance(entered, Grant) else await admission.wait(entered)
+        resources = self._hold(grant, requirements, providers)
         outcome: Any = None
         failure: BaseException | None = None
         reading: Reading | None = None
         assert self.nursery is not None
         scope = self.nursery.cancel_scope
-        deadline: Deadline | None = None
+        timed = job.timeout is not None
         try:
             if job.timeout is not None:
-                deadline = Deadline(self.runtime.timekeeper, self, scope, resources, job.timeout)
+                deadline.arm(self, resources, job.timeout)
             if providers:
                 await resources.materialize()  # a failure rolls the grant back; never runs
             context.resources = resources
             transactional = requirements.requires_transaction and resources.has_database
+            # Run the body.
             try:
-                outcome = await self._run_body(resources, hooks, transactional)
+                if hooks.pre_execute:
+                    await job.pre_execute(context)
+                self._start_running(resources)
+                if transactional:
+                    await resources.begin_all()
+                outcome = await job.execute(context)
                 if transactional and not context.timed_out and not context.is_cancelled:
                     transactional = False  # commit_all rolls back what it could not commit
-                    await self._commit(resources, deadline)
+                    await self._commit(resources, timed)
             except BaseException as exc:  # noqa: BLE001 - handed to the verdict below
                 if is_cancellation(exc):
                     raise
@@ -336,9 +370,21 @@ class JobRun:
             self._tell_limiters(requirements, failure, reading)
         finally:
             context.is_executing_job_with_resources = False
-            if deadline is not None:
-                deadline.cancel()
-            failure = await self._close(resources, scope, failure)
+            if timed:
+                deadline.disarm(self)
+            # Close.
+            try:
+                if scope.cancel_called:
+                    # Phase two or shutdown: no checkpoint may replace the job's own verdict,
+                    # so what is still open is aborted, and closed in the background before
+                    # its permits go back.
+                    resources.force_close()
+                elif not resources.close_now():  # no handles: settled without a step
+                    await resources.aclose()
+            except (ResourceCloseError, GrantReleaseError) as close_failure:
+                failure = _closed_with(close_failure, failure)
+            finally:
+                context.resources = None
         if (
             resources.commit_sent
             and (scope.cancel_called or context.is_cancelled)
@@ -351,41 +397,44 @@ class JobRun:
             raise JobTimeoutError(budget_of(job))
         return outcome
 
-    async def _admit(
+    def _admit(
         self, requirements: JobRequirements, providers: tuple[DBResourceProvider, ...]
-    ) -> JobResources:
-        """Admit the attempt's whole demand: a grant at once, or a place in the line, holding
-        nothing, until it fits. Its waits are recorded; the resources hold the grant."""
+    ) -> Grant | Ticket:
+        """The attempt's whole demand, counted as the next attempt and handed to admission:
+        a grant at once, or the place in the line to wait in."""
         dispatcher, context = self.runtime.dispatcher, self.context
         demand = dispatcher.demand_assembler.assemble(
             requirements, context, dispatcher.http_gate, providers
         )
         context.attempt += 1
-        # The synchronous half first: a grant at once costs no scheduler step, and a job that
-        # must wait joins the line and parks holding nothing.
-        admission = dispatcher.admission
-        entered = admission.enter(demand, context)
-        grant = entered if isinstance(entered, Grant) else await admission.wait(entered)
+        return dispatcher.admission.enter(demand, context)
+
+    def _hold(
+        self,
+        grant: Grant,
+        requirements: JobRequirements,
+        providers: tuple[DBResourceProvider, ...],
+    ) -> JobResources:
+        """What the grant holds, as the attempt's resources; its waits are recorded."""
+        context = self.context
         context.record_admission_wait(grant.wall_wait_ms)
         for account, ms in grant.wait_times_ms.items():
             context.record_resource_wait(account, ms)
         resources = JobResources(
-            admission,
+            self.runtime.dispatcher.admission,
             grant,
             providers,
             context=context,
             read_only=requirements.read_only,
             spawn=self.runtime.spawn_system,
         )
-        context.is_executing_job_with_resources = not demand.is_empty
+        context.is_executing_job_with_resources = not grant.is_empty
         return resources
 
-    async def _run_body(self, resources: JobResources, hooks: Hooks, transactional: bool) -> Any:
-        """``pre_execute``, the turn to RUNNING, the started event, then ``execute`` (after
-        ``begin_all`` when the attempt runs in a transaction); what it returns, or raises."""
+    def _start_running(self, resources: JobResources) -> None:
+        """The body starts: the turn to RUNNING (a job cancelled meanwhile stops here), the
+        job listed as executing, the started event, and its resources marked as worked on."""
         job, context = self.job, self.context
-        if hooks.pre_execute:
-            await job.pre_execute(context)
         if not context.try_transition(JobState.RUNNING):
             context.check_cancellation()
         self.runtime.executing[job.job_id] = self
@@ -393,21 +442,18 @@ class JobRun:
         if bus.has_listeners(job.workflow_id):
             bus.publish(ev.JobStartedEvent(snapshot=context.snapshot(), attempt=context.attempt))
         resources.executed = True
-        if transactional:
-            await resources.begin_all()
-        return await job.execute(context)
 
-    async def _commit(self, resources: JobResources, deadline: Deadline | None) -> None:
+    async def _commit(self, resources: JobResources, timed: bool) -> None:
         """Commit the transaction. Once sent, the commit's answer is the outcome (EXEC-03,
         JR-15): ``commit_all`` is shielded, a cancel or an interrupt gives it the commit window
         to answer, and a deadline that lands meanwhile waits for it."""
-        unwatch = stop_requests_to(resources, self)
+        unwatch = deadline.stop_requests_to(resources, self)
         try:
             await resources.commit_all()
         finally:
             unwatch()
-        if deadline is not None:
-            deadline.cancel()  # committed: the work is durable, its deadline met
+        if timed:
+            deadline.disarm(self)  # committed: the work is durable, its deadline met
 
     def _tell_limiters(
         self,
@@ -428,30 +474,20 @@ class JobRun:
                 for limiter in limiters:
                     signal_limiter(partial(limiter.on_rate_limit_error, upstream), limiter)
 
-    async def _close(
-        self, resources: JobResources, scope: trio.CancelScope, failure: BaseException | None
-    ) -> BaseException | None:
-        """Close the attempt's resources; answers the attempt's failure, a close failure added
-        (as it, or on it as suppressed). An account's fault as the grant goes back is logged
-        and the job keeps its verdict (ADM-45)."""
-        try:
-            if scope.cancel_called:
-                # Phase two or shutdown: no checkpoint may replace the job's own verdict, so
-                # what is still open is aborted, and closed in the background before its
-                # permits go back.
-                resources.force_close()
-            elif not resources.close_now():  # no handles: settled without a step
-                await resources.aclose()
-        except ResourceCloseError as close_failure:
-            if failure is None:
-                failure = close_failure
-            else:
-                add_suppressed(failure, close_failure)
-        except GrantReleaseError as fault:
-            account_fault(fault, failure)
-        finally:
-            self.context.resources = None
+
+def _closed_with(
+    close_failure: ResourceCloseError | GrantReleaseError, failure: BaseException | None
+) -> BaseException | None:
+    """The attempt's failure once its close failed: a handle that failed to close is the
+    failure, or rides on it as suppressed; an account's fault as the grant went back is logged
+    and the job keeps its verdict and result (ADM-45)."""
+    if isinstance(close_failure, GrantReleaseError):
+        account_fault(close_failure, failure)
         return failure
+    if failure is None:
+        return close_failure
+    add_suppressed(failure, close_failure)
+    return failure
 
 
 async def pace(context: JobContext, delay: float) -> None:

@@ -1,11 +1,12 @@
-"""The two-phase timeout, on the job's own nursery.
+r"""The two-phase timeout, on the job's own nursery.
 
 Phase one is a timekeeper call at the job's deadline: it sets the timeout and cancel
 flags, runs the callbacks, closes the resources on a task of their own in the job's
 nursery, and sets the nursery's cancel-scope deadline to the end of the grace. Phase two
 is that deadline: trio cancels the job, and a timekeeper call force-closes (aborts) what
 a job that does not unwind still holds. A job that finishes in time costs one heap
-entry. The attempt arms one :class:`Deadline` and cancels it when it ends.
+entry. The attempt :func:`arm`\ s it and :func:`disarm`\ s it when it ends; the two timers
+live on the job's record.
 
 A deadline that lands while the job's commit is in flight waits for the commit's answer,
 for at most the commit window (:data:`~nucleo_trio.resources.COMMIT_WINDOW`; past it
@@ -29,77 +30,52 @@ import trio
 
 from ..resources import GrantReleaseError, JobResources, ResourceCloseError
 from .lanes import grace_period
-from .timekeeper import Timekeeper, TimerHandle
 from .verdicts import account_fault
 
 if TYPE_CHECKING:
     from .attempt import JobRun
 
-__all__ = ["Deadline", "close_cooperatively", "stop_requests_to"]
+__all__ = ["arm", "close_cooperatively", "disarm", "phase_one", "stop_requests_to"]
 
 log = logging.getLogger("nucleo_trio.dispatcher")
 
 
-class Deadline:
-    """One attempt's armed two-phase timeout, on the job's own nursery: the phase-one call at
-    the deadline and, once phase one ran, the phase-two force-close. :meth:`cancel` drops what
-    has not run when the attempt ends."""
+def arm(run: JobRun, resources: JobResources, budget: float) -> None:
+    """Arm the attempt's two-phase timeout: phase one ``budget`` seconds from now, on
+    ``resources``. The timers live on the job's record (no object of their own)."""
+    context = run.context
+    context.arm_deadline(budget)
+    assert context.deadline is not None
+    run.held = resources
+    run.budget = budget
+    run.grace_call = None
+    run.deadline_call = run.runtime.timekeeper.call_at(context.deadline, run.at_deadline)
 
-    __slots__ = (
-        "_budget",
-        "_keeper",
-        "_phase_one",
-        "_phase_two",
-        "_run",
-        "_resources",
-        "_scope",
-    )
 
-    def __init__(
-        self,
-        keeper: Timekeeper,
-        run: JobRun,
-        scope: trio.CancelScope,
-        resources: JobResources,
-        budget: float,
-    ) -> None:
-        context = run.context
-        context.arm_deadline(budget)
-        assert context.deadline is not None
-        self._keeper = keeper
-        self._run = run
-        self._scope = scope
-        self._resources = resources
-        self._budget = budget
-        self._phase_two: TimerHandle | None = None
-        self._phase_one = keeper.call_at(context.deadline, self.phase_one)
+def phase_one(run: JobRun) -> None:
+    """The deadline: time the job out, unless its commit decides (see the module)."""
+    resources = run.held
+    assert resources is not None
+    if resources.commit_in_flight:
+        resources.request_stop()
+        resources.on_commit_answer(run.after_commit)
+        return
+    if resources.commit_sent and resources.all_committed:
+        return  # committed before the deadline; the attempt has not resumed yet
+    run.context.time_out()
+    assert run.nursery is not None
+    run.nursery.start_soon(close_cooperatively, resources)
+    phase_two = trio.current_time() + grace_period(run.budget)
+    run.nursery.cancel_scope.deadline = phase_two
+    run.grace_call = run.runtime.timekeeper.call_at(phase_two, resources.force_close)
 
-    def phase_one(self) -> None:
-        """The deadline: time the job out, unless its commit decides (see the module)."""
-        resources = self._resources
-        if resources.commit_in_flight:
-            resources.request_stop()
-            resources.on_commit_answer(self._after_commit)
-            return
-        if resources.commit_sent and resources.all_committed:
-            return  # committed before the deadline; the attempt has not resumed yet
-        run = self._run
-        run.context.time_out()
-        assert run.nursery is not None
-        run.nursery.start_soon(close_cooperatively, resources)
-        phase_two = trio.current_time() + grace_period(self._budget)
-        self._scope.deadline = phase_two
-        self._phase_two = self._keeper.call_at(phase_two, resources.force_close)
 
-    def _after_commit(self, committed: bool) -> None:
-        if not committed:
-            self.phase_one()
-
-    def cancel(self) -> None:
-        """The attempt ended: drop what has not run."""
-        self._phase_one.cancel()
-        if self._phase_two is not None:
-            self._phase_two.cancel()
+def disarm(run: JobRun) -> None:
+    """The attempt ended (or its commit answered): drop what has not run."""
+    if run.deadline_call is not None:
+        run.deadline_call.cancel()
+    if run.grace_call is not None:
+        run.grace_call.cancel()
 
 
 @trio.lowlevel.enable_ki_protection

@@ -57,7 +57,8 @@ class JobHandle(Generic[R]):
             self._token = None
         self._result: Any = None
         self._error: BaseException | None = None
-        self._subscriptions: list[Subscription] = []
+        # Made by the first workflow observer: most handles never have one.
+        self._subscriptions: list[Subscription] | None = None
         self._canceller: Any = None
 
     @property
@@ -165,6 +166,8 @@ class JobHandle(Generic[R]):
         if self._settled.is_set():
             subscription.unsubscribe()
         else:
+            if self._subscriptions is None:
+                self._subscriptions = []
             self._subscriptions.append(subscription)
         return subscription
 
@@ -174,9 +177,9 @@ class JobHandle(Generic[R]):
             return
         self._result = result
         self._error = error
-        for subscription in self._subscriptions:
+        subscriptions, self._subscriptions = self._subscriptions, None
+        for subscription in subscriptions or ():
             subscription.unsubscribe()
-        self._subscriptions.clear()
         self._settled.set()
 
     def __repr__(self) -> str:

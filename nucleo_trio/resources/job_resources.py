@@ -227,6 +227,8 @@ class _Commit(enum.Enum):
 
 
 _IN_FLIGHT = (_Commit.SENT, _Commit.OVERDUE)
+# Read on every attempt: a module global is found faster than an enum class's member.
+_NOT_SENT = _Commit.NOT_SENT
 
 
 class _Closer(enum.Enum):
@@ -237,6 +239,9 @@ class _Closer(enum.Enum):
     """:meth:`JobResources.aclose`, in the attempt's task (or phase one's)."""
     REAPING = "reaping"
     """A forced close's background task, closing the aborted handles."""
+
+
+_NOBODY = _Closer.NOBODY
 
 
 class JobResources:
@@ -277,7 +282,7 @@ class JobResources:
         # only fill once handles are open, so until then every attempt shares one empty
         # frozenset (materialize gives an attempt with databases sets of its own).
         self._committed: set[int] = _NO_IDS
-        self._commit = _Commit.NOT_SENT
+        self._commit = _NOT_SENT
         self._answered: trio.Event | None = None  # what a close waits on while it is in flight
         self._on_answer: list[Callable[[bool], object]] | None = None
         self._in_flight: tuple[DBResourceProvider, DBHandle, trio.CancelScope] | None = None
@@ -288,7 +293,7 @@ class JobResources:
         self._closing_handles: set[int] = _NO_IDS
         self._closed_handles: set[int] = _NO_IDS
         self._aborted: set[int] = _NO_IDS
-        self._closer = _Closer.NOBODY
+        self._closer = _NOBODY
         self._closing: trio.Event | None = None
         self._materializing: trio.Event | None = None
         self._force_requested = False
@@ -388,7 +393,7 @@ class JobResources:
     @property
     def commit_sent(self) -> bool:
         """A ``commit_all`` started since the last ``begin_all``: its answer is the outcome."""
-        return self._commit is not _Commit.NOT_SENT
+        return self._commit is not _NOT_SENT
 
     @property
     def commit_in_flight(self) -> bool:
