@@ -173,6 +173,19 @@ class JobContext:
     completion has one winner and raises on neither side.
     """
 
+    # Set by few jobs, so read from the class until a job sets its own: a context then keeps
+    # under CPython's 30 shared instance-dict keys (past them every context carries a dict of
+    # its own, about 1.3 KB more per job). The token and the cancel callbacks are made on
+    # first use: most jobs never touch them.
+    _token: CancellationToken | None = None
+    _cancel_reason: str | None = None
+    _cancel_callbacks: _OnceCallbacks | None = None
+    _dependency_results: Mapping[JobSnapshot, Any] = _NO_OUTCOMES
+    _dependency_errors: Mapping[JobSnapshot, BaseException] = _NO_OUTCOMES
+    description: str | None = None
+    """What this one job does, for people; when set, snapshots carry it in place of the
+    class's ``@tool_description``. ``None`` by default."""
+
     def __init__(
         self,
         job: AbstractJob[Any],
@@ -197,12 +210,9 @@ class JobContext:
         copy it."""
         self._publish = publish
         self._state = JobState.QUEUED
-        # The token and the two callback lists are made on first use: most jobs never touch
-        # them, and a settled handle keeps its context for the collector to walk.
-        self._token: CancellationToken | None = None
-        self._cancel_reason: str | None = None
+        # The timeout callbacks are made on first use, like the token and the cancel callbacks
+        # (see the class): a settled handle keeps its context for the collector to walk.
         self._cancelled = False
-        self._cancel_callbacks: _OnceCallbacks | None = None
         self._timeout_callbacks: _OnceCallbacks | None = None
         self._timed_out = False
         self._completed = False
@@ -223,9 +233,6 @@ class JobContext:
         """The last percentage (0 to 100) given to :meth:`publish`; ``None`` until one is."""
         self.progress_message: str | None = None
         """The last progress :meth:`publish` reported, as a string; ``None`` until then."""
-        self.description: str | None = None
-        """What this one job does, for people; when set, snapshots carry it in place of the
-        class's ``@tool_description``. ``None`` by default."""
         self._result: Any = None
         self._has_result = False
         self.is_executing_job_with_resources = False
@@ -240,8 +247,6 @@ class JobContext:
         self.conversations: list[Any] = []  # TOOL-35
         """The conversations this job owns, in the order it took them; its teardown releases
         them."""
-        self._dependency_results: Mapping[JobSnapshot, Any] = _NO_OUTCOMES
-        self._dependency_errors: Mapping[JobSnapshot, BaseException] = _NO_OUTCOMES
         self.handle: JobHandle[Any] | None = None
         """The handle :meth:`JobDispatcher.submit <nucleo_trio.dispatch.JobDispatcher.submit>`
         returned for the job; ``None`` for a context built by hand."""
