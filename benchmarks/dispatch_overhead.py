@@ -39,7 +39,7 @@ from nucleo_trio.admission import CountingGate
 from nucleo_trio.bus import events as ev
 from nucleo_trio.bus.observers import JobObserver
 from nucleo_trio.dispatch import DispatcherConfig, open_dispatcher
-from nucleo_trio.jobs import Identifiable, JobContext, JobRequirements, Tool, workflow
+from nucleo_trio.jobs import JobContext, Tool, workflow
 
 from . import _floor, instructions
 from ._harness import (
@@ -53,6 +53,7 @@ from ._harness import (
     run_trio,
     verdict,
 )
+from .admission_scaling import NeedsSlot
 
 NAME = "dispatch"
 TITLE = "dispatch overhead: full path vs a bare trio task per job"
@@ -74,19 +75,9 @@ class Nop(Tool[None]):
         return None
 
 
-class OneUnit(Tool[None]):
-    """Returns at once, holding one unit of a gate that never fills: the cheapest resourceful
-    job, whose demand admission must judge (and the memory gate meet) on every submission."""
-
-    def __init__(self, parent: Identifiable, gate: CountingGate) -> None:
-        super().__init__(parent)
-        self._gate = gate
-
-    def requirements(self) -> JobRequirements:
-        return JobRequirements().require_rate_limiter(self._gate)
-
-    async def execute(self, context: JobContext) -> None:
-        return None
+# The cheapest resourceful job, whose demand admission must judge (and the memory gate meet) on
+# every submission: one unit of a gate that never fills.
+OneUnit = NeedsSlot
 
 
 class CountingObserver(JobObserver[ev.JobEvent]):

@@ -142,10 +142,10 @@ def run_marked(main: Callable[[Mark], Awaitable[None]]) -> Mark:
 Body = Callable[[Mark, int], Awaitable[None]]
 
 
-async def _bare(mark: Mark, n: int) -> None:
-    async def settle(done: trio.Event) -> None:
-        done.set()
-
+async def _settled_tasks(
+    mark: Mark, n: int, settle: Callable[[trio.Event], Awaitable[None]]
+) -> None:
+    """N tasks in one nursery, each running ``settle`` on an event the main task awaits."""
     async with trio.open_nursery() as nursery:
         await mark.start()
         events: list[trio.Event] = []
@@ -157,6 +157,13 @@ async def _bare(mark: Mark, n: int) -> None:
             await done.wait()
         await trio.testing.wait_all_tasks_blocked()
         await mark.stop()
+
+
+async def _bare(mark: Mark, n: int) -> None:
+    async def settle(done: trio.Event) -> None:
+        done.set()
+
+    await _settled_tasks(mark, n, settle)
 
 
 async def _nursery(mark: Mark, n: int) -> None:
@@ -165,17 +172,7 @@ async def _nursery(mark: Mark, n: int) -> None:
             pass
         done.set()
 
-    async with trio.open_nursery() as nursery:
-        await mark.start()
-        events: list[trio.Event] = []
-        for _ in range(n):
-            done = trio.Event()
-            events.append(done)
-            nursery.start_soon(settle, done)
-        for done in events:
-            await done.wait()
-        await trio.testing.wait_all_tasks_blocked()
-        await mark.stop()
+    await _settled_tasks(mark, n, settle)
 
 
 async def _floor(mark: Mark, n: int) -> None:
