@@ -118,7 +118,7 @@ class Waiter:
         "chained",
         "_snapshot",
         "stamp",
-        "wakeup",
+        "task",
     )
 
     def __init__(
@@ -158,7 +158,8 @@ class Waiter:
         self.in_line = False
         self.grant: Grant | None = None
         self.failure: BaseException | None = None
-        self.wakeup: trio.Event | None = None
+        # The parked task while it waits to be woken (``park``), else None.
+        self.task: trio.lowlevel.Task | None = None
 
     @property
     def snapshot(self) -> JobSnapshot | None:
@@ -174,9 +175,28 @@ class Waiter:
     def resourceful(self) -> bool:
         return bool(self.entries)
 
+    async def park(self) -> None:
+        """Wait until :meth:`unpark` (a grant, a failure, a job cancel) or a cancellation.
+
+        The task parks on trio's own primitive, as ``trio.CapacityLimiter``'s waiters do: a
+        wake is one reschedule, with no event object per wait. A cancellation that reached the
+        task after its grant landed, before it ran, still wins (ADM-17): it raises here, and
+        the caller gives the grant back."""
+        self.task = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
+        if self.grant is not None:
+            await trio.lowlevel.checkpoint_if_cancelled()
+
+    def _abort(self, _: object) -> trio.lowlevel.Abort:
+        self.task = None  # cancelled while parked: nothing may reschedule it now
+        return trio.lowlevel.Abort.SUCCEEDED
+
     def unpark(self) -> None:
-        if self.wakeup is not None:
-            self.wakeup.set()
+        """Wake the parked task, if it is parked (any number of calls wake it once)."""
+        task = self.task
+        if task is not None:
+            self.task = None
+            trio.lowlevel.reschedule(task)
 
 
 _SET_ASIDE_IS_TAKEN: dict[type, bool] = {}

@@ -32,6 +32,7 @@ from ._line import (
     mark_group,
     push,
     push_deadline,
+    request_pass,
     schedule,
 )
 from .demand import DemandEntry, Grant
@@ -52,6 +53,34 @@ CANCELLED_WHILE_PARKED = "Job cancelled while waiting for admission"
 # --------------------------------------------------------------------------------------------
 # The walk and one attempt
 # --------------------------------------------------------------------------------------------
+
+
+def pass_here(m: Admission) -> None:
+    """Run the pass an event calls for in the task that caused it (a settlement), instead of
+    waking the evaluator task for it: a pass never awaits, so it is one critical section
+    wherever it runs, and a grant is then one task step, the granted waiter's.
+
+    Passes never nest: during a pass (an account or an emitter settling a grant from inside
+    it) the event only marks the pass to run again, as it would wake the evaluator. Before the
+    evaluator started, or once admission stopped, the event wakes the evaluator as before. A
+    defect closes admission here as it would in the evaluator (ADM-44): the settlement that
+    ran the pass is done and does not raise it. When the pass scheduled a look earlier than
+    the instant the evaluator sleeps until, the evaluator is woken to re-arm its timer.
+    """
+    if m._in_pass or m._wake_event is None or m.is_stopped:
+        request_pass(m)
+        return
+    m._in_pass = True
+    try:
+        evaluate(m)
+    except Exception as defect:  # noqa: BLE001 - a defect closes admission for good
+        m._in_pass = False
+        m._close_on_defect(defect)
+        return
+    m._in_pass = False
+    deadlines = m._deadlines
+    if deadlines and deadlines[0][0] < m._sleeps_until:
+        request_pass(m)
 
 
 def evaluate(m: Admission) -> None:

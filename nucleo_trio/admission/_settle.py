@@ -2,8 +2,9 @@
 
 A release gives back the RELEASE accounts of a job that ran and counts a completion for the
 memory account; a roll-back gives back every account, TIME ones included, because the work
-never happened. Each account given back is marked, so the next pass asks exactly the waiters
-it may now let in, and another monitor serving the same limiter is told.
+never happened. Each account given back is marked, so the pass asks exactly the waiters it may
+now let in, and another monitor serving the same limiter is told. That pass runs at once, in
+the settling task (``_pass.pass_here``).
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._accounts import release_accounts, tell_others
-from ._line import NOTHING, Account, mark_account, request_pass
-from ._pass import emit
+from ._line import NOTHING, Account, mark_account
+from ._pass import emit, pass_here
 from .demand import Grant
 from .limiter import LimiterEventType, Replenishment
 
@@ -30,11 +31,11 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
     if not grant._claim():
         return
     if grant.is_empty:
-        # Nothing to give back and no completion for memory; the evaluator is still woken
-        # after every settlement (ADM-20), which costs an empty pass at most. With nobody in
-        # the line that pass would find nothing, so it is skipped.
+        # Nothing to give back and no completion for memory; a pass still follows every
+        # settlement (ADM-20), which costs an empty pass at most. With nobody in the line
+        # that pass would find nothing, so it is skipped.
         if not m.is_stopped and m._line:
-            request_pass(m)
+            pass_here(m)
         return
     open_ = not m.is_stopped
     tracked: tuple[Account, ...] = grant._tracked
@@ -67,8 +68,11 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
         first_error = first_error or exc
     if open_:
         mark_account(m, m._memory_account)
-        request_pass(m)
     # The grant is settled whatever a give did (ADM-45): its accounts lose this user.
     release_accounts(m, tracked)
+    if open_:
+        # The pass the settlement calls for (ADM-20), here in the settling task: the next
+        # waiter's grant is one step of its own task, with no evaluator step between.
+        pass_here(m)
     if first_error is not None:
         raise first_error

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import threading
 import weakref
 from collections import OrderedDict
@@ -184,6 +185,10 @@ class Admission:
         self._wake_event: trio.Event | None = None
         self._wake_requested = False
         self._in_pass = False
+        # The instant the evaluator sleeps until (inf: until an event); -inf while it is awake,
+        # when it reads the deadlines itself. A pass run elsewhere (``_pass.pass_here``) that
+        # schedules a look before this instant wakes it to re-arm.
+        self._sleeps_until = -math.inf
         self._departures = 0  # waiters that left the line (granted, refused, cancelled)
         self._token: trio.lowlevel.TrioToken | None = None
         self._thread: int | None = None
@@ -282,11 +287,16 @@ class Admission:
                 else:
                     fruitless = 0
                 self._wake_event = trio.Event()
-                if deadline is None:
-                    await self._wake_event.wait()  # only an event can help: no timer to arm
-                else:
-                    with trio.move_on_at(deadline):
-                        await self._wake_event.wait()
+                try:
+                    if deadline is None:
+                        self._sleeps_until = math.inf
+                        await self._wake_event.wait()  # only an event can help: no timer
+                    else:
+                        self._sleeps_until = deadline
+                        with trio.move_on_at(deadline):
+                            await self._wake_event.wait()
+                finally:
+                    self._sleeps_until = -math.inf
         finally:
             if not self.is_stopped:
                 self.stop()
@@ -400,7 +410,6 @@ class Admission:
         w.in_line = True
         if w.resourceful and self._memory_account.key_id not in w.held:
             self._off_memory[w.seq] = w
-        w.wakeup = trio.Event()
         push(self, w.seq, None)
         request_pass(self)
 
@@ -418,13 +427,11 @@ class Admission:
                 if w.context is not None and w.context.is_cancelled:
                     self._withdraw(w)
                     raise CancellationRequested(CANCELLED_WHILE_PARKED)
-                assert w.wakeup is not None
                 try:
-                    await w.wakeup.wait()
+                    await w.park()
                 except BaseException:
                     self._interrupted(w)
                     raise
-                w.wakeup = trio.Event()
         finally:
             if unregister is not None:
                 unregister()
