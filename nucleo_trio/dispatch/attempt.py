@@ -46,7 +46,7 @@ from ..errors import (
 )
 from ..errors._groups import Reading, read_raised
 from ..guardrails import StandardGuardrailEnforcer
-from ..jobs.job import AbstractJob
+from ..jobs.job import AbstractJob, requirements_of
 from ..jobs.state import JobState
 from ..models.runtime import binding_accounts
 from ..resources import (
@@ -265,7 +265,7 @@ class JobRun:
         while True:
             context.check_cancellation()
             # The door's capture served routing; every attempt captures afresh (SUB-10).
-            requirements = job.requirements()
+            requirements = requirements_of(job)
             try:
                 return await self._attempt(requirements, hooks)
             except RerunSignal as signal:

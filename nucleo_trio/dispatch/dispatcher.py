@@ -66,7 +66,14 @@ from ..heartbeat import (
 )
 from ..jobs.context import OBS_CALLER_CLASS, JobContext, _current, current_job
 from ..jobs.handle import JobHandle
-from ..jobs.job import AbstractJob, ScopeAuthority, check_job_settings
+from ..jobs.job import (
+    NONE_REQUIRED,
+    AbstractJob,
+    ScopeAuthority,
+    check_job_settings,
+    requirements_of,
+)
+from ..jobs.requirements import JobRequirements
 from ..jobs.snapshot import JobSnapshot
 from ..jobs.state import JobState
 from ..jobs.stoppable import AbstractStoppable
@@ -618,7 +625,7 @@ class JobDispatcher:
             self._born_failed(context, handle, refusal)
             return handle
         try:
-            requirements = job.requirements()
+            requirements = requirements_of(job)
         except Exception as exc:  # noqa: BLE001 - a job that breaks its contract is born failed
             self._born_failed(context, handle, _requirements_failure(job, exc))
             return handle
@@ -635,7 +642,10 @@ class JobDispatcher:
                 ev.JobScheduled(
                     snapshot=context.snapshot(),
                     state=ev.ScheduledState.QUEUED,
-                    requirements=requirements,
+                    # the shared empty capture is the runtime's own: an event gets a copy
+                    requirements=JobRequirements()
+                    if requirements is NONE_REQUIRED
+                    else requirements,
                     priority=job.priority,
                 )
             )
@@ -739,21 +749,22 @@ class JobDispatcher:
 
     # -- lanes and tasks ------------------------------------------------------------------------
     def _offer(self, lane: Lane, run: JobRun) -> None:
-        if lane.offer(run):
-            self._spawn(self._relay, lane)
+        lane.offer(run)
+        self._spawn(self._take, lane)
 
-    async def _relay(self, lane: Lane) -> None:
-        """One leg of a lane's relay: take the lane's next job, pass the baton, run the job.
+    async def _take(self, lane: Lane) -> None:
+        """A queued job's task: take the lane's next job and run it.
 
-        Each job's task, as its first act, starts the task that takes the job after it, so a
-        lane hands out its jobs strictly in order (priority, then submission) at one scheduler
-        step per job, and a job stays run, and cancellable as run, until its task runs.
+        Each offer starts one of these, and each takes whichever job the lane serves next when
+        it runs, not the job whose offer started it: the tasks a scheduler step starts run in
+        an order of trio's choosing, and the jobs still leave the lane strictly in its order
+        (priority, then submission). A job stays queued, and cancellable as queued, until a
+        task takes it; a task that finds the lane empty (its job was cancelled, or drained at
+        shutdown) ends at once.
         """
         run = lane.take()
         if run is None:
             return
-        if lane.active:
-            self._spawn(self._relay, lane)
         if self._life.stopping:
             # A job still queued at shutdown is settled as cancelled, never started into a
             # closed admission.

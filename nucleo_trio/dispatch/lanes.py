@@ -2,7 +2,8 @@
 
 A job whose timeout is five seconds or less enters the priority lane, served by the higher
 priority first and by submission order among equals; every other job enters the FIFO lane.
-Each lane is served by one task that is woken the instant a job is offered: nothing polls.
+Each offer starts the task that takes the lane's next job, the instant the job is offered:
+nothing polls.
 """
 
 from __future__ import annotations
@@ -33,11 +34,8 @@ def grace_period(timeout: float) -> float:
 
 
 class Lane:
-    """One queue, served by a relay of tasks (see :meth:`JobDispatcher._relay`).
-
-    ``active`` is true while a relay task is on its way to take the next job; an offer to an
-    idle lane answers True, telling the dispatcher to start one.
-    """
+    """One queue; each job offered starts a task that takes the lane's next one (see
+    :meth:`JobDispatcher._take`)."""
 
     def __init__(self, name: str, *, prioritized: bool) -> None:
         self.name = name
@@ -46,23 +44,18 @@ class Lane:
         self._fifo: deque[JobRun] = deque()
         self._removed: set[int] = set()
         self._size = 0
-        self.active = False
 
     def __len__(self) -> int:
         return self._size
 
-    def offer(self, queued: JobRun) -> bool:
-        """Queue ``queued``; answers whether the lane was idle and needs a relay started."""
+    def offer(self, queued: JobRun) -> None:
+        """Queue ``queued``."""
         queued.lane = self
         if self.prioritized:
             heapq.heappush(self._heap, (queued.sort_key(), queued))
         else:
             self._fifo.append(queued)
         self._size += 1
-        if self.active:
-            return False
-        self.active = True
-        return True
 
     def remove(self, queued: JobRun) -> bool:
         """Take ``queued`` out of the lane if it is still there."""
@@ -74,12 +67,7 @@ class Lane:
         return True
 
     def take(self) -> JobRun | None:
-        """The next job in serving order; the lane turns idle when nothing is left."""
-        queued = self._pop()
-        self.active = self._size > 0
-        return queued
-
-    def _pop(self) -> JobRun | None:
+        """The next job in serving order, or ``None`` when the lane is empty."""
         while self._heap or self._fifo:
             queued = heapq.heappop(self._heap)[1] if self.prioritized else self._fifo.popleft()
             if queued.seq in self._removed:
@@ -93,7 +81,6 @@ class Lane:
     def drain(self) -> list[JobRun]:
         """Everything still waiting, in serving order, leaving the lane empty."""
         out: list[JobRun] = []
-        while (queued := self._pop()) is not None:
+        while (queued := self.take()) is not None:
             out.append(queued)
-        self.active = False
         return out

@@ -33,6 +33,7 @@ __all__ = [
     "Tool",
     "check_job_settings",
     "display_name",
+    "requirements_of",
     "tool_description",
 ]
 
@@ -565,3 +566,20 @@ _KNOB_PROPERTIES: frozenset[object] = frozenset(
     ]
 )
 """The checked properties a class-body value may stand in for as the class's default."""
+
+
+_DEFAULT_REQUIREMENTS = AbstractJob.requirements
+NONE_REQUIRED = JobRequirements()
+"""What every job that keeps the default :meth:`AbstractJob.requirements` declares: nothing.
+Shared by all of them, so the runtime only ever reads it, and an event is given a copy."""
+
+
+def requirements_of(job: AbstractJob[Any]) -> JobRequirements:
+    """``job.requirements()``: the door's capture and each attempt's (SUB-10).
+
+    A job that keeps the default (its class and the instance both) would answer fresh empty
+    requirements and do nothing else, so its capture is one shared empty instance instead;
+    the calls a job could observe are the same."""
+    if type(job).requirements is _DEFAULT_REQUIREMENTS and "requirements" not in vars(job):
+        return NONE_REQUIRED
+    return job.requirements()
