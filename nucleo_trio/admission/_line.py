@@ -202,7 +202,7 @@ class Waiter:
 _SET_ASIDE_IS_TAKEN: dict[type, bool] = {}
 
 
-def _takes_what_it_set_aside(limiter: RateLimiter) -> bool:
+def takes_what_it_set_aside(limiter: RateLimiter) -> bool:
     """Whether a head's grant on ``limiter`` leaves every follower's answer as it was under the
     head's reservation: true of a :class:`CountingGate` that keeps the gate's own questions
     (``in use + asked + set aside <= capacity``, and never an instant). A time-based account
@@ -268,7 +268,7 @@ def _head_left(m: Admission, old: Waiter) -> None:
         push(m, new_head.seq, None)
     granted = old.grant is not None
     for account in old.accounts:
-        if granted and _takes_what_it_set_aside(account.limiter):
+        if granted and takes_what_it_set_aside(account.limiter):
             # The head took exactly what it had set aside there: no follower fits on this
             # account now that did not fit before, so none is asked again for it.
             continue

@@ -34,6 +34,7 @@ from ._line import (
     push_deadline,
     request_pass,
     schedule,
+    takes_what_it_set_aside,
 )
 from .demand import DemandEntry, Grant
 from .limiter import LimiterEventType, LimiterIdentity, name_of
@@ -148,6 +149,17 @@ def _visit(m: Admission, w: Waiter, vias: list[Group | None], now: float) -> Non
                     m._suspended.add(via)  # goes on when memory is marked
             elif via not in w.groups:
                 w.chained.append(via)  # held elsewhere: goes on when it leaves the line
+            continue
+        if (
+            w.in_line
+            and via.account in m._head_blockers
+            and takes_what_it_set_aside(via.account.limiter)
+        ):
+            # The head, asked with nothing set aside, is short on the group's account. Everyone
+            # behind it in the group has its demand and is asked with its amounts set aside
+            # there, which on a counting gate can only make it shorter: the chain stops here
+            # until what holds the head changes (a give marks the account; the head leaving
+            # without its grant marks it too, and with it, takes what it set aside).
             continue
         continue_chain(m, via, w.seq)
 
