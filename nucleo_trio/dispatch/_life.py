@@ -131,6 +131,8 @@ class Life:
         self.fast = False
         """The stop asked for is the fast one: every job cancelled at once, no wait for the
         running ones. Only ever set together with a stop, and never unset."""
+        self.token: trio.lowlevel.TrioToken | None = None
+        """The trio run the dispatcher serves in, from its start: the one its handles belong to."""
         self.fatal: BaseException | None = None
         """The ``KeyboardInterrupt``, ``SystemExit`` or crash that stopped the dispatcher;
         ``run`` raises it once every handle has settled."""
@@ -239,6 +241,7 @@ class Life:
         """``JobDispatcher.run`` once the plugins are loaded: serve, shielded from the cancel
         scopes around, until the stop is done; then raise what stopped it, if anything did."""
         self._enter(_Phase.STARTING)
+        self.token = trio.lowlevel.current_trio_token()
         self._dispatcher.models.envelope.seal_default()  # ENV-02: start seals the default
         try:
             async with trio.open_nursery() as guard:
@@ -350,24 +353,21 @@ class Life:
 
     # -- tasks ----------------------------------------------------------------------------------
     def spawn(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
-        """Start a job's task (or a lane's relay) in the jobs' nursery, counted: the stop
-        waits for the count to reach zero."""
+        """Start a job's task in the jobs' nursery, counted: the stop waits for the count to
+        reach zero. ``fn`` is KI-protected and calls :meth:`task_ended` as its last act,
+        whatever happens (trio runs every task it starts, a cancelled one to its first
+        checkpoint)."""
         assert self.jobs is not None
         self._tasks += 1
         if self._idle.is_set():
             self._idle = trio.Event()
-        self.jobs.start_soon(self._counted, fn, arg)
+        self.jobs.start_soon(fn, arg)
 
-    @trio.lowlevel.enable_ki_protection
-    async def _counted(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
-        # KI-protected: a Ctrl-C is delivered to the program's main task (which stops the
-        # dispatcher in order), never half-way through a job's bookkeeping.
-        try:
-            await fn(arg)
-        finally:
-            self._tasks -= 1
-            if self._tasks == 0:
-                self._idle.set()
+    def task_ended(self) -> None:
+        """A job's task is ending: one fewer for the stop to wait for."""
+        self._tasks -= 1
+        if self._tasks == 0:
+            self._idle.set()
 
     def spawn_system(self, fn: Callable[[], Awaitable[None]]) -> None:
         """Run clean-up that must outlive the job (a forced close's handle closes, then its

@@ -45,11 +45,13 @@ def arm(run: JobRun, resources: JobResources, budget: float) -> None:
     ``resources``. The timers live on the job's record (no object of their own)."""
     context = run.context
     context.arm_deadline(budget)
-    assert context.deadline is not None
     run.held = resources
     run.budget = budget
     run.grace_call = None
-    run.deadline_call = run.runtime.timekeeper.call_at(context.deadline, run.at_deadline)
+    run.deadline_call = run.runtime.timekeeper.call_at(
+        context.deadline,  # type: ignore[arg-type] # a budget arms a deadline
+        run.at_deadline,
+    )
 
 
 def phase_one(run: JobRun) -> None:

@@ -610,7 +610,7 @@ class JobDispatcher:
                 f"{caller_cls.__module__}.{caller_cls.__qualname__}"
             )
         job._context = context
-        handle: JobHandle[R] = JobHandle(job, context)
+        handle: JobHandle[R] = JobHandle(job, context, self._life.token)
         handle._canceller = self._cancel_job
         context.handle = handle
         self._graph.submitted(job.job_id)
@@ -752,6 +752,7 @@ class JobDispatcher:
         lane.offer(run)
         self._spawn(self._take, lane)
 
+    @trio.lowlevel.enable_ki_protection
     async def _take(self, lane: Lane) -> None:
         """A queued job's task: take the lane's next job and run it.
 
@@ -762,18 +763,32 @@ class JobDispatcher:
         task takes it; a task that finds the lane empty (its job was cancelled, or drained at
         shutdown) ends at once.
         """
-        run = lane.take()
-        if run is None:
-            return
-        if self._life.stopping:
-            # A job still queued at shutdown is settled as cancelled, never started into a
-            # closed admission.
-            self._finish(run, cancelled(run, "Cancelled by shutdown"))
-            return
-        await self._run_job(run)
+        # KI-protected, as every job's task is: a Ctrl-C is delivered to the program's main
+        # task (which stops the dispatcher in order), never half-way through a job's
+        # bookkeeping.
+        try:
+            run = lane.take()
+            if run is None:
+                return
+            if self._life.stopping:
+                # A job still queued at shutdown is settled as cancelled, never started into a
+                # closed admission.
+                self._finish(run, cancelled(run, "Cancelled by shutdown"))
+                return
+            await self._run(run)
+        finally:
+            self._life.task_ended()
 
+    @trio.lowlevel.enable_ki_protection
     async def _run_job(self, run: JobRun) -> None:
-        """The job's task. The job runs in its own nursery, whose cancel scope is the one
+        """The task of a job that runs at once, without queueing."""
+        try:
+            await self._run(run)
+        finally:
+            self._life.task_ended()
+
+    async def _run(self, run: JobRun) -> None:
+        """The job, on its task. The job runs in its own nursery, whose cancel scope is the one
         shutdown cancels to interrupt it and phase two of a timeout cancels at its deadline.
         Whatever happens, the handle settles before the task ends."""
         context = run.context
@@ -783,7 +798,20 @@ class JobDispatcher:
         run.task = trio.lowlevel.current_task()
         context.try_transition(JobState.SCHEDULED)
         try:
-            self._finish(run, await self._run_in_own_nursery(run))
+            # A list: mypy does not see the nursery keep the Cancelled of its own scope.
+            answered: list[Verdict] = []
+            try:
+                async with trio.open_nursery() as job_nursery:
+                    run.nursery = job_nursery
+                    if run.interrupted:
+                        job_nursery.cancel_scope.cancel()
+                    answered.append(await run.execute())
+            except BaseException as exc:  # noqa: BLE001 - what the job's nursery let through
+                fatal = _fatal_in(exc)
+                if fatal is None and is_cancellation(exc) and not run.interrupted:
+                    raise
+                answered.append(self._escaped(run, exc, fatal))
+            self._finish(run, answered[0] if answered else self._cut_short(run))
         finally:
             self._running.pop(job_id, None)
             self._executing.pop(job_id, None)
@@ -799,27 +827,19 @@ class JobDispatcher:
                     ),
                 )
 
-    async def _run_in_own_nursery(self, run: JobRun) -> Verdict:
-        outcome: list[Verdict] = []  # a list: mypy does not see a nursery swallow Cancelled
-        try:
-            async with trio.open_nursery() as job_nursery:
-                run.nursery = job_nursery
-                if run.interrupted:
-                    job_nursery.cancel_scope.cancel()
-                outcome.append(await run.execute())
-        except BaseException as exc:  # noqa: BLE001 - what the job's nursery let through
-            fatal = _fatal_in(exc)
-            if fatal is not None:
-                # KeyboardInterrupt or SystemExit from inside a job stops the whole dispatcher,
-                # and leaves run() as itself once every job has settled; this job is the first.
-                self._life.escalate(fatal)
-                run.cancel_for_stop()
-                return forced(run)
-            if is_cancellation(exc) and not run.interrupted:
-                raise
-            return verdict_for(run, exc)
-        if outcome:
-            return outcome[0]
+    def _escaped(self, run: JobRun, exc: BaseException, fatal: BaseException | None) -> Verdict:
+        """The verdict on what the job's nursery let through."""
+        if fatal is not None:
+            # KeyboardInterrupt or SystemExit from inside a job stops the whole dispatcher,
+            # and leaves run() as itself once every job has settled; this job is the first.
+            self._life.escalate(fatal)
+            run.cancel_for_stop()
+            return forced(run)
+        return verdict_for(run, exc)
+
+    @staticmethod
+    def _cut_short(run: JobRun) -> Verdict:
+        """The verdict on a job whose nursery was cancelled before it answered."""
         if run.context.timed_out and not run.interrupted:
             # Phase two cancelled the job at the grace's end: the timeout is the verdict, and
             # what the attempt had already failed with (a commit's error) is not lost.

@@ -26,6 +26,7 @@ guard whose children refused several ways at once gave one refusal naming each.
 
 from __future__ import annotations
 
+import enum
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -154,9 +155,10 @@ class StandardGuardrailEnforcer:
         has no input or content guard (none declared, none attached), having recorded that none
         applied, or is itself a guard; then :meth:`before_resources` has nothing left to do
         and need not be awaited. ``False``: await :meth:`before_resources`."""
-        if _is_guard_class(type(job)):
+        guarding = _guarding_of(type(job))
+        if guarding is _Guarding.GUARD:
             return True
-        if _declares_no_guards(type(job)) and not attached_guardrails(job, context):
+        if guarding is _Guarding.NONE_DECLARED and not _attaches_any(job, context):
             context.metadata[OBS_GUARDS_INPUT] = 0  # none applied (GRD-15)
             return True
         return False
@@ -165,11 +167,12 @@ class StandardGuardrailEnforcer:
         """The output side of the common case, as :meth:`input_settled_now`: ``True`` when no
         output guard waits for ``job`` (none applied is recorded); ``False``: await
         :meth:`after_release`."""
-        if _is_guard_class(type(job)):
+        guarding = _guarding_of(type(job))
+        if guarding is _Guarding.GUARD:
             return True
         if self._output_guards and context in self._output_guards:  # empty: no weak ref made
             return False
-        if _declares_no_guards(type(job)) and not attached_guardrails(job, context):
+        if guarding is _Guarding.NONE_DECLARED and not _attaches_any(job, context):
             context.metadata[OBS_GUARDS_OUTPUT] = 0  # none applied (GRD-15)
             return True
         return False
@@ -360,6 +363,44 @@ def _declares_no_guards(cls: type) -> bool:
         )
         _NO_GUARDS_BY_CLASS[cls] = known
     return known
+
+
+class _Guarding(enum.Enum):
+    """What a job class's own declarations make of the attempt's guard steps."""
+
+    GUARD = "guard"
+    """A guard itself: it passes through the guard steps untouched."""
+    NONE_DECLARED = "none declared"
+    """Declares no guard: only guards attached from configuration can apply."""
+    DECLARED = "declared"
+    """Declares guards of its own (or may: it overrides a declaration)."""
+
+
+_GUARDING_BY_CLASS: dict[type, _Guarding] = {}
+
+
+def _guarding_of(cls: type) -> _Guarding:
+    """:func:`_is_guard_class` and :func:`_declares_no_guards` in one answer, remembered per
+    class: the two the attempt asks of every job, on each side."""
+    known = _GUARDING_BY_CLASS.get(cls)
+    if known is None:
+        if _is_guard_class(cls):
+            known = _Guarding.GUARD
+        elif _declares_no_guards(cls):
+            known = _Guarding.NONE_DECLARED
+        else:
+            known = _Guarding.DECLARED
+        _GUARDING_BY_CLASS[cls] = known
+    return known
+
+
+def _attaches_any(job: AbstractJob[Any], context: JobContext) -> bool:
+    """Whether the configuration attaches any guard to ``job``: :func:`attached_guardrails`
+    is only built (and its guards made) when it has some to attach."""
+    dispatcher: JobDispatcher | None = context.dispatcher
+    if dispatcher is None or not dispatcher.config.guardrails:
+        return False
+    return bool(attached_guardrails(job, context))
 
 
 def _of_kind(guards: Iterable[Guardrail], kind: type) -> list[Any]:

@@ -44,22 +44,33 @@ class JobHandle(Generic[R]):
     after the terminal event, the workflow event and the job's teardown.
     """
 
-    def __init__(self, job: AbstractJob[R], context: JobContext) -> None:
+    # Until the handle settles, or for ever: read from the class until set.
+    _result: Any = None
+    _error: BaseException | None = None
+    # Made by the first workflow observer: most handles never have one.
+    _subscriptions: list[Subscription] | None = None
+    _canceller: Any = None
+
+    def __init__(
+        self,
+        job: AbstractJob[R],
+        context: JobContext,
+        token: trio.lowlevel.TrioToken | None = None,
+    ) -> None:
+        """``token`` is the trio run the job runs in (the dispatcher's), else the current
+        one's; a handle built by hand outside any run belongs to the first run that waits."""
         # EXEC-09: _settle is the last step of every path (JobDispatcher._finish).
         self.job = job
         """The job this handle is for."""
         self.context = context
         """The job's context: its state, metadata, progress and timing."""
         self._settled = trio.Event()
-        try:
-            self._token: trio.lowlevel.TrioToken | None = trio.lowlevel.current_trio_token()
-        except RuntimeError:  # built by hand outside any run: the first run that waits owns it
-            self._token = None
-        self._result: Any = None
-        self._error: BaseException | None = None
-        # Made by the first workflow observer: most handles never have one.
-        self._subscriptions: list[Subscription] | None = None
-        self._canceller: Any = None
+        if token is None:
+            try:
+                token = trio.lowlevel.current_trio_token()
+            except RuntimeError:
+                pass
+        self._token = token
 
     @property
     def job_id(self) -> str:
