@@ -42,10 +42,11 @@ class Account:
     """One account as admission tracks it: a limiter and the identity it debits.
 
     ``users`` counts the waiters in the monitor and the unsettled grants that name it; at 0 the
-    monitor forgets the account.
+    monitor forgets the account. ``exact`` says whether the head's grant there takes exactly
+    what it set aside (:func:`takes_what_it_set_aside`).
     """
 
-    __slots__ = ("groups", "ident", "key", "key_id", "limiter", "peers", "users")
+    __slots__ = ("exact", "groups", "ident", "key", "key_id", "limiter", "peers", "users")
 
     def __init__(self, limiter: RateLimiter, key: LimiterIdentity) -> None:
         self.limiter = limiter
@@ -56,6 +57,7 @@ class Account:
         self.users = 0
         # The accounts in use on the same limiter, this one included (the monitor's list).
         self.peers: list[Account] = []
+        self.exact = takes_what_it_set_aside(limiter)
 
     def group(self, signature: Hashable) -> Group:
         group = self.groups.get(signature)
@@ -268,7 +270,7 @@ def _head_left(m: Admission, old: Waiter) -> None:
         push(m, new_head.seq, None)
     granted = old.grant is not None
     for account in old.accounts:
-        if granted and takes_what_it_set_aside(account.limiter):
+        if granted and account.exact:
             # The head took exactly what it had set aside there: no follower fits on this
             # account now that did not fit before, so none is asked again for it.
             continue
@@ -280,6 +282,8 @@ def _head_left(m: Admission, old: Waiter) -> None:
 
 
 def leave_groups(m: Admission, w: Waiter) -> None:
+    if not w.groups:
+        return  # in no group, so no heap holds a live entry of it: nothing to drop
     w.stamp += 1
     for group in w.groups:
         group.live -= 1
@@ -359,11 +363,13 @@ def continue_chain(m: Admission, group: Group, after: int) -> None:
 def mark_account(m: Admission, account: Account) -> None:
     """``account`` may have more to give: ask the head if it waits on it, and the first
     follower of each of its groups."""
-    for group in list(account.groups.values()):
-        mark_group(m, group)
+    groups = account.groups
+    if groups:
+        for group in groups.values():  # marking a group neither adds nor drops one
+            mark_group(m, group)
     if account in m._head_blockers and m._line:
         push(m, next(iter(m._line)), None)
-    if account is m._memory_account and m._suspended:
+    if m._suspended and account is m._memory_account:
         suspended, m._suspended = m._suspended, set()
         for group in suspended:
             mark_group(m, group)

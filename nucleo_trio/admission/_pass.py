@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,6 @@ from ._line import (
     push_deadline,
     request_pass,
     schedule,
-    takes_what_it_set_aside,
 )
 from .demand import DemandEntry, Grant
 from .limiter import LimiterEventType, LimiterIdentity, name_of
@@ -68,7 +68,7 @@ def pass_here(m: Admission) -> None:
     ran the pass is done and does not raise it. When the pass scheduled a look earlier than
     the instant the evaluator sleeps until, the evaluator is woken to re-arm its timer.
     """
-    if m._in_pass or m._wake_event is None or m.is_stopped:
+    if m._in_pass or m._wake_event is None or m._stopped or m._defect is not None:
         request_pass(m)
         return
     m._in_pass = True
@@ -150,11 +150,7 @@ def _visit(m: Admission, w: Waiter, vias: list[Group | None], now: float) -> Non
             elif via not in w.groups:
                 w.chained.append(via)  # held elsewhere: goes on when it leaves the line
             continue
-        if (
-            w.in_line
-            and via.account in m._head_blockers
-            and takes_what_it_set_aside(via.account.limiter)
-        ):
+        if w.in_line and via.account.exact and via.account in m._head_blockers:
             # The head, asked with nothing set aside, is short on the group's account. Everyone
             # behind it in the group has its demand and is asked with its amounts set aside
             # there, which on a counting gate can only make it shorter: the chain stops here
@@ -194,29 +190,33 @@ def attempt(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:
     accounts = w.accounts
     reserve = head.reserve if head is not None else None
     # Step 3 (ADM-29, ADM-30): every entry, even after a short one.
-    shorts: list[tuple[int, float | None]] = []
-    for index, entry in enumerate(entries):
-        account = accounts[index]
-        reserved = reserve.get(account, NOTHING) if reserve is not None else NOTHING
+    shorts: list[tuple[Account, float | None]] | None = None
+    for account, entry in zip(accounts, entries, strict=True):
+        reserved = NOTHING if reserve is None else reserve.get(account, NOTHING)
         try:
             fits: object = entry.limiter.fits(entry.amounts, reserved)
             if fits is True:
                 continue
             if fits is not False:
                 fits = answer("fits", fits)  # not a bool: raises
-            _mark_held(m, w, account, entry, now)
-            instant = answer("earliest_fit", entry.limiter.earliest_fit(entry.amounts, reserved))
+            if account.key_id not in w.held:
+                _mark_held(m, w, account, entry, now)
+            instant = entry.limiter.earliest_fit(entry.amounts, reserved)
+            if instant is not None:
+                instant = answer("earliest_fit", instant)
         except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
             return _refuse(m, w, account, exc, now)
-        shorts.append((index, instant))
-    if shorts:
+        if shorts is None:
+            shorts = [(account, instant)]
+        else:
+            shorts.append((account, instant))
+    if shorts is not None:
         _hold(m, w, head, shorts, on_memory=False, memory_deadline=None, now=now)
         return HELD
     # Step 4 (ADM-31): take every entry; a refused take undoes the ones before it.
     taken = 0
-    for index, entry in enumerate(entries):
-        account = accounts[index]
-        reserved = reserve.get(account, NOTHING) if reserve is not None else NOTHING
+    for account, entry in zip(accounts, entries, strict=True):
+        reserved = NOTHING if reserve is None else reserve.get(account, NOTHING)
         try:
             took: object = entry.limiter.try_take(entry.amounts, reserved)
             if took is not True and took is not False:
@@ -230,12 +230,12 @@ def attempt(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:
             _give_back(m, w, taken)
             try:
                 _mark_held(m, w, account, entry, now)
-                instant = answer(
-                    "earliest_fit", entry.limiter.earliest_fit(entry.amounts, reserved)
-                )
+                instant = entry.limiter.earliest_fit(entry.amounts, reserved)
+                if instant is not None:
+                    instant = answer("earliest_fit", instant)
             except Exception as exc:  # noqa: BLE001 - as above
                 return _refuse(m, w, account, exc, now)
-            _hold(m, w, head, [(index, instant)], on_memory=False, memory_deadline=None, now=now)
+            _hold(m, w, head, [(account, instant)], on_memory=False, memory_deadline=None, now=now)
             return HELD
         taken += 1
     # Step 5 (ADM-32): memory after every entry.
@@ -257,7 +257,9 @@ def _short_on_memory(m: Admission, w: Waiter, head: Waiter | None, now: float) -
     memory_account = m._memory_account
     try:
         _mark_held(m, w, memory_account, None, now)
-        instant = answer("earliest_fit", m._memory.earliest_fit(NOTHING, NOTHING))
+        instant = m._memory.earliest_fit(NOTHING, NOTHING)
+        if instant is not None:
+            instant = answer("earliest_fit", instant)
     except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
         return _refuse(m, w, memory_account, exc, now)
     if head is not None and not m._head_memory_short:
@@ -282,26 +284,27 @@ def _hold(
     m: Admission,
     w: Waiter,
     head: Waiter | None,
-    shorts: Sequence[tuple[int, float | None]],
+    shorts: Sequence[tuple[Account, float | None]],
     *,
     on_memory: bool,
     memory_deadline: float | None,
     now: float,
 ) -> None:
-    """Record why ``w`` waits, so that exactly the events that can help ask it again."""
+    """Record why ``w`` waits (``shorts``: each account it is short on, with the instant that
+    account named), so that exactly the events that can help ask it again."""
     w.on_memory = on_memory
     if not w.in_line:
         return  # the fast path: enqueueing makes it a candidate of the next pass
     if head is None:
-        leave_groups(m, w)
+        if w.groups:
+            leave_groups(m, w)
         _hold_head(m, w, shorts, on_memory=on_memory, memory_deadline=memory_deadline, now=now)
         return
     if on_memory:
         _regroup(m, w, [m._memory_account])
         schedule(m, w.groups[0], memory_deadline)
         return
-    accounts = w.accounts
-    _regroup(m, w, [accounts[index] for index, _ in shorts])
+    _regroup(m, w, [account for account, _ in shorts])
     for group, (_, instant) in zip(w.groups, shorts, strict=True):
         schedule(m, group, instant)
 
@@ -323,7 +326,7 @@ def _regroup(m: Admission, w: Waiter, accounts: list[Account]) -> None:
 def _hold_head(
     m: Admission,
     w: Waiter,
-    shorts: Sequence[tuple[int, float | None]],
+    shorts: Sequence[tuple[Account, float | None]],
     *,
     on_memory: bool,
     memory_deadline: float | None,
@@ -336,12 +339,18 @@ def _hold_head(
         m._head_blockers = {m._memory_account}
         deadline = memory_deadline
     else:
-        m._head_blockers = {w.accounts[index] for index, _ in shorts}
         # The latest short instant; None when any short account needs an event (ADM-30).
-        instants = [instant for _, instant in shorts]
-        deadline = None
-        if instants and all(instant is not None for instant in instants):
-            deadline = max(instant for instant in instants if instant is not None)
+        blockers = set()
+        deadline = -math.inf
+        for account, instant in shorts:
+            blockers.add(account)
+            if instant is None:
+                deadline = None
+            elif deadline is not None and instant > deadline:
+                deadline = instant
+        m._head_blockers = blockers
+        if deadline == -math.inf:
+            deadline = None  # short on nothing (a take refused with no instant): no look
     registered = m._head_deadline
     if deadline is not None and (
         registered is None or registered[0] != w.seq or deadline < registered[1]
@@ -360,12 +369,14 @@ def _hold_head(
 
 
 def _grant(m: Admission, w: Waiter, now: float) -> None:
+    held = w.held
     waits: dict[str, int] = {}
-    for key, since in w.held.values():
+    for key, since in held.values():
         name = name_of(key)
         waits[name] = waits.get(name, 0) + whole_ms(now - since)
+    emitting = m._emit_fn is not None
     # An empty grant never reports anything, so it needs no snapshot (DG-10).
-    snapshot = w.snapshot if w.entries and m._emit_fn is not None else None
+    snapshot = w.snapshot if emitting and w.entries else None
     # The waiter's claim on its accounts passes to the grant, until it settles.
     grant = Grant(
         w.entries,
@@ -375,47 +386,53 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
         owner=m,
         tracked=w.accounts,
     )
-    counts = m._held_counts
-    for index, entry in enumerate(w.entries):
-        key_id = w.accounts[index].key_id
-        held = w.held.pop(key_id, None)
-        if held is None:
-            emit(
-                m,
-                entry.key,
-                w,
-                counts.get(key_id, 0),
-                LimiterEventType.GRANTED_IMMEDIATE,
-                0.0,
-                None,
-                entry,
-            )
-        else:
+    if held or emitting:
+        # The held counts come back into balance, and with an emitter each entry reports
+        # its grant (with nobody listening and nothing held, nothing is left to do).
+        counts = m._held_counts
+        for account, entry in zip(w.accounts, w.entries, strict=True):
+            key_id = account.key_id
+            was_held = held.pop(key_id, None)
+            if was_held is None:
+                if emitting:
+                    emit(
+                        m,
+                        entry.key,
+                        w,
+                        counts.get(key_id, 0),
+                        LimiterEventType.GRANTED_IMMEDIATE,
+                        0.0,
+                        None,
+                        entry,
+                    )
+                continue
             counts[key_id] -= 1
-            emit(
-                m,
-                entry.key,
-                w,
-                counts[key_id],
-                LimiterEventType.GRANTED_FROM_HOLD,
-                max(0.0, now - held[1]),
-                None,
-                entry,
-            )
-    for key_id, (key, since) in w.held.items():
-        # Memory (EVT-05), and anything else the waiter was held on.
-        counts[key_id] -= 1
-        emit(
-            m,
-            key,
-            w,
-            counts[key_id],
-            LimiterEventType.GRANTED_FROM_HOLD,
-            max(0.0, now - since),
-            None,
-            1,
-        )
-    w.held.clear()
+            if emitting:
+                emit(
+                    m,
+                    entry.key,
+                    w,
+                    counts[key_id],
+                    LimiterEventType.GRANTED_FROM_HOLD,
+                    max(0.0, now - was_held[1]),
+                    None,
+                    entry,
+                )
+        for key_id, (key, since) in held.items():
+            # Memory (EVT-05), and anything else the waiter was held on.
+            counts[key_id] -= 1
+            if emitting:
+                emit(
+                    m,
+                    key,
+                    w,
+                    counts[key_id],
+                    LimiterEventType.GRANTED_FROM_HOLD,
+                    max(0.0, now - since),
+                    None,
+                    1,
+                )
+        held.clear()
     w.grant = grant
     leave_line(m, w)
     w.accounts = ()

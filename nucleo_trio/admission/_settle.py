@@ -37,7 +37,7 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
         if not m.is_stopped and m._line:
             pass_here(m)
         return
-    open_ = not m.is_stopped
+    open_ = not m._stopped and m._defect is None
     tracked: tuple[Account, ...] = grant._tracked
     first_error: Exception | None = None
     for index, entry in enumerate(grant.entries):
@@ -49,16 +49,17 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
             first_error = first_error or exc
             continue
         tell_others(m, entry.limiter)
-        emit(
-            m,
-            entry.key,
-            grant.snapshot,
-            m._held_counts.get(id(entry.key), 0),
-            LimiterEventType.RELEASED,
-            0.0,
-            None,
-            entry,
-        )
+        if m._emit_fn is not None:
+            emit(
+                m,
+                entry.key,
+                grant.snapshot,
+                m._held_counts.get(id(entry.key), 0),
+                LimiterEventType.RELEASED,
+                0.0,
+                None,
+                entry,
+            )
         if open_ and index < len(tracked):
             mark_account(m, tracked[index])
     try:
