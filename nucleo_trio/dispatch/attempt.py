@@ -224,7 +224,24 @@ class JobRun:
                 await await_dependencies(self.runtime.graph, self)
             if standard is None or not standard.input_settled_now(job, context):
                 await guardrails.before_resources(job, context)
-            result = await self._run_attempts(hooks)
+            # Attempts until one answers, re-running on the three signals within their budgets.
+            # A group of signals raised at once arrives as the one that decides (see
+            # :meth:`_attempt`), so it is one re-run on one budget.
+            reruns: Reruns | None = None
+            while True:
+                context.check_cancellation()
+                try:
+                    # The door's capture served routing; every attempt captures afresh (SUB-10).
+                    result = await self._attempt(requirements_of(job), hooks)
+                    break
+                except RerunSignal as signal:
+                    if context.timed_out or context.is_cancelled:
+                        raise  # a cancellation or a timeout is never re-run (SIG-06)
+                    if reruns is None:
+                        reruns = Reruns(self)
+                    delay = reruns.count(signal)
+                    if delay is not None:
+                        await pace(context, delay)
             context.set_result(result)
             if standard is None or not standard.output_settled_now(job, context):
                 await guardrails.after_release(job, context, result)
@@ -235,64 +252,6 @@ class JobRun:
                 raise
             return verdict_for(self, exc)
         return settled_verdict(self, Verdict(JobState.COMPLETED, result=result))
-
-    async def _run_attempts(self, hooks: Hooks) -> Any:
-        """Attempts until one answers, re-running on the three signals within their budgets.
-
-        A group of signals raised at once arrives here as the one that decides (see
-        :meth:`_attempt`), so it is one re-run on one budget."""
-        job, context = self.job, self.context
-        upstream = truncations = corrections = 0
-        first_truncation: OutputTruncationRetry | None = None
-        while True:
-            context.check_cancellation()
-            # The door's capture served routing; every attempt captures afresh (SUB-10).
-            requirements = requirements_of(job)
-            try:
-                return await self._attempt(requirements, hooks)
-            except RerunSignal as signal:
-                if context.timed_out or context.is_cancelled:
-                    raise  # a cancellation or a timeout is never re-run (SIG-06)
-                bus = self.runtime.dispatcher.bus
-                if isinstance(signal, UpstreamRetry):
-                    upstream += 1
-                    budget = job.upstream_retries
-                    if upstream > budget:
-                        raise UncorrectableError(
-                            f"{job.name} exhausted its transparent retry budget ({budget}) on "
-                            f"upstream signals; the last one: {signal}",
-                            cause=signal,
-                        ) from signal
-                    # The named delay (Retry-After) plus jitter, else the kind's window; either
-                    # scaled by the re-run number and capped (SIG-05).
-                    delay = type(signal).pacing_delay(
-                        upstream, self.runtime.rng, retry_after=signal.retry_after
-                    )
-                    publish_retry(bus, context, signal, delay)
-                    await pace(context, delay)
-                elif isinstance(signal, OutputTruncationRetry):
-                    truncations += 1
-                    if truncations > MAX_TRUNCATION_RETRIES:
-                        first = first_truncation.model if first_truncation else None
-                        if first is not None and signal.model is not None and signal.model != first:
-                            how = f"after failover from {first}"
-                        else:
-                            how = "after the job rebuilt its conversation at the escalated budget"
-                        raise UncorrectableError(
-                            f"{job.name}: the model's output was truncated again {how}",
-                            cause=signal,
-                        ) from signal
-                    first_truncation = signal
-                    publish_retry(bus, context, signal, None)
-                else:
-                    corrections += 1
-                    if corrections > MAX_CORRECTION_RETRIES:
-                        raise UncorrectableError(
-                            f"{job.name}: Exceeded max response correction retries "
-                            f"({MAX_CORRECTION_RETRIES}); the last: {signal}",
-                            cause=signal,
-                        ) from signal
-                    publish_retry(bus, context, signal, None)
 
     # -- one attempt ----------------------------------------------------------------------------
     async def _attempt(self, requirements: JobRequirements, hooks: Hooks) -> Any:
@@ -549,6 +508,64 @@ def signalled(requirements: JobRequirements) -> list[RateLimiter]:
     if not requirements.model_bindings and not requirements.rate_limiters:
         return []
     return [*binding_accounts(requirements), *(n.limiter for n in requirements.limiters)]
+
+
+class Reruns:
+    """One job's re-runs so far, against their budgets: made at the first signal."""
+
+    __slots__ = ("corrections", "first_truncation", "run", "truncations", "upstream")
+
+    def __init__(self, run: JobRun) -> None:
+        self.run = run
+        self.upstream = self.truncations = self.corrections = 0
+        self.first_truncation: OutputTruncationRetry | None = None
+
+    def count(self, signal: RerunSignal) -> float | None:
+        """Count ``signal`` against its budget and publish the re-run: the pacing delay before
+        it (an upstream signal's), or ``None`` to re-run at once. A spent budget raises
+        :class:`UncorrectableError` from the signal."""
+        job, context = self.run.job, self.run.context
+        bus = self.run.runtime.dispatcher.bus
+        if isinstance(signal, UpstreamRetry):
+            self.upstream += 1
+            budget = job.upstream_retries
+            if self.upstream > budget:
+                raise UncorrectableError(
+                    f"{job.name} exhausted its transparent retry budget ({budget}) on "
+                    f"upstream signals; the last one: {signal}",
+                    cause=signal,
+                ) from signal
+            # The named delay (Retry-After) plus jitter, else the kind's window; either scaled
+            # by the re-run number and capped (SIG-05).
+            delay = type(signal).pacing_delay(
+                self.upstream, self.run.runtime.rng, retry_after=signal.retry_after
+            )
+            publish_retry(bus, context, signal, delay)
+            return delay
+        if isinstance(signal, OutputTruncationRetry):
+            self.truncations += 1
+            if self.truncations > MAX_TRUNCATION_RETRIES:
+                first = self.first_truncation.model if self.first_truncation else None
+                if first is not None and signal.model is not None and signal.model != first:
+                    how = f"after failover from {first}"
+                else:
+                    how = "after the job rebuilt its conversation at the escalated budget"
+                raise UncorrectableError(
+                    f"{job.name}: the model's output was truncated again {how}",
+                    cause=signal,
+                ) from signal
+            self.first_truncation = signal
+            publish_retry(bus, context, signal, None)
+            return None
+        self.corrections += 1
+        if self.corrections > MAX_CORRECTION_RETRIES:
+            raise UncorrectableError(
+                f"{job.name}: Exceeded max response correction retries "
+                f"({MAX_CORRECTION_RETRIES}); the last: {signal}",
+                cause=signal,
+            ) from signal
+        publish_retry(bus, context, signal, None)
+        return None
 
 
 class Hooks:
