@@ -309,8 +309,10 @@ class Admission:
             if self._token is not None:
                 self._token.run_sync_soon(self._limiter_woke, limiter_id)
             return
-        if limiter_id not in self._wired:
-            return  # nobody uses the limiter now: nothing to look at
+        if not self._line or limiter_id not in self._wired:
+            # Nobody waits, or nobody uses the limiter now: nothing to ask again. (A job
+            # settling with nobody parked has its memory gate's completion land here.)
+            return
         self._woken.add(limiter_id)
         request_pass(self)
 
