@@ -598,7 +598,8 @@ class JobDispatcher:
                     f"{type(dep).__name__}",
                     "pass the handles submit() returned (`dependencies=[handle]`)",
                 )
-        self._graph.refuse_cycle(job, deps)
+        if deps:  # no dependency closes no cycle
+            self._graph.refuse_cycle(job, deps)
 
         caller = current_job()
         context = JobContext(

@@ -173,7 +173,9 @@ def check_job_settings(job: AbstractJob[Any]) -> None:
     retries = job.upstream_retries
     if type(retries) is not int or retries < 0:
         _retries_of(job, retries)
-    _tolerance_of(job, job.tolerates_dependency_failures)
+    tolerates = job.tolerates_dependency_failures
+    if type(tolerates) is not bool:
+        _tolerance_of(job, tolerates)
 
 
 _ABSENT = object()
