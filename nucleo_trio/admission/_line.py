@@ -267,7 +267,7 @@ def _head_left(m: Admission, old: Waiter) -> None:
     if m._line:
         new_head = m._line[next(iter(m._line))]
         leave_groups(m, new_head)  # the head is asked with no reservation, never grouped
-        push(m, new_head.seq, None)
+        m._ask_head = True
     granted = old.grant is not None
     for account in old.accounts:
         if granted and account.exact:
@@ -368,7 +368,7 @@ def mark_account(m: Admission, account: Account) -> None:
         for group in groups.values():  # marking a group neither adds nor drops one
             mark_group(m, group)
     if account in m._head_blockers and m._line:
-        push(m, next(iter(m._line)), None)
+        m._ask_head = True
     if m._suspended and account is m._memory_account:
         suspended, m._suspended = m._suspended, set()
         for group in suspended:

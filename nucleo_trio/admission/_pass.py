@@ -14,7 +14,7 @@ import heapq
 import logging
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._clock import whole_ms
 from ..errors import CancellationRequested, LLMReadableError, UncorrectableError
@@ -31,7 +31,6 @@ from ._line import (
     leave_line,
     mark_account,
     mark_group,
-    push,
     push_deadline,
     request_pass,
     schedule,
@@ -99,7 +98,7 @@ def evaluate(m: Admission) -> None:
             if m._head_deadline == (target, instant):
                 m._head_deadline = None
             if m._line and next(iter(m._line)) == target:
-                push(m, target, None)
+                m._ask_head = True
     if m._woken:
         woken, m._woken = m._woken, set()
         for limiter_id in woken:
@@ -109,35 +108,53 @@ def evaluate(m: Admission) -> None:
                     mark_account(m, account)
     line = m._line
     candidates = m._candidates
+    vias_of = m._vias
     while True:
-        while candidates:
+        if m._ask_head:
+            # The head is owed a question. It is the oldest in the line, so asking it before
+            # every candidate keeps arrival order; if it is a candidate too, it is asked once,
+            # for all the groups it was marked through.
+            m._ask_head = False
+            if line:
+                head = line[next(iter(line))]
+                _visit(m, head, vias_of.pop(head.seq, _NO_VIAS), now, head)
+            continue
+        if candidates:
             seq = heapq.heappop(candidates)
-            vias = m._vias.pop(seq)
+            vias = vias_of.pop(seq, None)
+            if vias is None:
+                continue  # asked already, as the head
             w = line.get(seq)
             if w is None:
                 for via in vias:
                     if via is not None:
                         continue_chain(m, via, seq)
                 continue
-            _visit(m, w, vias, now)
+            _visit(m, w, vias, now, line[next(iter(line))])
+            continue
         if m._recheck_head and line and not m._head_memory_short:
             # A follower found memory closed after a grant earlier in the pass: the head,
             # asked again, is short on memory too, and then so is everyone behind it.
             m._recheck_head = False
-            push(m, next(iter(line)), None)
+            m._ask_head = True
             continue
         m._recheck_head = False
         return
 
 
-def _visit(m: Admission, w: Waiter, vias: list[Group | None], now: float) -> None:
-    head = m._line[next(iter(m._line))]
+_NO_VIAS: tuple[Group | None, ...] = ()
+
+
+def _visit(m: Admission, w: Waiter, vias: Sequence[Group | None], now: float, head: Waiter) -> None:
+    """Ask ``w`` (``head`` is the head now), then carry on the chains it was marked through."""
     is_head = head is w
     if w.context is not None and w.context.is_cancelled:
         # ADM-18: a cancelled waiter leaves; a cancelled head stops reserving.
         reject(m, w, "cancelled", CancellationRequested(CANCELLED_WHILE_PARKED), now)
     else:
         attempt(m, w, None if is_head else head, now)
+    if is_head and m._given:
+        _after_the_head(m, w)
     for via in vias:
         if via is None:
             continue
@@ -158,6 +175,39 @@ def _visit(m: Admission, w: Waiter, vias: list[Group | None], now: float) -> Non
             # without its grant marks it too, and with it, takes what it set aside).
             continue
         continue_chain(m, via, w.seq)
+
+
+def _after_the_head(m: Admission, head: Waiter) -> None:
+    """The counting gates a settlement gave back to while the head was short on them, now
+    that the head was asked first: mark those whose followers may fit now.
+
+    A follower short on such a gate was short with the head's amounts set aside there. If
+    the head was granted, it took exactly those amounts, and the new head sets aside the very
+    permits that were given back, each follower's question (in use + asked + set aside) is
+    what it was before the give, so none is asked again; otherwise the gate is marked as any
+    give marks it (the head held, refused or cancelled leaves the given permits free)."""
+    given = m._given
+    if head.grant is None:
+        for account, _ in given:
+            mark_account(m, account)
+    elif m._line:
+        line = m._line
+        reserve = line[next(iter(line))].reserve  # the new head's
+        for account, amounts in given:
+            if not _same_permits(reserve.get(account), amounts):
+                mark_account(m, account)
+    given.clear()
+
+
+def _same_permits(mine: tuple[Any, ...] | None, given: tuple[Any, ...]) -> bool:
+    """Whether ``mine`` asks a counting gate for the permits ``given`` returned: the same list
+    of ``None`` and whole numbers (anything else is left to the gate to count)."""
+    if mine != given:
+        return False
+    for amount in given:
+        if amount is not None and type(amount) is not int:
+            return False
+    return True
 
 
 def attempt(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:

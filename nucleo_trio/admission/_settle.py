@@ -38,6 +38,9 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
             pass_here(m)
         return
     open_ = not m._stopped and m._defect is None
+    # The pass runs here, right after: a give to a counting gate the head is short on can
+    # wait until the head was asked (``_pass._after_the_head``).
+    here = open_ and not m._in_pass and m._wake_event is not None
     tracked: tuple[Account, ...] = grant._tracked
     first_error: Exception | None = None
     for index, entry in enumerate(grant.entries):
@@ -61,7 +64,12 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
                 entry,
             )
         if open_ and index < len(tracked):
-            mark_account(m, tracked[index])
+            account = tracked[index]
+            if here and account.exact and account in m._head_blockers:
+                m._given.append((account, entry.amounts))
+                m._ask_head = True
+            else:
+                mark_account(m, account)
     try:
         # A completion for the memory gate (ADM-47); memory never reports RELEASED.
         m._memory.give(NOTHING)

@@ -171,6 +171,10 @@ class Admission:
         # Resourceful waiters in the line not yet held on memory, oldest first.
         self._off_memory: OrderedDict[int, Waiter] = OrderedDict()
         self._recheck_head = False
+        self._ask_head = False  # the head is owed a question at the next pass
+        # Counting gates a settlement gave back to while the head was short on them, with the
+        # amounts: marked, or not, once the head was asked (``_pass._after_the_head``).
+        self._given: list[tuple[Account, tuple[Any, ...]]] = []
 
         self._candidates: list[int] = []
         self._vias: dict[int, list[Group | None]] = {}
@@ -521,6 +525,8 @@ class Admission:
         self._suspended.clear()
         self._woken.clear()
         self._head_memory_short = False
+        self._ask_head = False
+        self._given.clear()
         for account in self._accounts.values():
             account.groups.clear()
         self._memory_account.groups.clear()
