@@ -140,27 +140,26 @@ class JobRun:
     which a verdict decided after the attempt's task was cancelled still reads.
     """
 
-    # What changes only for some jobs or later in a job's life starts as the class's, so a
-    # record is built with the six facts every job has at the door.
-    lane: Lane | None = None
-    nursery: trio.Nursery | None = None
-    """The job's own nursery while its task runs: what the stop and phase two cancel."""
-    task: trio.lowlevel.Task | None = None
-    """The job's task while it runs, for the stop's report of where a job is stuck."""
-    interrupted = False
-    cancel_message: str | None = None
-    failure: BaseException | None = None
-    """The last attempt's own failure, kept for a verdict that phase two or an interrupt
-    decides after the attempt's task was cancelled (so a commit's error is not lost)."""
-    sent_commit: JobResources | None = None
-    """The last attempt's resources once its commit was sent, for the same verdicts: a job
-    stopped after its commit says what the commit did."""
-    # The attempt's two-phase timeout (:mod:`.deadline`): its resources, its budget, the
-    # phase-one call at the deadline and, once phase one ran, the phase-two force-close.
-    held: JobResources | None = None
-    budget = 0.0
-    deadline_call: TimerHandle | None = None
-    grace_call: TimerHandle | None = None
+    __slots__ = (
+        "budget",
+        "cancel_message",
+        "context",
+        "deadline_call",
+        "dependencies",
+        "failure",
+        "grace_call",
+        "handle",
+        "held",
+        "interrupted",
+        "job",
+        "lane",
+        "nursery",
+        "requirements",
+        "runtime",
+        "sent_commit",
+        "seq",
+        "task",
+    )
 
     def __init__(
         self,
@@ -179,6 +178,25 @@ class JobRun:
         """The door's capture, for routing; every attempt captures afresh."""
         self.runtime = runtime
         self.seq = next(_sequence)
+        self.lane: Lane | None = None
+        self.nursery: trio.Nursery | None = None
+        """The job's own nursery while its task runs: what the stop and phase two cancel."""
+        self.task: trio.lowlevel.Task | None = None
+        """The job's task while it runs, for the stop's report of where a job is stuck."""
+        self.interrupted = False
+        self.cancel_message: str | None = None
+        self.failure: BaseException | None = None
+        """The last attempt's own failure, kept for a verdict that phase two or an interrupt
+        decides after the attempt's task was cancelled (so a commit's error is not lost)."""
+        self.sent_commit: JobResources | None = None
+        """The last attempt's resources once its commit was sent, for the same verdicts: a job
+        stopped after its commit says what the commit did."""
+        # The attempt's two-phase timeout (:mod:`.deadline`): its resources, its budget, the
+        # phase-one call at the deadline and, once phase one ran, the phase-two force-close.
+        self.held: JobResources | None = None
+        self.budget = 0.0
+        self.deadline_call: TimerHandle | None = None
+        self.grace_call: TimerHandle | None = None
 
     # -- the lanes and the stop -----------------------------------------------------------------
     def sort_key(self) -> tuple[int, int]:

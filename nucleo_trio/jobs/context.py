@@ -185,38 +185,6 @@ class JobContext:
     description: str | None = None
     """What this one job does, for people; when set, snapshots carry it in place of the
     class's ``@tool_description``. ``None`` by default."""
-    # Written later in a job's life (or never), so they start as the class's: a context is
-    # built with the few attributes every one of them needs at submit.
-    _cancelled = False
-    _timed_out = False
-    _completed = False
-    # The timeout callbacks are made on first use, like the token and the cancel callbacks: a
-    # settled handle keeps its context for the collector to walk.
-    _timeout_callbacks: _OnceCallbacks | None = None
-    _result: Any = None
-    _has_result = False
-    _scope_guard: ScopeGuard | None = None
-    deadline: float | None = None
-    """When the current attempt's deadline falls, on the trio clock
-    (:func:`trio.current_time`, seconds); ``None`` before the first attempt is admitted and
-    for a job without a timeout."""
-    started_at: float | None = None
-    """When the job first turned ``RUNNING``, in wall-clock seconds; ``None`` until then."""
-    completed_at: float | None = None
-    """When the job reached a terminal state, in wall-clock seconds; ``None`` until then."""
-    progress_percent: int | None = None
-    """The last percentage (0 to 100) given to :meth:`publish`; ``None`` until one is."""
-    progress_message: str | None = None
-    """The last progress :meth:`publish` reported, as a string; ``None`` until then."""
-    is_executing_job_with_resources = False
-    """True while an attempt of the job holds admitted resources. Awaiting another job's
-    :meth:`JobHandle.result <nucleo_trio.jobs.JobHandle.result>` then raises
-    :class:`~nucleo_trio.errors.JobDeadlockError`."""
-    resources: JobResources | None = None
-    """The attempt's grant and database handles while it holds them, else ``None``."""
-    handle: JobHandle[Any] | None = None
-    """The handle :meth:`JobDispatcher.submit <nucleo_trio.dispatch.JobDispatcher.submit>`
-    returned for the job; ``None`` for a context built by hand."""
 
     def __init__(
         self,
@@ -242,17 +210,47 @@ class JobContext:
         copy it."""
         self._publish = publish
         self._state = JobState.QUEUED
+        # The timeout callbacks are made on first use, like the token and the cancel callbacks
+        # (see the class): a settled handle keeps its context for the collector to walk.
+        self._cancelled = False
+        self._timeout_callbacks: _OnceCallbacks | None = None
+        self._timed_out = False
+        self._completed = False
+        self.deadline: float | None = None
+        """When the current attempt's deadline falls, on the trio clock
+        (:func:`trio.current_time`, seconds); ``None`` before the first attempt is admitted and
+        for a job without a timeout."""
         self.attempt = 0
         """The number of the current attempt: 0 before the first, 1 from when the first starts,
         one more for each re-run."""
         self.created_at = time.time()
         """When the context was made (at submit), in wall-clock seconds since the epoch."""
+        self.started_at: float | None = None
+        """When the job first turned ``RUNNING``, in wall-clock seconds; ``None`` until then."""
+        self.completed_at: float | None = None
+        """When the job reached a terminal state, in wall-clock seconds; ``None`` until then."""
+        self.progress_percent: int | None = None
+        """The last percentage (0 to 100) given to :meth:`publish`; ``None`` until one is."""
+        self.progress_message: str | None = None
+        """The last progress :meth:`publish` reported, as a string; ``None`` until then."""
+        self._result: Any = None
+        self._has_result = False
+        self.is_executing_job_with_resources = False
+        """True while an attempt of the job holds admitted resources. Awaiting another job's
+        :meth:`JobHandle.result <nucleo_trio.jobs.JobHandle.result>` then raises
+        :class:`~nucleo_trio.errors.JobDeadlockError`."""
+        self.resources: JobResources | None = None
+        """The attempt's grant and database handles while it holds them, else ``None``."""
         self.llm_responses: list[Any] = []
         """The model responses recorded during the job (:meth:`record_llm_response`), in
         order; the terminal event carries them, and the list is emptied after the teardown."""
         self.conversations: list[Any] = []  # TOOL-35
         """The conversations this job owns, in the order it took them; its teardown releases
         them."""
+        self.handle: JobHandle[Any] | None = None
+        """The handle :meth:`JobDispatcher.submit <nucleo_trio.dispatch.JobDispatcher.submit>`
+        returned for the job; ``None`` for a context built by hand."""
+        self._scope_guard: ScopeGuard | None = None
 
     # -- identity -----------------------------------------------------------------------------
     @property

@@ -44,13 +44,6 @@ class JobHandle(Generic[R]):
     after the terminal event, the workflow event and the job's teardown.
     """
 
-    # Until the handle settles, or for ever: read from the class until set.
-    _result: Any = None
-    _error: BaseException | None = None
-    # Made by the first workflow observer: most handles never have one.
-    _subscriptions: list[Subscription] | None = None
-    _canceller: Any = None
-
     def __init__(
         self,
         job: AbstractJob[R],
@@ -71,6 +64,11 @@ class JobHandle(Generic[R]):
             except RuntimeError:
                 pass
         self._token = token
+        self._result: Any = None
+        self._error: BaseException | None = None
+        # Made by the first workflow observer: most handles never have one.
+        self._subscriptions: list[Subscription] | None = None
+        self._canceller: Any = None
 
     @property
     def job_id(self) -> str:

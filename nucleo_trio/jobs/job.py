@@ -173,9 +173,7 @@ def check_job_settings(job: AbstractJob[Any]) -> None:
     retries = job.upstream_retries
     if type(retries) is not int or retries < 0:
         _retries_of(job, retries)
-    tolerates = job.tolerates_dependency_failures
-    if type(tolerates) is not bool:
-        _tolerance_of(job, tolerates)
+    _tolerance_of(job, job.tolerates_dependency_failures)
 
 
 _ABSENT = object()
@@ -582,6 +580,9 @@ def requirements_of(job: AbstractJob[Any]) -> JobRequirements:
     A job that keeps the default (its class and the instance both) would answer fresh empty
     requirements and do nothing else, so its capture is one shared empty instance instead;
     the calls a job could observe are the same."""
-    if type(job).requirements is _DEFAULT_REQUIREMENTS and "requirements" not in vars(job):
+    # Asked of the bound method, not of vars(job): reading an instance's __dict__ makes CPython
+    # build one for it, and every later attribute read of the job is the slower for it.
+    asked = job.requirements
+    if getattr(asked, "__func__", None) is _DEFAULT_REQUIREMENTS:
         return NONE_REQUIRED
-    return job.requirements()
+    return asked()

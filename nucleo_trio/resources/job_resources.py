@@ -258,34 +258,6 @@ class JobResources:
     leaves the aborted handles for a later :meth:`aclose`.
     """
 
-    # The state below starts the same for every attempt and changes only for one that opens
-    # database handles, commits or is stopped, so it is read from the class until an attempt
-    # sets its own: building one attempt's resources writes seven attributes, not twenty-four.
-    _handles: Mapping[DBResourceProvider, DBHandle] = _NO_HANDLES
-    # The transaction: what committed, where the commit is, its answer. The id sets only fill
-    # once handles are open: until then every attempt shares one empty frozenset (materialize
-    # gives an attempt with databases sets of its own).
-    _committed: set[int] = _NO_IDS
-    _commit: _Commit = _NOT_SENT
-    _answered: trio.Event | None = None  # what a close waits on while it is in flight
-    _on_answer: list[Callable[[bool], object]] | None = None
-    _in_flight: tuple[DBResourceProvider, DBHandle, trio.CancelScope] | None = None
-    # A request to stop (a deadline, a cancel, a shutdown): when the commit window ends.
-    _stop_at: float | None = None
-    _stop_requested: trio.Event | None = None
-    # The close: handles whose close started and returned, handles aborted, who closes.
-    _closing_handles: set[int] = _NO_IDS
-    _closed_handles: set[int] = _NO_IDS
-    _aborted: set[int] = _NO_IDS
-    _closer: _Closer = _NOBODY
-    _closing: trio.Event | None = None
-    _materializing: trio.Event | None = None
-    _force_requested = False
-    executed = False
-    """Set when the job's work began: settling then releases (RELEASE accounts only)
-    instead of rolling back every account, so a TIME account keeps what the work spent."""
-    _settled = False
-
     def __init__(
         self,
         admission: Admission,
@@ -305,6 +277,32 @@ class JobResources:
         self._read_only = read_only
         self._spawn = spawn
         self._commit_window = commit_window
+        # Every attribute is the instance's own from the start: an attribute read that falls
+        # through to the class misses CPython's specialised instance read on every access.
+        self._handles: Mapping[DBResourceProvider, DBHandle] = _NO_HANDLES
+        # The transaction: what committed, where the commit is, its answer. The id sets below
+        # only fill once handles are open, so until then every attempt shares one empty
+        # frozenset (materialize gives an attempt with databases sets of its own).
+        self._committed: set[int] = _NO_IDS
+        self._commit = _NOT_SENT
+        self._answered: trio.Event | None = None  # what a close waits on while it is in flight
+        self._on_answer: list[Callable[[bool], object]] | None = None
+        self._in_flight: tuple[DBResourceProvider, DBHandle, trio.CancelScope] | None = None
+        # A request to stop (a deadline, a cancel, a shutdown): when the commit window ends.
+        self._stop_at: float | None = None
+        self._stop_requested: trio.Event | None = None
+        # The close: handles whose close started and returned, handles aborted, who closes.
+        self._closing_handles: set[int] = _NO_IDS
+        self._closed_handles: set[int] = _NO_IDS
+        self._aborted: set[int] = _NO_IDS
+        self._closer = _NOBODY
+        self._closing: trio.Event | None = None
+        self._materializing: trio.Event | None = None
+        self._force_requested = False
+        self.executed = False
+        """Set when the job's work began: settling then releases (RELEASE accounts only)
+        instead of rolling back every account, so a TIME account keeps what the work spent."""
+        self._settled = False
 
     # -- materialization ------------------------------------------------------------------------
     async def materialize(self) -> None:
