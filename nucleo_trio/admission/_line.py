@@ -15,6 +15,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 import trio
+from trio.lowlevel import checkpoint_if_cancelled, current_task, reschedule, wait_task_rescheduled
 
 from .demand import DemandEntry, Grant
 from .gates import CountingGate
@@ -140,7 +141,7 @@ class Waiter:
         self.arrival = arrival
         # What the head sets aside for a follower on each account (ADM-36).
         self.reserve: dict[Account, tuple[Any, ...]] = {
-            account: entry.amounts for account, entry in zip(accounts, entries, strict=True)
+            accounts[index]: entry.amounts for index, entry in enumerate(entries)
         }
         # One signature for the whole demand (every entry's limiter, identity and amounts),
         # used for this waiter's group on every account: followers with equal signatures ask
@@ -184,10 +185,10 @@ class Waiter:
         wake is one reschedule, with no event object per wait. A cancellation that reached the
         task after its grant landed, before it ran, still wins (ADM-17): it raises here, and
         the caller gives the grant back."""
-        self.task = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._abort)
+        self.task = current_task()
+        await wait_task_rescheduled(self._abort)
         if self.grant is not None:
-            await trio.lowlevel.checkpoint_if_cancelled()
+            await checkpoint_if_cancelled()
 
     def _abort(self, _: object) -> trio.lowlevel.Abort:
         self.task = None  # cancelled while parked: nothing may reschedule it now
@@ -198,7 +199,7 @@ class Waiter:
         task = self.task
         if task is not None:
             self.task = None
-            trio.lowlevel.reschedule(task)
+            reschedule(task)
 
 
 _SET_ASIDE_IS_TAKEN: dict[type, bool] = {}
@@ -244,9 +245,12 @@ def leave_line(m: Admission, w: Waiter) -> None:
     if not w.in_line:
         return
     m._departures += 1
-    was_head = next(iter(m._line)) == w.seq
-    del m._line[w.seq]
+    line = m._line
+    del line[w.seq]
     w.in_line = False
+    was_head = m._head is w
+    if was_head:
+        m._head = line[next(iter(line))] if line else None
     m._off_memory.pop(w.seq, None)
     leave_groups(m, w)
     if w.chained:
@@ -264,8 +268,8 @@ def _head_left(m: Admission, old: Waiter) -> None:
     was_memory_short = m._head_memory_short
     m._head_blockers = set()
     m._head_memory_short = False
-    if m._line:
-        new_head = m._line[next(iter(m._line))]
+    new_head = m._head
+    if new_head is not None:
         leave_groups(m, new_head)  # the head is asked with no reservation, never grouped
         m._ask_head = True
     granted = old.grant is not None

@@ -97,7 +97,7 @@ def evaluate(m: Admission) -> None:
         else:
             if m._head_deadline == (target, instant):
                 m._head_deadline = None
-            if m._line and next(iter(m._line)) == target:
+            if m._head is not None and m._head.seq == target:
                 m._ask_head = True
     if m._woken:
         woken, m._woken = m._woken, set()
@@ -115,8 +115,8 @@ def evaluate(m: Admission) -> None:
             # every candidate keeps arrival order; if it is a candidate too, it is asked once,
             # for all the groups it was marked through.
             m._ask_head = False
-            if line:
-                head = line[next(iter(line))]
+            head = m._head
+            if head is not None:
                 _visit(m, head, vias_of.pop(head.seq, _NO_VIAS), now, head)
             continue
         if candidates:
@@ -130,7 +130,9 @@ def evaluate(m: Admission) -> None:
                     if via is not None:
                         continue_chain(m, via, seq)
                 continue
-            _visit(m, w, vias, now, line[next(iter(line))])
+            head = m._head
+            assert head is not None  # w is in the line
+            _visit(m, w, vias, now, head)
             continue
         if m._recheck_head and line and not m._head_memory_short:
             # A follower found memory closed after a grant earlier in the pass: the head,
@@ -190,9 +192,8 @@ def _after_the_head(m: Admission, head: Waiter) -> None:
     if head.grant is None:
         for account, _ in given:
             mark_account(m, account)
-    elif m._line:
-        line = m._line
-        reserve = line[next(iter(line))].reserve  # the new head's
+    elif m._head is not None:
+        reserve = m._head.reserve  # the new head's
         for account, amounts in given:
             if not _same_permits(reserve.get(account), amounts):
                 mark_account(m, account)
@@ -241,7 +242,9 @@ def attempt(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:
     reserve = head.reserve if head is not None else None
     # Step 3 (ADM-29, ADM-30): every entry, even after a short one.
     shorts: list[tuple[Account, float | None]] | None = None
-    for account, entry in zip(accounts, entries, strict=True):
+    # (Entries and accounts go by index: zip with strict= parses keywords on every call.)
+    for index, entry in enumerate(entries):
+        account = accounts[index]
         reserved = NOTHING if reserve is None else reserve.get(account, NOTHING)
         try:
             fits: object = entry.limiter.fits(entry.amounts, reserved)
@@ -265,7 +268,8 @@ def attempt(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:
         return HELD
     # Step 4 (ADM-31): take every entry; a refused take undoes the ones before it.
     taken = 0
-    for account, entry in zip(accounts, entries, strict=True):
+    for index, entry in enumerate(entries):
+        account = accounts[index]
         reserved = NOTHING if reserve is None else reserve.get(account, NOTHING)
         try:
             took: object = entry.limiter.try_take(entry.amounts, reserved)
@@ -424,6 +428,9 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
     for key, since in held.values():
         name = name_of(key)
         waits[name] = waits.get(name, 0) + whole_ms(now - since)
+    wall_wait = now - w.arrival
+    if wall_wait < 0.0:
+        wall_wait = 0.0
     emitting = m._emit_fn is not None
     # An empty grant never reports anything, so it needs no snapshot (DG-10).
     snapshot = w.snapshot if emitting and w.entries else None
@@ -431,7 +438,7 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
     grant = Grant(
         w.entries,
         snapshot,
-        max(0.0, now - w.arrival),
+        wall_wait,
         waits,
         owner=m,
         tracked=w.accounts,
@@ -440,8 +447,9 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
         # The held counts come back into balance, and with an emitter each entry reports
         # its grant (with nobody listening and nothing held, nothing is left to do).
         counts = m._held_counts
-        for account, entry in zip(w.accounts, w.entries, strict=True):
-            key_id = account.key_id
+        accounts = w.accounts
+        for index, entry in enumerate(w.entries):
+            key_id = accounts[index].key_id
             was_held = held.pop(key_id, None)
             if was_held is None:
                 if emitting:

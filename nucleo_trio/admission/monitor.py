@@ -151,6 +151,7 @@ class Admission:
         self._clock = clock
 
         self._line: OrderedDict[int, Waiter] = OrderedDict()
+        self._head: Waiter | None = None  # the line's first waiter, kept as the line changes
         self._seqs = itertools.count()
         # (limiter id, identity id) -> the account: only accounts in use right now.
         self._accounts: dict[tuple[int, int], Account] = {}
@@ -412,6 +413,8 @@ class Admission:
         return Waiter(next(self._seqs), entries, tuple(accounts), snapshot, context, arrival)
 
     def _enqueue(self, w: Waiter) -> None:
+        if not self._line:
+            self._head = w
         self._line[w.seq] = w
         w.in_line = True
         if w.resourceful and self._memory_account.key_id not in w.held:
@@ -510,6 +513,7 @@ class Admission:
             now = None  # stopped from outside a trio run: nothing can have waited
         waiters = list(self._line.values())
         self._line.clear()
+        self._head = None
         for w in waiters:
             w.in_line = False
             reject_held(self, w, reason, now)
