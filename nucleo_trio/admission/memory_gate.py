@@ -251,6 +251,10 @@ class _Peaks:
         """Record a reading; answers its sequence number."""
         self._count += 1
         seqs, values = self._seqs, self._values
+        if values and values[-1] == used:
+            # The reading of the last step again (most readings in a burst): it ends there now.
+            seqs[-1] = self._count
+            return self._count
         while values and values[-1] <= used:
             values.pop()
             seqs.pop()
@@ -271,15 +275,50 @@ class _Peaks:
 
 
 class _Sampler(trio.abc.Instrument):
-    """Samples memory for the gate each time the scheduler is about to wait."""
+    """Samples memory for the gate each time the scheduler is about to wait, while jobs are in
+    flight; when its trio run ends, the gate's next run installs a sampler of its own."""
 
     def __init__(self, gate: MemoryPressureGate) -> None:
         self._gate = weakref.ref(gate)
 
     def before_io_wait(self, timeout: float) -> None:
         gate = self._gate()
-        if gate is not None:
+        if gate is not None and gate._flights.records:
             gate._sample()
+
+    def after_run(self) -> None:
+        gate = self._gate()
+        if gate is not None and gate._sampling is self:
+            gate._sampling = None
+
+
+class _Flights:
+    """The attempts in flight, each keyed weakly by the task that runs it (an attempt
+    assembles its demand and releases its grant in its job's task): an entry goes at its
+    release, or when its task ends first (an attempt refused or cancelled before its grant).
+
+    ``records`` is a plain dict of weak references to the tasks, so counting the attempts and
+    finding one are single dict operations (a :class:`weakref.WeakKeyDictionary` is the same
+    map behind a layer of Python calls).
+    """
+
+    __slots__ = ("__weakref__", "_gone", "records")
+
+    def __init__(self) -> None:
+        self.records: dict[weakref.ref[trio.lowlevel.Task], list[Any]] = {}
+        flights = weakref.ref(self)
+
+        def gone(ref: weakref.ref[trio.lowlevel.Task]) -> None:
+            alive = flights()
+            if alive is not None:
+                alive.records.pop(ref, None)
+
+        self._gone = gone
+
+    def key(self, task: trio.lowlevel.Task) -> weakref.ref[trio.lowlevel.Task]:
+        """The key of ``task``'s attempt (a weak reference that drops the entry when the task
+        goes)."""
+        return weakref.ref(task, self._gone)
 
 
 def _qualified(cls: type) -> str:
@@ -328,7 +367,7 @@ class MemoryPressureGate(AbstractRateLimiter):
         self._latched = False
         self._stopping = False
         self._reading: MemoryReading | None = None
-        self._previous: float | None = None
+        self._ratio: float | None = None  # the ratio the last look read
         self._floor: float | None = None
         # The floor in points, now, at the last release and at the release before it.
         self._floor_points: float | None = None
@@ -349,18 +388,15 @@ class MemoryPressureGate(AbstractRateLimiter):
         self._base = 0
         # Learning: per class, the estimate in bytes.
         self._estimates: dict[str, float] = {}
-        # Per attempt in flight, keyed by the task that runs it (the attempt assembles its
-        # demand and releases its grant in its job's task): [class, reading at its start, jobs
-        # before it, sample number].
-        self._starts: weakref.WeakKeyDictionary[trio.lowlevel.Task, list[Any]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Per attempt in flight, keyed by the task that runs it: [class, reading at its start,
+        # jobs before it, sample number].
+        self._flights = _Flights()
         self._pending: list[list[Any]] = []  # starts waiting for the next look's reading
         self._class_names: dict[type, str] = {}
         self._sampled_at = -math.inf
         self._assemblies = 0
         self._peaks = _Peaks()
-        self._sampling: object = None  # the trio run whose scheduler samples for us
+        self._sampling: _Sampler | None = None  # the sampler of the trio run now, once installed
 
     @staticmethod
     def _check_reader(reader: object) -> None:
@@ -483,7 +519,7 @@ class MemoryPressureGate(AbstractRateLimiter):
         if self._stopping:
             return True
         reading = self._look()
-        return not self._latched and self._releasable(reading.ratio)
+        return not self._latched and self._releasable(reading)
 
     def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
         """The same check, and a release: stamp it, use up the completion, commit the penalty
@@ -500,7 +536,7 @@ class MemoryPressureGate(AbstractRateLimiter):
             self._running += 1
             return True
         reading = self._look()
-        if self._latched or not self._releasable(reading.ratio):
+        if self._latched or not self._releasable(reading):
             return False
         self._committed = self._penalty()
         self._points_before_last = self._points_at_last
@@ -615,13 +651,14 @@ class MemoryPressureGate(AbstractRateLimiter):
         MiB and never more than half of what fits under the latch."""
         job_class = "" if context is None else self._class_of(context)
         if context is not None:
-            self._sample_while_running()
-            starts = self._starts
-            task = trio.lowlevel.current_task()
-            starts.pop(task, None)  # a re-run starts over
+            if self._sampling is None:
+                self._sample_while_running()
+            records = self._flights.records
+            key = self._flights.key(trio.lowlevel.current_task())
+            records.pop(key, None)  # a re-run starts over
             # Counted from the jobs already in flight, so a burst's growth is shared among it.
-            record: list[Any] = [job_class, None, self._assemblies - len(starts), 0]
-            starts[task] = record
+            record: list[Any] = [job_class, None, self._assemblies - len(records), 0]
+            records[key] = record
             self._pending.append(record)  # its first reading is the next look's (just after)
             self._assemblies += 1
         if declared is not None:
@@ -655,14 +692,14 @@ class MemoryPressureGate(AbstractRateLimiter):
             self._estimates[job_class] = learnt - (learnt - grown) * ESTIMATE_DECAY
 
     def _learn_from_release(self) -> None:
-        starts = self._starts
-        if not starts:
+        records = self._flights.records
+        if not records:
             return
         try:
             task = trio.lowlevel.current_task()
         except RuntimeError:  # a release from outside any trio run: nothing to learn from
             return
-        start = starts.pop(task, None)
+        start = records.pop(weakref.ref(task), None)
         if start is None:
             return
         job_class, used, assemblies, seq = start
@@ -673,35 +710,35 @@ class MemoryPressureGate(AbstractRateLimiter):
         except Exception:  # noqa: BLE001 - learning is best effort
             return
         peak = self._peaks.since(seq)
-        if not self._starts:
+        if not records:
             self._peaks.clear()
         # The growth to the highest reading in the job's time, shared with the jobs in flight
         # when it started and those assembled since (a burst's growth is all of theirs).
         self.observe(job_class, (peak - used) // max(1, self._assemblies - assemblies))
 
     def _sample(self) -> None:
-        """One reading for the jobs in flight, at most one per :data:`SAMPLE_SECONDS`."""
-        if self._starts:
-            now = self._clock()
-            if now - self._sampled_at < SAMPLE_SECONDS:
-                return
-            self._sampled_at = now
-            try:
-                self._peaks.add(self.reader.read().used_bytes)
-            except Exception:  # noqa: BLE001 - learning is best effort
-                return
+        """One reading for the jobs in flight (the sampler asks only while there are any), at
+        most one per :data:`SAMPLE_SECONDS`."""
+        now = self._clock()
+        if now - self._sampled_at < SAMPLE_SECONDS:
+            return
+        self._sampled_at = now
+        try:
+            self._peaks.add(self.reader.read().used_bytes)
+        except Exception:  # noqa: BLE001 - learning is best effort
+            return
 
     def _sample_while_running(self) -> None:
         """Jobs free what they allocated before they release, so a reading at release alone
         misses their peak: sample whenever the scheduler is about to sleep (one read, about a
-        microsecond, and nothing at all while no job is in flight)."""
+        microsecond, and nothing at all while no job is in flight). Installed once per trio
+        run, at its first attempt; the gate serves one run at a time."""
         try:
-            token = trio.lowlevel.current_trio_token()
-        except RuntimeError:
+            sampler = _Sampler(self)
+            trio.lowlevel.add_instrument(sampler)
+        except RuntimeError:  # outside a trio run
             return
-        if self._sampling is not token:
-            trio.lowlevel.add_instrument(_Sampler(self))
-            self._sampling = token
+        self._sampling = sampler
 
     def _unseen(self, reading: MemoryReading) -> int:
         """Promised bytes the reading does not show yet: the growth since ``base`` is read as
@@ -734,23 +771,31 @@ class MemoryPressureGate(AbstractRateLimiter):
 
     # -- internals --------------------------------------------------------------------------------
     def _look(self) -> MemoryReading:
-        """Read memory once: move the floor on a fall, set or clear the latch, log either."""
+        """Read memory once: move the floor on a fall, set or clear the latch, log either.
+        The last look's reading again (a reader answers an unchanged reading as the same
+        object) moves none of them: they were decided on it already."""
         reader = self._reader
         reading = (reader if reader is not None else self.reader).read()
-        ratio = reading.ratio
-        previous = self._previous
-        if previous is None or ratio < previous:
-            self._floor = ratio  # a fall: the live set plus what was allocated since (MEM-21)
-            self._floor_points = _points(ratio)
-            self._would_commit = None
-        self._previous = ratio
-        self._reading = reading
-        if self._starts:
+        if reading is not self._reading:
+            self._moved(reading)
+        if self._flights.records:
             seq = self._peaks.add(reading.used_bytes)
             if self._pending:
                 for record in self._pending:
                     record[1], record[3] = reading.used_bytes, seq
                 self._pending.clear()
+        return reading
+
+    def _moved(self, reading: MemoryReading) -> None:
+        """A new reading: the floor on a fall, the latch."""
+        ratio = reading.ratio
+        previous = self._ratio
+        if previous is None or ratio < previous:
+            self._floor = ratio  # a fall: the live set plus what was allocated since (MEM-21)
+            self._floor_points = _points(ratio)
+            self._would_commit = None
+        self._ratio = ratio
+        self._reading = reading
         if self._latched:
             if ratio < RECOVERY_RATIO:
                 self._latched = False
@@ -761,7 +806,6 @@ class MemoryPressureGate(AbstractRateLimiter):
             self._latched = True
             log.warning("Memory latch set: %s", self._summary(reading))
             self._refresh_zone()
-        return reading
 
     def _last_reading(self) -> MemoryReading:
         reading = self._reading
@@ -773,8 +817,8 @@ class MemoryPressureGate(AbstractRateLimiter):
         penalty = self._would_commit
         if penalty is None:
             before, floor = self._points_before_last, self._floor_points
-            if before is None or floor is None:
-                penalty = self._committed
+            if before is None or floor is None or floor == before:
+                penalty = self._committed  # no release before last, or no net growth
             else:
                 moved = self._committed * math.pow(PENALTY_BASE, floor - before)
                 penalty = min(MAX_PENALTY, max(1.0, moved))
@@ -784,11 +828,11 @@ class MemoryPressureGate(AbstractRateLimiter):
     def _delay_ms(self, ratio: float) -> int:
         return min(MAX_WAIT_MS, round(throttle_delay_ms(ratio) * self._penalty()))
 
-    def _releasable(self, ratio: float) -> bool:
+    def _releasable(self, reading: MemoryReading) -> bool:
         last = self._last_release
         if last is None or self._completed or self._held() <= 0:
             return True
-        return self._clock() >= last + self._delay_ms(ratio) / 1000
+        return self._clock() >= last + self._delay_ms(reading.ratio) / 1000
 
     def _pacing_ms(self, ratio: float, now: float) -> int:
         last = self._last_release

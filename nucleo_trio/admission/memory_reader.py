@@ -221,32 +221,54 @@ def cgroup_memory_limit(
 
 
 class _Statm:
-    """``/proc/self/statm``, opened once per process (and again in a forked child): one
-    ``pread`` answers the resident set in about a microsecond, so every look can be fresh."""
+    """``/proc/self/statm``, opened once per process (and again in a forked child, which drops
+    the parent's descriptor in an at-fork hook): one ``pread`` answers the resident set in
+    about a microsecond, so every look can be fresh."""
 
     fd = -1
-    pid = -1
     page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
     _opening = threading.Lock()
 
     @classmethod
     def resident(cls) -> int:
-        if cls.pid != os.getpid():
-            cls._open()
-        return int(os.pread(cls.fd, 128, 0).split(maxsplit=2)[1]) * cls.page
+        fd = cls.fd
+        if fd < 0:
+            fd = cls._open()
+        return int(os.pread(fd, 128, 0).split(None, 2)[1]) * cls.page
 
     @classmethod
-    def _open(cls) -> None:
+    def _open(cls) -> int:
         with cls._opening:
-            pid = os.getpid()
-            if cls.pid == pid:
-                return
-            if cls.fd >= 0:
-                # The parent's descriptor, inherited by a fork: it reads the parent's statm.
-                with contextlib.suppress(OSError):
-                    os.close(cls.fd)
-            cls.fd = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            cls.pid = pid
+            if cls.fd < 0:
+                cls.fd = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            return cls.fd
+
+    @classmethod
+    def _forked(cls) -> None:
+        """In a forked child: the inherited descriptor reads the parent's statm; the child's
+        first read opens its own."""
+        if cls.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(cls.fd)
+        cls.fd = -1
+        cls._opening = threading.Lock()  # a lock held by another thread at the fork stays held
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_Statm._forked)
+
+
+_set = object.__setattr__
+
+
+def _trusted_reading(used_bytes: int, limit_bytes: int) -> MemoryReading:
+    """A :class:`MemoryReading` of two byte counts already known to be ints of 0 or more (a
+    built-in source's, and the limit fixed when the reader was built), made without running
+    the validators again: every look of the admission fast path reads one."""
+    reading: MemoryReading = object.__new__(MemoryReading)
+    _set(reading, "used_bytes", used_bytes)
+    _set(reading, "limit_bytes", limit_bytes)
+    return reading
 
 
 def _psutil_resident() -> int:
@@ -304,6 +326,9 @@ class ProcessMemoryReader:
             self._resident, self.resident_source = _resident_source()
         else:
             self._resident, self.resident_source = resident, "given"
+        # A built-in source answers an int of bytes, so its readings skip the validators; a
+        # given one is checked at every reading it answers.
+        self._new_reading = MemoryReading if resident is not None else _trusted_reading
         if max_age is None:
             max_age = 0.0 if self.resident_source == "statm" else DEFAULT_MAX_AGE
         self.max_age = float(max_age)
@@ -315,14 +340,21 @@ class ProcessMemoryReader:
 
     def read(self) -> MemoryReading:
         """The resident set against :attr:`limit_bytes`; fresh, or the last reading while it
-        is younger than :attr:`max_age` real seconds."""
-        if not self.max_age:
-            return MemoryReading(self._resident(), self.limit_bytes)
-        now = self._monotonic()
-        reading = self._reading
-        if reading is None or now - self._read_at >= self.max_age:
-            reading = self._reading = MemoryReading(self._resident(), self.limit_bytes)
+        is younger than :attr:`max_age` real seconds.
+
+        A fresh reading of the same bytes as the last one is answered as that same
+        :class:`MemoryReading` (the resident set moves by whole pages, so most looks in a burst
+        find it where it was): nothing is built, and the gate sees at once that nothing moved.
+        """
+        if self.max_age:
+            now = self._monotonic()
+            if self._reading is not None and now - self._read_at < self.max_age:
+                return self._reading
             self._read_at = now
+        used = self._resident()
+        reading = self._reading
+        if reading is None or reading.used_bytes != used:
+            reading = self._reading = self._new_reading(used, self.limit_bytes)
         return reading
 
     def __repr__(self) -> str:
