@@ -96,7 +96,7 @@ def _in_place(limiter: RateLimiter, wake: Wake | None) -> bool:
     base class says what it runs; of any other, a wake once installed is taken to be there."""
     if wake is None or wake.limiter is not limiter:
         return False
-    return not isinstance(limiter, AbstractRateLimiter) or wake in limiter.wake_listeners
+    return not isinstance(limiter, AbstractRateLimiter) or limiter.runs_wake(wake)
 
 
 class Seen:
@@ -215,15 +215,20 @@ def _check_shape(m: Admission, limiter: RateLimiter, key: LimiterIdentity) -> No
     can break events and health. An account that passed is not checked again while it lives:
     accounts are forgotten when idle and met again at the next use."""
     sound = m._sound
+    limiter_sound = limiter in sound
+    key_sound = limiter_sound if key is limiter else key in sound
+    if limiter_sound and key_sound:
+        return  # met before (the usual case): nothing to check or to note again
     faults: list[str] = []
-    if limiter not in sound:
+    if not limiter_sound:
         faults += _limiter_faults(limiter)
-    if key not in sound:
+    if not key_sound:
         faults += _identity_faults(key)
     if faults:
         raise UncorrectableError(describe_faults(key, faults))
     sound.add(limiter)
-    sound.add(key)
+    if key is not limiter:
+        sound.add(key)
 
 
 def unuse(m: Admission, w: Waiter) -> None:

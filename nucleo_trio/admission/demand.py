@@ -119,7 +119,10 @@ class DemandEntry:
     @property
     def units(self) -> int | float:
         """The entry's amounts as one number of units (see :func:`units_of`)."""
-        return units_of(self.amounts)
+        amounts = self.amounts
+        if len(amounts) == 1 and amounts[0] is None:
+            return 1  # the usual entry, one unit permit
+        return units_of(amounts)
 
 
 _set = object.__setattr__

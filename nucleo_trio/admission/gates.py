@@ -231,12 +231,21 @@ class CountingGate(AbstractRateLimiter):
         return asked if self._in_use + asked + ahead <= self._capacity else None
 
     def fits(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
+        if not reserved_ahead and len(mine) == 1 and mine[0] is None:
+            # The usual ask, one permit with nothing set aside (a capacity is at least 1).
+            return self._in_use < self._capacity
         return self._ask(mine, reserved_ahead) is not None
 
     def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
-        asked = self._ask(mine, reserved_ahead)
-        if asked is None:
-            return False
+        if not reserved_ahead and len(mine) == 1 and mine[0] is None:
+            if self._in_use >= self._capacity:
+                return False
+            asked = 1  # the usual ask, as in fits
+        else:
+            ask = self._ask(mine, reserved_ahead)
+            if ask is None:
+                return False
+            asked = ask
         self._in_use += asked
         self._last_activity = trio_now_or_none()
         if self._use is not None:
@@ -250,7 +259,7 @@ class CountingGate(AbstractRateLimiter):
         is a settlement bug that would otherwise hand out permits that do not exist. It never
         runs the wake; admission looks again after every settlement.
         """
-        returned = self._permits(amounts, "give")
+        returned = 1 if len(amounts) == 1 and amounts[0] is None else self._permits(amounts, "give")
         if returned > self._in_use:
             # Over-giving would hand out permits that do not exist; that is a settlement bug
             # upstream, and hiding it here would turn it into an overdraw later.

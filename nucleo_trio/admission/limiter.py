@@ -516,6 +516,11 @@ class AbstractRateLimiter(abc.ABC):
         self._wake_listeners = tuple(other for other in listeners if other != listener)
         return True
 
+    def runs_wake(self, wake: Callable[[], None]) -> bool:
+        """Whether a change of capacity runs ``wake``: it is the installed wake or one of the
+        listeners (what :attr:`wake_listeners` would hold, without building it)."""
+        return wake is self._wake or wake in self._wake_listeners
+
     @property
     def wake_listeners(self) -> tuple[Callable[[], None], ...]:
         """Everything a change of capacity runs, in the order it runs them: the wake
