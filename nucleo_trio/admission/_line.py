@@ -15,7 +15,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
 import trio
-from trio.lowlevel import checkpoint_if_cancelled, current_task, reschedule, wait_task_rescheduled
+from trio.lowlevel import reschedule
 
 from .demand import DemandEntry, Grant
 from .gates import CountingGate
@@ -161,7 +161,7 @@ class Waiter:
         self.in_line = False
         self.grant: Grant | None = None
         self.failure: BaseException | None = None
-        # The parked task while it waits to be woken (``park``), else None.
+        # The parked task while it waits to be woken (``Admission._park``), else None.
         self.task: trio.lowlevel.Task | None = None
 
     @property
@@ -178,20 +178,10 @@ class Waiter:
     def resourceful(self) -> bool:
         return bool(self.entries)
 
-    async def park(self) -> None:
-        """Wait until :meth:`unpark` (a grant, a failure, a job cancel) or a cancellation.
-
-        The task parks on trio's own primitive, as ``trio.CapacityLimiter``'s waiters do: a
-        wake is one reschedule, with no event object per wait. A cancellation that reached the
-        task after its grant landed, before it ran, still wins (ADM-17): it raises here, and
-        the caller gives the grant back."""
-        self.task = current_task()
-        await wait_task_rescheduled(self._abort)
-        if self.grant is not None:
-            await checkpoint_if_cancelled()
-
-    def _abort(self, _: object) -> trio.lowlevel.Abort:
-        self.task = None  # cancelled while parked: nothing may reschedule it now
+    def abort_park(self, _: object) -> trio.lowlevel.Abort:
+        """The parked task was cancelled while it waited (trio's ``abort_fn``): nothing may
+        reschedule it now."""
+        self.task = None
         return trio.lowlevel.Abort.SUCCEEDED
 
     def unpark(self) -> None:
@@ -252,7 +242,8 @@ def leave_line(m: Admission, w: Waiter) -> None:
     if was_head:
         m._head = line[next(iter(line))] if line else None
     m._off_memory.pop(w.seq, None)
-    leave_groups(m, w)
+    if w.groups:
+        leave_groups(m, w)
     if w.chained:
         chained, w.chained = w.chained, []
         for group in chained:
@@ -279,8 +270,11 @@ def _head_left(m: Admission, old: Waiter) -> None:
             # account now that did not fit before, so none is asked again for it.
             continue
         mark_account(m, account)
-    if old.entries or was_memory_short:
-        mark_account(m, m._memory_account)
+    memory = m._memory_account
+    if (old.entries or was_memory_short) and (
+        memory.groups or m._suspended or memory in m._head_blockers
+    ):
+        mark_account(m, memory)  # (with nobody held on memory there is nothing to mark)
     if not m._in_pass:
         request_pass(m)
 

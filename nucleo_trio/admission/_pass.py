@@ -14,7 +14,7 @@ import heapq
 import logging
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .._clock import whole_ms
 from ..errors import CancellationRequested, LLMReadableError, UncorrectableError
@@ -195,20 +195,16 @@ def _after_the_head(m: Admission, head: Waiter) -> None:
     elif m._head is not None:
         reserve = m._head.reserve  # the new head's
         for account, amounts in given:
-            if not _same_permits(reserve.get(account), amounts):
-                mark_account(m, account)
+            if reserve.get(account) == amounts:
+                # The same list of None and whole numbers is the same permits on one gate;
+                # any other amount is left to the gate to count (the gate is marked).
+                for amount in amounts:
+                    if amount is not None and type(amount) is not int:
+                        break
+                else:
+                    continue
+            mark_account(m, account)
     given.clear()
-
-
-def _same_permits(mine: tuple[Any, ...] | None, given: tuple[Any, ...]) -> bool:
-    """Whether ``mine`` asks a counting gate for the permits ``given`` returned: the same list
-    of ``None`` and whole numbers (anything else is left to the gate to count)."""
-    if mine != given:
-        return False
-    for amount in given:
-        if amount is not None and type(amount) is not int:
-            return False
-    return True
 
 
 def attempt(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:
@@ -359,8 +355,9 @@ def _hold(
         schedule(m, w.groups[0], memory_deadline)
         return
     _regroup(m, w, [account for account, _ in shorts])
-    for group, (_, instant) in zip(w.groups, shorts, strict=True):
-        schedule(m, group, instant)
+    groups = w.groups  # one per short account, in the same order
+    for index, (_, instant) in enumerate(shorts):
+        schedule(m, groups[index], instant)
 
 
 def _regroup(m: Admission, w: Waiter, accounts: list[Account]) -> None:
@@ -368,10 +365,12 @@ def _regroup(m: Admission, w: Waiter, accounts: list[Account]) -> None:
     held before (the common case in a long line), it keeps its places: its entries stay
     valid and no heap moves (a group with a member is never dropped)."""
     groups = w.groups
-    if len(groups) == len(accounts) and all(
-        group.account is account for group, account in zip(groups, accounts, strict=True)
-    ):
-        return
+    if len(groups) == len(accounts):
+        for index, group in enumerate(groups):
+            if group.account is not accounts[index]:
+                break
+        else:
+            return
     leave_groups(m, w)  # may drop a group it was the last member of: look up afresh
     for account in accounts:
         join(m, account.group(w.signature), w)

@@ -20,6 +20,8 @@ from .limiter import LimiterEventType, Replenishment
 if TYPE_CHECKING:
     from .monitor import Admission
 
+_RELEASE = Replenishment.RELEASE  # read once: an Enum class's attributes cost a slow lookup
+
 
 def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
     """Settle ``grant`` once: its RELEASE accounts, or with ``everything`` all of them, get
@@ -30,7 +32,7 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
         raise ValueError("Admission: this grant was issued by another Admission")
     if not grant._claim():
         return
-    if grant.is_empty:
+    if not grant.entries:
         # Nothing to give back and no completion for memory; a pass still follows every
         # settlement (ADM-20), which costs an empty pass at most. With nobody in the line
         # that pass would find nothing, so it is skipped.
@@ -45,7 +47,7 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
     first_error: Exception | None = None
     for index, entry in enumerate(grant.entries):
         try:
-            if not everything and entry.limiter.replenishment() is not Replenishment.RELEASE:
+            if not everything and entry.limiter.replenishment() is not _RELEASE:
                 continue
             entry.limiter.give(entry.amounts)
         except Exception as exc:  # noqa: BLE001 - give back the rest, then raise the first
@@ -75,8 +77,9 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
         m._memory.give(NOTHING)
     except Exception as exc:  # noqa: BLE001 - raised below, after the wake
         first_error = first_error or exc
-    if open_:
-        mark_account(m, m._memory_account)
+    memory = m._memory_account
+    if open_ and (memory.groups or m._suspended or memory in m._head_blockers):
+        mark_account(m, memory)  # (with nobody held on memory there is nothing to mark)
     # The grant is settled whatever a give did (ADM-45): its accounts lose this user.
     release_accounts(m, tracked)
     if open_:

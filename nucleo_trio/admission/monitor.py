@@ -27,6 +27,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import trio
+from trio.lowlevel import checkpoint_if_cancelled, current_task, wait_task_rescheduled
 
 from ..errors import CancellationRequested, UncorrectableError
 from ._accounts import Seen, Wake, account_of, install_wake, release_accounts, unuse, unwire
@@ -341,7 +342,7 @@ class Admission:
         if isinstance(entered, Grant):
             await trio.lowlevel.cancel_shielded_checkpoint()
             return entered
-        return await self.wait(entered)
+        return await self._park(entered)
 
     def enter(self, demand: Demand, waiter: AdmissionWaiter | None = None) -> Grant | Ticket:
         """The synchronous half of :meth:`admit`: the grant at once, or a place in the line.
@@ -429,15 +430,23 @@ class Admission:
         try:
             while True:
                 # ADM-15: a grant, then a failure, then (below) the interrupt, then a cancel.
-                if w.grant is not None:
-                    return w.grant
+                grant = w.grant
+                if grant is not None:
+                    return grant
                 if w.failure is not None:
                     raise w.failure
                 if w.context is not None and w.context.is_cancelled:
                     self._withdraw(w)
                     raise CancellationRequested(CANCELLED_WHILE_PARKED)
                 try:
-                    await w.park()
+                    # Parked on trio's own primitive, as trio.CapacityLimiter's waiters are:
+                    # a wake is one reschedule (Waiter.unpark), no event object per wait.
+                    w.task = current_task()
+                    await wait_task_rescheduled(w.abort_park)
+                    if w.grant is not None:
+                        # ADM-17: a cancellation that reached this task after its grant
+                        # landed, before it ran, still wins: the grant goes back.
+                        await checkpoint_if_cancelled()
                 except BaseException:
                     self._interrupted(w)
                     raise
