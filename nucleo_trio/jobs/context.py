@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from .._job_snapshot import build_snapshot
 from ..bus.events import JobEvent, JobProgressEvent, Severity, UserNotificationEvent
 from ..errors import CancellationRequested
 from .snapshot import JobSnapshot, class_facts
@@ -124,6 +125,9 @@ def _noop() -> None:
 
 
 _NO_OUTCOMES: Mapping[Any, Any] = MappingProxyType({})
+# Read on every job: on CPython 3.11 a module global is found much faster than an enum
+# class's member (an attribute read on a class is never specialised there).
+_QUEUED, _RUNNING, _COMPLETED = JobState.QUEUED, JobState.RUNNING, JobState.COMPLETED
 """A job without dependencies shares this empty view instead of two dicts of its own."""
 
 
@@ -209,7 +213,7 @@ class JobContext:
         runtime adds (:data:`META_WAIT_TIMES`, :data:`META_ADMISSION_WAIT_MS`, ...). Snapshots
         copy it."""
         self._publish = publish
-        self._state = JobState.QUEUED
+        self._state = _QUEUED
         # The timeout callbacks are made on first use, like the token and the cancel callbacks
         # (see the class): a settled handle keeps its context for the collector to walk.
         self._cancelled = False
@@ -274,25 +278,27 @@ class JobContext:
         # ID-08: the naming rule.
         job = self.job
         facts = class_facts(type(job))
-        return JobSnapshot(
-            job_id=job.job_id,
-            workflow_id=job.workflow_id,
-            parent_job_id=job.parent_job_id,
-            user_id=self.user_id,
-            job_class=facts.name,
-            job_class_qualname=facts.qualname,
-            kind=job.job_type,
-            name=job.display_name or facts.display_name,
-            action=facts.action,
-            description=self.description or facts.description,
-            state=self._state,
-            attempt_number=self.attempt,
-            priority=job.priority,
-            timeout=job.timeout,
-            metadata=self.metadata,
-            created_at=self.created_at,
-            started_at=self.started_at,
-            ended_at=self.completed_at,
+        # JobSnapshot(...) by position, in the fields' order (see build_snapshot: the
+        # keywords alone cost more than the rest of the snapshot).
+        return build_snapshot(
+            job.job_id,
+            job.workflow_id,
+            job.parent_job_id,
+            self.user_id,
+            facts.name,  # job_class
+            facts.qualname,  # job_class_qualname
+            job.job_type,  # kind
+            job.display_name or facts.display_name,  # name
+            facts.action,
+            self.description or facts.description,
+            self._state,
+            self.attempt,  # attempt_number
+            job.priority,
+            job.timeout,
+            self.metadata,
+            self.created_at,
+            self.started_at,
+            self.completed_at,  # ended_at
         )
 
     # -- state --------------------------------------------------------------------------------
@@ -318,7 +324,7 @@ class JobContext:
 
     def _enter(self, state: JobState) -> None:
         self._state = state
-        if state is JobState.RUNNING and self.started_at is None:
+        if state is _RUNNING and self.started_at is None:
             self.started_at = time.time()
         if state.is_terminal:
             self._completed = True
@@ -333,7 +339,7 @@ class JobContext:
         # ST-03: the first terminal state wins.
         self._result = result
         self._has_result = True
-        moved = self.try_transition(JobState.COMPLETED)
+        moved = self.try_transition(_COMPLETED)
         self._completed = True
         if self._timeout_callbacks is not None:
             self._timeout_callbacks.drop()
