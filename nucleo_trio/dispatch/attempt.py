@@ -155,6 +155,7 @@ class JobRun:
         "held",
         "interrupted",
         "job",
+        "job_id",
         "lane",
         "nursery",
         "requirements",
@@ -162,6 +163,7 @@ class JobRun:
         "sent_commit",
         "seq",
         "task",
+        "workflow_id",
     )
 
     def __init__(
@@ -174,6 +176,9 @@ class JobRun:
         runtime: Runtime,
     ) -> None:
         self.job = job
+        self.job_id = job.job_id
+        """The job's ``job_id`` and ``workflow_id``, which never change: read once."""
+        self.workflow_id = job.workflow_id
         self.context = context
         self.handle = handle
         self.dependencies = dependencies
@@ -296,10 +301,11 @@ class JobRun:
         reading: Reading | None = None
         assert self.nursery is not None
         scope = self.nursery.cancel_scope
-        timed = job.timeout is not None
+        budget = job.timeout
+        timed = budget is not None
         try:
-            if job.timeout is not None:
-                deadline.arm(self, resources, job.timeout)
+            if budget is not None:
+                deadline.arm(self, resources, budget)
             if providers:
                 await resources.materialize()  # a failure rolls the grant back; never runs
             context.resources = resources
@@ -324,7 +330,8 @@ class JobRun:
                 failure = reading.outcome
                 if reading.unheeded:
                     log_unheeded(job.name, reading)
-            if resources.commit_sent:
+            sent = resources.commit_sent  # the close never sends one
+            if sent:
                 self.sent_commit = resources
             self.failure = failure
             if transactional and (failure is not None or context.timed_out or context.is_cancelled):
@@ -347,11 +354,7 @@ class JobRun:
                 failure = _closed_with(close_failure, failure)
             finally:
                 context.resources = None
-        if (
-            resources.commit_sent
-            and (scope.cancel_called or context.is_cancelled)
-            and not context.timed_out
-        ):
+        if sent and (scope.cancel_called or context.is_cancelled) and not context.timed_out:
             raise stopped_after_commit(context, resources, failure)
         if failure is not None:
             raise failure
@@ -396,12 +399,12 @@ class JobRun:
     def _start_running(self, resources: JobResources) -> None:
         """The body starts: the turn to RUNNING (a job cancelled meanwhile stops here), the
         job listed as executing, the started event, and its resources marked as worked on."""
-        job, context = self.job, self.context
+        context = self.context
         if not context.try_transition(_RUNNING):
             context.check_cancellation()
-        self.runtime.executing[job.job_id] = self
+        self.runtime.executing[self.job_id] = self
         bus = self.runtime.dispatcher.bus
-        if bus.has_listeners(job.workflow_id):
+        if bus.has_listeners(self.workflow_id):
             bus.publish(ev.JobStartedEvent(snapshot=context.snapshot(), attempt=context.attempt))
         resources.executed = True
 
@@ -425,12 +428,14 @@ class JobRun:
     ) -> None:
         """Tell the limiters how the attempt went: a success to each, or every upstream
         failure (each 429 of a group on its own); nothing for a timeout or a cancel."""
+        limiters = signalled(requirements)
+        if not limiters:
+            return
         context = self.context
         if failure is None and not context.timed_out and not context.is_cancelled:
-            for limiter in signalled(requirements):
+            for limiter in limiters:
                 signal_limiter(limiter.on_success, limiter)
         elif reading is not None and not context.is_cancelled:
-            limiters = signalled(requirements) if reading.upstream else []
             for leaf in reading.upstream:  # every 429 of a group, each on its own
                 upstream = UpstreamFailure.from_exception(leaf)
                 for limiter in limiters:

@@ -617,7 +617,8 @@ class JobDispatcher:
         handle: JobHandle[R] = JobHandle(job, context, self._life.token)
         handle._canceller = self._cancel_job
         context.handle = handle
-        self._graph.submitted(job.job_id)
+        job_id = job.job_id
+        self._graph.submitted(job_id)
 
         try:
             check_job_settings(job)  # a knob set past its setter: refused before anything else
@@ -633,15 +634,16 @@ class JobDispatcher:
         except Exception as exc:  # noqa: BLE001 - a job that breaks its contract is born failed
             self._born_failed(context, handle, _requirements_failure(job, exc))
             return handle
-        if requirements.has_resources and job.timeout is None:
+        timeout = job.timeout
+        if timeout is None and requirements is not NONE_REQUIRED and requirements.has_resources:
             self._born_failed(context, handle, _no_timeout(job))
             return handle
 
         run = JobRun(job, context, handle, deps, requirements, self._runtime)
-        self._live[job.job_id] = run
+        self._live[job_id] = run
         if deps:
-            self._graph.track(job.job_id, deps)
-        if self.bus.has_listeners(job.workflow_id):
+            self._graph.track(job_id, deps)
+        if self.bus.has_listeners(run.workflow_id):
             self.bus.publish(
                 ev.JobScheduled(
                     snapshot=context.snapshot(),
@@ -655,7 +657,7 @@ class JobDispatcher:
             )
         if not requirements.requires_queueing:
             self._spawn(self._run_job, run)
-        elif job.timeout is not None and job.timeout <= PRIORITY_LANE_MAX_TIMEOUT:
+        elif timeout is not None and timeout <= PRIORITY_LANE_MAX_TIMEOUT:
             self._offer(self._fast, run)
         else:
             self._offer(self._standard, run)
@@ -796,7 +798,7 @@ class JobDispatcher:
         shutdown cancels to interrupt it and phase two of a timeout cancels at its deadline.
         Whatever happens, the handle settles before the task ends."""
         context = run.context
-        job_id = run.job.job_id
+        job_id = run.job_id
         _current.set(context)
         self._running[job_id] = run
         run.task = trio.lowlevel.current_task()
@@ -866,17 +868,17 @@ class JobDispatcher:
             context.complete(verdict.result)
         if verdict.error is not None and verdict.state is not _CANCELLED:
             log_failure(log, verdict.error, job=job.name)
-        if self.bus.has_listeners(job.workflow_id):
+        if self.bus.has_listeners(run.workflow_id):
             snapshot = context.snapshot()
             self.bus.publish(terminal_event(run, verdict, snapshot))
             if snapshot.is_root:
                 self.bus.publish(workflow_event(snapshot, verdict))
         # teardown: out of the live set, conversations released, recorded calls released
-        self._live.pop(job.job_id, None)
+        self._live.pop(run.job_id, None)
         if self._drained is not None:
             self._wake_drain()
         if run.dependencies:
-            self._graph.untrack(job.job_id)
+            self._graph.untrack(run.job_id)
         context.release_conversations()
         context.clear_completion_data()
         handle._settle(result=verdict.result, error=verdict.error)
