@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from .._clock import whole_ms
 from ..admission import Grant, Ticket
 from ..admission.limiter import RateLimiter
 from ..bus import events as ev
@@ -382,7 +383,8 @@ class JobRun:
     ) -> JobResources:
         """What the grant holds, as the attempt's resources; its waits are recorded."""
         context = self.context
-        context.record_admission_wait(grant.wall_wait_ms)
+        wall_wait = grant.wall_wait
+        context.record_admission_wait(whole_ms(wall_wait) if wall_wait else 0)
         for account, ms in grant.wait_times_ms.items():
             context.record_resource_wait(account, ms)
         resources = JobResources(
@@ -393,7 +395,8 @@ class JobRun:
             read_only=requirements.read_only,
             spawn=self.runtime.spawn_system,
         )
-        context.is_executing_job_with_resources = not grant.is_empty
+        if grant.entries:
+            context.is_executing_job_with_resources = True
         return resources
 
     def _start_running(self, resources: JobResources) -> None:

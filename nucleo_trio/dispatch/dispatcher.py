@@ -859,8 +859,9 @@ class JobDispatcher:
         job, context, handle = run.job, run.context, run.handle
         if handle.done:
             return
-        if context.state.is_terminal and context.state is not verdict.state:
-            if context.state is _CANCELLED:
+        state = context.state
+        if state.is_terminal and state is not verdict.state:
+            if state is _CANCELLED:
                 verdict = cancelled(run, verdict.cancel_message)
         else:
             context.try_transition(verdict.state)
