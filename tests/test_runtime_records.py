@@ -15,6 +15,8 @@ import attrs
 import pytest
 
 from nucleo_trio._job_snapshot import build_snapshot
+from nucleo_trio.bus import events as ev
+from nucleo_trio.bus._lifecycle import job_completed, job_scheduled, job_started, workflow_complete
 from nucleo_trio.jobs import JobSnapshot, JobState, JobType
 
 
@@ -86,3 +88,72 @@ def test_built_snapshot_is_frozen() -> None:
         built.state = JobState.COMPLETED  # type: ignore[misc]
     assert built.with_state(JobState.COMPLETED).state is JobState.COMPLETED
     assert built.state is JobState.RUNNING
+
+
+# -- the lifecycle events -------------------------------------------------------------------------
+
+SNAPSHOT = JobSnapshot(**SNAPSHOT_FIELDS)
+
+
+def _same_event(built: ev.JobEvent, made: ev.JobEvent) -> None:
+    # The timestamp is the instant each was built: compared apart, the rest must be equal.
+    assert type(built) is type(made)
+    assert abs(built.timestamp - made.timestamp) < 60
+    built_fields, made_fields = _fields(built), _fields(made)
+    assert set(built_fields) == set(made_fields)
+    del built_fields["timestamp"], made_fields["timestamp"]
+    assert built_fields == made_fields
+    assert built.message == made.message
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        built.snapshot = None  # type: ignore[misc]
+
+
+def test_job_scheduled_is_the_constructors() -> None:
+    """OBS-10: the dispatcher's JobScheduled is QUEUED, with the requirements and priority."""
+    requirements = object()
+    built = job_scheduled(SNAPSHOT, requirements, 7)
+    made = ev.JobScheduled(
+        snapshot=SNAPSHOT, state=ev.ScheduledState.QUEUED, requirements=requirements, priority=7
+    )
+    _same_event(built, made)
+    assert built.requirements is requirements
+
+
+def test_job_started_is_the_constructors() -> None:
+    """OBS-05: a started event reads "Job started (attempt N)"."""
+    _same_event(job_started(SNAPSHOT, 2), ev.JobStartedEvent(snapshot=SNAPSHOT, attempt=2))
+    assert job_started(SNAPSHOT, 2).message == "Job started (attempt 2)"
+
+
+def test_job_completed_is_the_constructors() -> None:
+    """OBS-05 and OBS-11: a completion carries its attempts, responses, metadata, completion
+    time and result; its duration runs from the snapshot's start."""
+    responses = ("first", "second")
+    result = {"answer": 42}
+    built = job_completed(SNAPSHOT, 2, responses, SNAPSHOT.metadata, 103.0, result)
+    made = ev.JobCompletedEvent(
+        snapshot=SNAPSHOT,
+        attempts=2,
+        llm_responses=list(responses),
+        metadata=dict(SNAPSHOT.metadata),
+        completion_time=103.0,
+        result=result,
+    )
+    _same_event(built, made)
+    assert built.result is result
+    assert built.duration == made.duration == 1.5
+    assert isinstance(built.metadata, MappingProxyType)
+
+
+@pytest.mark.parametrize(
+    ("successful", "reason"),
+    [(True, None), (False, None), (False, "Workflow ended FAILED: boom")],
+)
+def test_workflow_complete_is_the_constructors(successful: bool, reason: str | None) -> None:
+    """OBS-07: the workflow's end reads its reason, by default "Workflow completed
+    successfully" or "Workflow failed"."""
+    built = workflow_complete(SNAPSHOT, successful, reason)
+    given = {} if reason is None else {"reason": reason}
+    made = ev.WorkflowCompleteEvent(snapshot=SNAPSHOT, successful=successful, **given)
+    _same_event(built, made)
+    assert (built.msg_type, built.title) == (made.msg_type, made.title)

@@ -20,6 +20,7 @@ import attrs
 import trio
 
 from ..bus import events as ev
+from ..bus._lifecycle import job_completed, workflow_complete
 from ..errors import (
     CancellationRequested,
     DependencyFailedError,
@@ -132,19 +133,26 @@ def verdict_for(run: JobRun, exc: BaseException) -> Verdict:
 
 
 def terminal_event(run: JobRun, verdict: Verdict, snapshot: JobSnapshot) -> ev.JobEvent:
-    """The one terminal event the bus publishes for ``verdict``."""
+    """The one terminal event the bus publishes for ``verdict``. ``snapshot`` is the job's as
+    it stands now: its metadata, frozen a moment ago, is the event's."""
     context = run.context
     if verdict.dependency_failure:
         return ev.DependencyFailureEvent(snapshot=snapshot, error=verdict.error)
+    attempts = context.attempt
+    llm_responses = tuple(context.llm_responses)
+    completion_time = context.completed_at or time.time()
+    if verdict.state is JobState.COMPLETED:
+        # The common ending is built by position; the rarer ones below check what they get.
+        return job_completed(
+            snapshot, attempts, llm_responses, snapshot.metadata, completion_time, verdict.result
+        )
     common: dict[str, Any] = {
         "snapshot": snapshot,
-        "attempts": context.attempt,
-        "llm_responses": tuple(context.llm_responses),
-        "metadata": dict(context.metadata),
-        "completion_time": context.completed_at or time.time(),
+        "attempts": attempts,
+        "llm_responses": llm_responses,
+        "metadata": snapshot.metadata,
+        "completion_time": completion_time,
     }
-    if verdict.state is JobState.COMPLETED:
-        return ev.JobCompletedEvent(result=verdict.result, **common)
     if verdict.state is JobState.TIMED_OUT:
         return ev.JobTimedOut(timeout=run.job.timeout or 0.0, **common)
     if verdict.state is JobState.CANCELLED:
@@ -171,9 +179,10 @@ def budget_of(job: AbstractJob[Any]) -> float:
 def workflow_event(snapshot: JobSnapshot, verdict: Verdict) -> ev.WorkflowCompleteEvent:
     """A root job's end is its workflow's end."""
     if verdict.state is JobState.COMPLETED:
-        return ev.WorkflowCompleteEvent(snapshot=snapshot, successful=True)
-    reason = f"Workflow ended {verdict.state.value}: {verdict.error}"
-    return ev.WorkflowCompleteEvent(snapshot=snapshot, successful=False, reason=reason)
+        return workflow_complete(snapshot, True)
+    return workflow_complete(
+        snapshot, False, f"Workflow ended {verdict.state.value}: {verdict.error}"
+    )
 
 
 def is_cancellation(exc: BaseException) -> bool:
