@@ -232,6 +232,8 @@ def request_pass(m: Admission) -> None:
 
 
 def leave_line(m: Admission, w: Waiter) -> None:
+    """``w`` leaves the line (granted, refused, cancelled); when it was the head, its
+    reservation goes with it (ADM-23)."""
     if not w.in_line:
         return
     m._departures += 1
@@ -250,30 +252,27 @@ def leave_line(m: Admission, w: Waiter) -> None:
             continue_chain(m, group, w.seq)
         if not m._in_pass:
             request_pass(m)
-    if was_head:
-        _head_left(m, w)
-
-
-def _head_left(m: Admission, old: Waiter) -> None:
-    """The head left (granted, refused, cancelled): its reservation is gone (ADM-23)."""
+    if not was_head:
+        return
+    # The head left: the new head is asked with nothing set aside (never grouped), and the
+    # followers with the new head's amounts set aside where the old head's were.
     was_memory_short = m._head_memory_short
     m._head_blockers = set()
     m._head_memory_short = False
     new_head = m._head
     if new_head is not None:
-        leave_groups(m, new_head)  # the head is asked with no reservation, never grouped
+        if new_head.groups:
+            leave_groups(m, new_head)
         m._ask_head = True
-    granted = old.grant is not None
-    for account in old.accounts:
+    granted = w.grant is not None
+    for account in w.accounts:
         if granted and account.exact:
             # The head took exactly what it had set aside there: no follower fits on this
             # account now that did not fit before, so none is asked again for it.
             continue
         mark_account(m, account)
     memory = m._memory_account
-    if (old.entries or was_memory_short) and (
-        memory.groups or m._suspended or memory in m._head_blockers
-    ):
+    if (w.entries or was_memory_short) and (memory.groups or m._suspended):
         mark_account(m, memory)  # (with nobody held on memory there is nothing to mark)
     if not m._in_pass:
         request_pass(m)

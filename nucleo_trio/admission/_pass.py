@@ -250,9 +250,15 @@ def attempt(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:
                 fits = answer("fits", fits)  # not a bool: raises
             if account.key_id not in w.held:
                 _mark_held(m, w, account, entry, now)
-            instant = entry.limiter.earliest_fit(entry.amounts, reserved)
-            if instant is not None:
-                instant = answer("earliest_fit", instant)
+            if account.exact:
+                # A counting gate that keeps the gate's own questions names no instant: only
+                # a give frees a permit (its earliest_fit answers None, and fits has already
+                # refused any amount it would refuse).
+                instant = None
+            else:
+                instant = entry.limiter.earliest_fit(entry.amounts, reserved)
+                if instant is not None:
+                    instant = answer("earliest_fit", instant)
         except Exception as exc:  # noqa: BLE001 - an account's fault refuses only this waiter
             return _refuse(m, w, account, exc, now)
         if shorts is None:
@@ -260,7 +266,11 @@ def attempt(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:
         else:
             shorts.append((account, instant))
     if shorts is not None:
-        _hold(m, w, head, shorts, on_memory=False, memory_deadline=None, now=now)
+        if head is None and w.in_line:
+            w.on_memory = False
+            _hold_head(m, w, shorts, False, None, now)
+        else:
+            _hold(m, w, head, shorts, on_memory=False, memory_deadline=None, now=now)
         return HELD
     # Step 4 (ADM-31): take every entry; a refused take undoes the ones before it.
     taken = 0
@@ -346,9 +356,7 @@ def _hold(
     if not w.in_line:
         return  # the fast path: enqueueing makes it a candidate of the next pass
     if head is None:
-        if w.groups:
-            leave_groups(m, w)
-        _hold_head(m, w, shorts, on_memory=on_memory, memory_deadline=memory_deadline, now=now)
+        _hold_head(m, w, shorts, on_memory, memory_deadline, now)
         return
     if on_memory:
         _regroup(m, w, [m._memory_account])
@@ -380,11 +388,14 @@ def _hold_head(
     m: Admission,
     w: Waiter,
     shorts: Sequence[tuple[Account, float | None]],
-    *,
     on_memory: bool,
     memory_deadline: float | None,
     now: float,
 ) -> None:
+    """The head waits: what it is short on are the blockers whose marks ask it again, and its
+    look is at the latest instant they named (none when any needs an event)."""
+    if w.groups:
+        leave_groups(m, w)
     was_memory_short = m._head_memory_short
     m._head_memory_short = on_memory
     deadline: float | None
