@@ -53,10 +53,11 @@ async def test_a_gates_use_is_a_value_to_wait_on(autojump_clock: trio.testing.Mo
             dispatcher.submit(Render(root))
         await slots.use.wait_value(2)
         assert trio.current_time() == 0
-        # At 10 s and 20 s two permits come back and two go out at the same instant, so the
-        # use touches 0 then; held for a second, it is 0 only once the last job is done.
+        # At 10 s and 20 s each job that ends hands its permit straight to the next one waiting
+        # (the pass runs in the releasing task), so the use stays at 2 then; it first reaches
+        # 0 at 30 s, once the last job is done, and stays there.
         assert await slots.use.wait_value(lambda n: n == 0) == 0
-        assert trio.current_time() == 10
+        assert trio.current_time() == 30
         await slots.use.wait_value(0, held_for=1)
         assert trio.current_time() == 31
         nursery.cancel_scope.cancel()
