@@ -233,14 +233,11 @@ def attempt(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:
         return _refuse(m, w, memory_account, exc, now)
     if not memory_fits:
         return _short_on_memory(m, w, head, now)
-    entries = w.entries
-    accounts = w.accounts
+    asks = w.asks
     reserve = head.reserve if head is not None else None
     # Step 3 (ADM-29, ADM-30): every entry, even after a short one.
     shorts: list[tuple[Account, float | None]] | None = None
-    # (Entries and accounts go by index: zip with strict= parses keywords on every call.)
-    for index, entry in enumerate(entries):
-        account = accounts[index]
+    for account, entry in asks:
         reserved = NOTHING if reserve is None else reserve.get(account, NOTHING)
         try:
             fits: object = entry.limiter.fits(entry.amounts, reserved)
@@ -274,8 +271,7 @@ def attempt(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:
         return HELD
     # Step 4 (ADM-31): take every entry; a refused take undoes the ones before it.
     taken = 0
-    for index, entry in enumerate(entries):
-        account = accounts[index]
+    for account, entry in asks:
         reserved = NOTHING if reserve is None else reserve.get(account, NOTHING)
         try:
             took: object = entry.limiter.try_take(entry.amounts, reserved)
@@ -457,9 +453,8 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
         # The held counts come back into balance, and with an emitter each entry reports
         # its grant (with nobody listening and nothing held, nothing is left to do).
         counts = m._held_counts
-        accounts = w.accounts
-        for index, entry in enumerate(w.entries):
-            key_id = accounts[index].key_id
+        for account, entry in w.asks:
+            key_id = account.key_id
             was_held = held.pop(key_id, None)
             if was_held is None:
                 if emitting:
