@@ -226,6 +226,7 @@ class _LiveSubscription(Subscription):
         "_scope",
         "_done",
         "_active",
+        "filtered",
     )
 
     def __init__(
@@ -261,6 +262,9 @@ class _LiveSubscription(Subscription):
         self._scope = trio.CancelScope()
         self._done = trio.Event()
         self._active = True
+        self.filtered = job_class is not None or predicate is not None
+        """Whether an event of its type and workflow may still be refused: by the job class or
+        by a predicate."""
 
     @property
     def id(self) -> str:
@@ -289,6 +293,7 @@ class _LiveSubscription(Subscription):
         )
 
     def accepts(self, event: JobEvent) -> bool:
+        """Whether ``event`` matches: its type, its workflow, then :meth:`passes`."""
         if not isinstance(event, self.event_type):
             return False
         snapshot = event.snapshot
@@ -297,6 +302,12 @@ class _LiveSubscription(Subscription):
             snapshot is None or snapshot.workflow_id != self.workflow_id
         ):
             return False
+        return self.passes(event)
+
+    def passes(self, event: JobEvent) -> bool:
+        """Whether ``event``, of the subscription's type and workflow, passes the job class and
+        the predicate (what :attr:`filtered` says may refuse it)."""
+        snapshot = event.snapshot
         if self._job_class is not None and (
             snapshot is None
             or not self._job_class.matches(snapshot.job_class, snapshot.job_class_qualname)
@@ -361,12 +372,11 @@ class _LiveSubscription(Subscription):
         try:
             with self._scope:
                 while True:
-                    if queue:
-                        # Between batches the consumer yields, so a long burst shares the loop.
-                        await trio.lowlevel.checkpoint()
-                    elif self._closed:
-                        break
-                    else:
+                    if not queue:
+                        if self._closed:
+                            break
+                        # Parked until an offer or the close wakes it: the wake is this step's
+                        # schedule point, so what is queued then goes out in the same step.
                         await self._wait_for_events()
                         continue
                     # What queued meanwhile goes out in the same step, up to a batch: a burst of
@@ -388,6 +398,10 @@ class _LiveSubscription(Subscription):
                             if on_fatal is None:
                                 raise
                             on_fatal(fatal)
+                    if queue:
+                        # More than a batch: the consumer yields between batches, so a long
+                        # burst shares the loop.
+                        await trio.lowlevel.checkpoint()
             if self._scope.cancelled_caught:
                 logger.warning(
                     "%r did not drain within %s s of stop; the rest of its queue is dropped",
@@ -407,6 +421,12 @@ class _State(enum.Enum):
     RUNNING = "running"
     STOPPING = "stopping"
     STOPPED = "stopped"
+
+
+# Read on every publish and every has_listeners(): a module global, because on CPython 3.11 a
+# member read off an Enum class goes through EnumType's __getattr__ hook and is never
+# specialised (several hundred instructions a read).
+_RUNNING: Final = _State.RUNNING
 
 
 class MessageBus:
@@ -430,6 +450,10 @@ class MessageBus:
         # Routing tables are replaced, never mutated, so publish() can iterate one while a
         # predicate it calls subscribes or unsubscribes.
         self._unscoped: tuple[_LiveSubscription, ...] = ()
+        # The unscoped subscriptions each event class reaches by type, found on its first
+        # publish and forgotten when one subscribes or leaves: a publish reads one dict entry
+        # instead of asking every subscription.
+        self._routes: dict[type[JobEvent], tuple[_LiveSubscription, ...]] = {}
         # Whether an unscoped subscription can hear a job's events: one to system or heartbeat
         # events only (the Heart's) cannot, so has_listeners() need not count it.
         self._unscoped_hears_jobs = False
@@ -556,19 +580,32 @@ class MessageBus:
         :class:`TypeError` when ``event`` is not a :class:`~nucleo_trio.bus.JobEvent`.
         """
         # BUS-01 (synchronous, never waits) and BUS-05 (dropped unless running).
+        routes = self._routes.get(type(event))
+        if routes is None:
+            routes = self._route(event)
+        if self._state is not _RUNNING:
+            return
+        for subscription in routes:
+            if not subscription.filtered or subscription.passes(event):
+                subscription.offer(event)
+        if self._by_workflow:
+            snapshot = event.snapshot
+            if snapshot is None:
+                return
+            for subscription in self._by_workflow.get(snapshot.workflow_id, ()):
+                if subscription.accepts(event):
+                    subscription.offer(event)
+
+    def _route(self, event: JobEvent) -> tuple[_LiveSubscription, ...]:
+        """The unscoped subscriptions whose type ``event``'s class is, remembered for its class;
+        :class:`TypeError` for anything that is not a :class:`~nucleo_trio.bus.JobEvent`."""
         if not isinstance(event, JobEvent):
             raise TypeError(f"only JobEvent instances can be published, got {event!r}")
-        if self._state is not _State.RUNNING:
-            return
-        for subscription in self._unscoped:
-            if subscription.accepts(event):
-                subscription.offer(event)
-        snapshot = event.snapshot
-        if snapshot is None:
-            return
-        for subscription in self._by_workflow.get(snapshot.workflow_id, ()):
-            if subscription.accepts(event):
-                subscription.offer(event)
+        cls = type(event)
+        routes = self._routes[cls] = tuple(
+            s for s in self._unscoped if issubclass(cls, s.event_type)
+        )
+        return routes
 
     def has_listeners(self, workflow_id: str | None = None) -> bool:
         """Whether an event of ``workflow_id`` could reach anyone right now.
@@ -576,7 +613,7 @@ class MessageBus:
         Publishers use it to skip building events nobody receives; it may answer True for an
         event every subscription then filters out, never False for one that would be delivered.
         """
-        if self._state is not _State.RUNNING:
+        if self._state is not _RUNNING:
             return False
         if self._unscoped_hears_jobs:
             return True
@@ -723,6 +760,7 @@ class MessageBus:
         if subscription.workflow_id is None:
             self._unscoped = (*self._unscoped, subscription)
             self._unscoped_hears_jobs = _hear_jobs(self._unscoped)
+            self._routes = {}
         else:
             group = self._by_workflow.get(subscription.workflow_id, ())
             self._by_workflow[subscription.workflow_id] = (*group, subscription)
@@ -738,6 +776,7 @@ class MessageBus:
         if subscription.workflow_id is None:
             self._unscoped = tuple(s for s in self._unscoped if s is not subscription)
             self._unscoped_hears_jobs = _hear_jobs(self._unscoped)
+            self._routes = {}
         else:
             group = tuple(
                 s
