@@ -36,6 +36,7 @@ be built without a snapshot; system and heartbeat events refuse to carry one; a
 """
 
 import enum
+import functools
 import time
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -240,8 +241,25 @@ def _non_negative_seconds(instance: object, attribute: Any, value: Any) -> None:
 
 
 def _abstract(cls: type) -> type:
-    """Mark a family or base class: it classifies events and is never built on its own."""
+    """Mark a family or base class: it classifies events and is never built on its own.
+
+    The class's own ``__init__`` refuses to build it. attrs writes each event class an
+    ``__init__`` of its own, which never calls its base's, so a concrete event pays nothing for
+    the check; a plain subclass without attrs runs its base's and is built, as it always was.
+    """
     setattr(cls, "_abstract_event", True)  # noqa: B010 - a marker no base declares
+    init = vars(cls)["__init__"]  # the one attrs wrote for it
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if type(self) is cls:
+            raise TypeError(
+                f"{cls.__name__} classifies events and cannot be built on its own; "
+                f"build one of its members"
+            )
+        init(self, *args, **kwargs)
+
+    setattr(cls, "__init__", __init__)  # noqa: B010 - mypy refuses an assigned method
     return cls
 
 
@@ -251,11 +269,19 @@ class _SnapshotRule(enum.Enum):
     ABSENT = "absent"  # system and heartbeat events belong to no job (OBS-04)
 
 
+# Module globals for what every event's construction reads: on CPython 3.11 a member read off
+# an Enum class goes through EnumType's __getattr__ hook and is never specialised (about 900
+# instructions a read).
+_REQUIRED: Final = _SnapshotRule.REQUIRED
+_ABSENT: Final = _SnapshotRule.ABSENT
+_REJECTED: Final = LimiterEventType.REJECTED
+
+
 def _check_snapshot(event: "JobEvent", attribute: "attrs.Attribute[Any]", value: object) -> None:
     # The type and the family's rule in one validator: every event pays it, several per job.
     rule = type(event)._snapshot_rule
     if value is None:
-        if rule is _SnapshotRule.REQUIRED:
+        if rule is _REQUIRED:
             raise ValueError(f"{type(event).__name__} is about a job and needs its snapshot")
         return
     if not isinstance(value, JobSnapshot):
@@ -263,7 +289,7 @@ def _check_snapshot(event: "JobEvent", attribute: "attrs.Attribute[Any]", value:
             f"'snapshot' must be a JobSnapshot or None (got {value!r} that is a "
             f"{type(value).__name__})"
         )
-    if rule is _SnapshotRule.ABSENT:
+    if rule is _ABSENT:
         raise ValueError(f"{type(event).__name__} belongs to no job and carries no snapshot")
 
 
@@ -305,13 +331,6 @@ class JobEvent:
                     f"{base.__name__} is a final event and cannot be subclassed; "
                     f"subclass JobEvent or one of its families instead"
                 )
-
-    def __attrs_pre_init__(self) -> None:
-        if type(self).__dict__.get("_abstract_event", False):
-            raise TypeError(
-                f"{type(self).__name__} classifies events and cannot be built on its own; "
-                f"build one of its members"
-            )
 
     @property
     def message(self) -> str | None:
@@ -1091,7 +1110,7 @@ _SEVERITY_MSG_TYPES: Final = {
 def _reject_reason(instance: "LimiterEvent", attribute: Any, value: str | None) -> None:
     if value is not None and not isinstance(value, str):
         raise TypeError(f"reject_reason must be a string or None, got {value!r}")
-    if instance.type is LimiterEventType.REJECTED and not value:
+    if instance.type is _REJECTED and not value:
         raise ValueError("a REJECTED limiter event needs its reject_reason")
 
 
