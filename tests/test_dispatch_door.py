@@ -253,7 +253,7 @@ def test_the_priority_order_is_priority_then_submission() -> None:
     def queued(priority: int) -> JobRun:
         job = Echo(wf)
         job.priority = priority
-        return JobRun(job, None, None, (), None, None)  # type: ignore[arg-type]
+        return JobRun(job, None, None, (), None)  # type: ignore[arg-type]
 
     first_low, high, second_low = queued(1), queued(9), queued(1)
     order = sorted([second_low, first_low, high], key=JobRun.sort_key)

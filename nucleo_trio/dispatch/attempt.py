@@ -159,7 +159,6 @@ class JobRun:
         "job_id",
         "lane",
         "nursery",
-        "requirements",
         "runtime",
         "sent_commit",
         "seq",
@@ -173,9 +172,10 @@ class JobRun:
         context: JobContext,
         handle: JobHandle[Any],
         dependencies: tuple[JobHandle[Any] | AbstractJob[Any], ...],
-        requirements: JobRequirements,
         runtime: Runtime,
     ) -> None:
+        # The door's capture of the requirements served routing and is not kept: every
+        # attempt captures afresh (SUB-10), and a parked job would hold it for nothing.
         self.job = job
         self.job_id = job.job_id
         """The job's ``job_id`` and ``workflow_id``, which never change: read once."""
@@ -183,8 +183,6 @@ class JobRun:
         self.context = context
         self.handle = handle
         self.dependencies = dependencies
-        self.requirements = requirements
-        """The door's capture, for routing; every attempt captures afresh."""
         self.runtime = runtime
         self.seq = next(_sequence)
         self.lane: Lane | None = None

@@ -639,7 +639,7 @@ class JobDispatcher:
             self._born_failed(context, handle, _no_timeout(job))
             return handle
 
-        run = JobRun(job, context, handle, deps, requirements, self._runtime)
+        run = JobRun(job, context, handle, deps, self._runtime)
         self._live[job_id] = run
         if deps:
             self._graph.track(job_id, deps)
