@@ -4,7 +4,8 @@ The route a job's task takes once its lane let it go (``JobDispatcher._run_job``
 :meth:`JobRun.execute` waits for the dependencies holding nothing, runs the input guards, then
 the attempts, then the output guards and ``post_execute``. Each attempt has its steps:
 **admit** (the requirements captured afresh, the whole demand asked of admission: a grant at
-once, or a place in the line, holding nothing), then the two-phase
+once, or a place in the line, holding nothing; taken in the execution's own frame, so a job
+parked in the line holds no frame of the attempt yet), then the two-phase
 :mod:`~.deadline` timeout armed and the database handles opened, **run the body**
 (``pre_execute`` and ``execute``, inside a transaction when asked, then the commit), **tell
 the limiters** how it went, and **close**. An upstream signal re-runs the attempt with
@@ -238,7 +239,8 @@ class JobRun:
         attempts, the output guards and ``post_execute``; every failure becomes the verdict."""
         job, context = self.job, self.context
         hooks = hooks_of(type(job))
-        guardrails = self.runtime.dispatcher.guardrails
+        dispatcher = self.runtime.dispatcher
+        guardrails = dispatcher.guardrails
         # Steps that have nothing to do are answered synchronously rather than awaited: no
         # dependencies, no guard on a side (the standard enforcer answers that at once), the
         # default pre/post hooks. Same answers, fewer coroutines.
@@ -257,7 +259,19 @@ class JobRun:
                 context.check_cancellation()
                 try:
                     # The door's capture served routing; every attempt captures afresh (SUB-10).
-                    result = await self._attempt(requirements_of(job), hooks)
+                    requirements = requirements_of(job)
+                    providers = providers_of(dispatcher.databases, requirements)
+                    # Admit, the attempt's first step, here rather than in _attempt: a job
+                    # parked in admission's line then holds no attempt frame while it waits.
+                    # The synchronous half first: a grant at once costs no scheduler step, and
+                    # a job that must wait joins the line and parks holding nothing.
+                    entered = self._admit(requirements, providers)
+                    if isinstance(entered, Grant):
+                        grant = entered
+                    else:
+                        grant = await dispatcher.admission.wait(entered)
+                    # Nothing awaits between the grant and _attempt's first step, which holds it.
+                    result = await self._attempt(grant, requirements, providers, hooks)
                     break
                 except RerunSignal as signal:
                     if context.timed_out or context.is_cancelled:
@@ -279,21 +293,22 @@ class JobRun:
         return settled_verdict(self, Verdict(_COMPLETED, result=result))
 
     # -- one attempt ----------------------------------------------------------------------------
-    async def _attempt(self, requirements: JobRequirements, hooks: Hooks) -> Any:
-        """One attempt, step by step: admit; arm the timeout and open the handles; run the
-        body, and commit when it runs in a transaction; tell the limiters; close. Then answer
-        for it: the result, or what it failed with, timed out with, or was stopped after its
-        commit by.
+    async def _attempt(
+        self,
+        grant: Grant,
+        requirements: JobRequirements,
+        providers: tuple[DBResourceProvider, ...],
+        hooks: Hooks,
+    ) -> Any:
+        """One attempt once admitted (:meth:`execute` admits it: ``grant`` is the whole demand
+        of ``requirements``), step by step: hold the grant as the attempt's resources; arm the
+        timeout and open the handles; run the body, and commit when it runs in a transaction;
+        tell the limiters; close. Then answer for it: the result, or what it failed with, timed
+        out with, or was stopped after its commit by.
 
         The steps that never wait are plain calls, and the ones that may are awaited here, so
         an attempt with nothing to wait for costs no coroutine beyond the job's own."""
         job, context = self.job, self.context
-        admission = self.runtime.dispatcher.admission
-        providers = providers_of(self.runtime.dispatcher.databases, requirements)
-        # Admit. The synchronous half first: a grant at once costs no scheduler step, and a
-        # job that must wait joins the line and parks holding nothing.
-        entered = self._admit(requirements, providers)
-        grant = entered if isinstance(entered, Grant) else await admission.wait(entered)
         resources = self._hold(grant, requirements, providers)
         outcome: Any = None
         failure: BaseException | None = None
