@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import heapq
 import logging
-import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -117,7 +116,16 @@ def evaluate(m: Admission) -> None:
             m._ask_head = False
             head = m._head
             if head is not None:
-                _visit(m, head, vias_of.pop(head.seq, _NO_VIAS), now, head)
+                vias = vias_of.pop(head.seq, None)
+                if head.context is not None and head.context.is_cancelled:
+                    # ADM-18: a cancelled head leaves, and stops reserving.
+                    reject(m, head, "cancelled", CancellationRequested(CANCELLED_WHILE_PARKED), now)
+                else:
+                    attempt(m, head, None, now)
+                if m._given:
+                    _after_the_head(m, head)
+                if vias is not None:
+                    _carry_on(m, head, vias, True)
             continue
         if candidates:
             seq = heapq.heappop(candidates)
@@ -144,19 +152,22 @@ def evaluate(m: Admission) -> None:
         return
 
 
-_NO_VIAS: tuple[Group | None, ...] = ()
-
-
-def _visit(m: Admission, w: Waiter, vias: Sequence[Group | None], now: float, head: Waiter) -> None:
-    """Ask ``w`` (``head`` is the head now), then carry on the chains it was marked through."""
+def _visit(m: Admission, w: Waiter, vias: list[Group | None], now: float, head: Waiter) -> None:
+    """Ask the candidate ``w`` (``head`` is the head now: a new arrival may be it), then carry
+    on the chains it was marked through. (The head owed a question is asked in the pass's
+    loop, which also settles what a settlement left for after the head.)"""
     is_head = head is w
     if w.context is not None and w.context.is_cancelled:
         # ADM-18: a cancelled waiter leaves; a cancelled head stops reserving.
         reject(m, w, "cancelled", CancellationRequested(CANCELLED_WHILE_PARKED), now)
     else:
         attempt(m, w, None if is_head else head, now)
-    if is_head and m._given:
-        _after_the_head(m, w)
+    _carry_on(m, w, vias, is_head)
+
+
+def _carry_on(m: Admission, w: Waiter, vias: list[Group | None], is_head: bool) -> None:
+    """After ``w`` was asked: go on down the chain of every group it was marked through, or
+    note where that chain stops."""
     for via in vias:
         if via is None:
             continue
@@ -401,16 +412,17 @@ def _hold_head(
     else:
         # The latest short instant; None when any short account needs an event (ADM-30).
         blockers = set()
-        deadline = -math.inf
+        deadline = None
+        timed = True  # every short account named an instant
         for account, instant in shorts:
             blockers.add(account)
             if instant is None:
-                deadline = None
-            elif deadline is not None and instant > deadline:
+                timed = False
+            elif deadline is None or instant > deadline:
                 deadline = instant
         m._head_blockers = blockers
-        if deadline == -math.inf:
-            deadline = None  # short on nothing (a take refused with no instant): no look
+        if not timed:
+            deadline = None
     registered = m._head_deadline
     if deadline is not None and (
         registered is None or registered[0] != w.seq or deadline < registered[1]
