@@ -598,7 +598,10 @@ class MessageBus:
 
     def _route(self, event: JobEvent) -> tuple[_LiveSubscription, ...]:
         """The unscoped subscriptions whose type ``event``'s class is, remembered for its class;
-        :class:`TypeError` for anything that is not a :class:`~nucleo_trio.bus.JobEvent`."""
+        :class:`TypeError` for anything that is not a :class:`~nucleo_trio.bus.JobEvent`.
+
+        Every event of the class then goes to the same subscriptions by type: an event is an
+        instance of an event class exactly when its own class is a subclass of it."""
         if not isinstance(event, JobEvent):
             raise TypeError(f"only JobEvent instances can be published, got {event!r}")
         cls = type(event)
