@@ -756,82 +756,77 @@ class JobDispatcher:
     # -- lanes and tasks ------------------------------------------------------------------------
     def _offer(self, lane: Lane, run: JobRun) -> None:
         lane.offer(run)
-        self._spawn(self._take, lane)
+        self._spawn(self._run_job, lane)
 
     @trio.lowlevel.enable_ki_protection
-    async def _take(self, lane: Lane) -> None:
-        """A queued job's task: take the lane's next job and run it.
+    async def _run_job(self, source: JobRun | Lane) -> None:
+        """A job's task, from the start to the settle: ``source`` is the job itself when it
+        runs at once, without queueing, or the lane it was offered to.
 
-        Each offer starts one of these, and each takes whichever job the lane serves next when
-        it runs, not the job whose offer started it: the tasks a scheduler step starts run in
-        an order of trio's choosing, and the jobs still leave the lane strictly in its order
-        (priority, then submission). A job stays queued, and cancellable as queued, until a
-        task takes it; a task that finds the lane empty (its job was cancelled, or drained at
-        shutdown) ends at once.
+        A task started by an offer takes whichever job the lane serves next when it runs, not
+        the job whose offer started it: the tasks a scheduler step starts run in an order of
+        trio's choosing, and the jobs still leave the lane strictly in its order (priority,
+        then submission). A job stays queued, and cancellable as queued, until a task takes
+        it; a task that finds the lane empty (its job was cancelled, or drained at shutdown)
+        ends at once.
+
+        The job runs in its own nursery, whose cancel scope is the one shutdown cancels to
+        interrupt it and phase two of a timeout cancels at its deadline. Whatever happens, the
+        handle settles before the task ends. One coroutine from the lane to the settle: every
+        frame a job's task holds, it holds for as long as the job waits in admission's line.
         """
         # KI-protected, as every job's task is: a Ctrl-C is delivered to the program's main
         # task (which stops the dispatcher in order), never half-way through a job's
         # bookkeeping.
         try:
-            run = lane.take()
-            if run is None:
-                return
-            if self._life.stopping:
-                # A job still queued at shutdown is settled as cancelled, never started into a
-                # closed admission.
-                self._finish(run, cancelled(run, "Cancelled by shutdown"))
-                return
-            await self._run(run)
-        finally:
-            self._life.task_ended()
-
-    @trio.lowlevel.enable_ki_protection
-    async def _run_job(self, run: JobRun) -> None:
-        """The task of a job that runs at once, without queueing."""
-        try:
-            await self._run(run)
-        finally:
-            self._life.task_ended()
-
-    async def _run(self, run: JobRun) -> None:
-        """The job, on its task. The job runs in its own nursery, whose cancel scope is the one
-        shutdown cancels to interrupt it and phase two of a timeout cancels at its deadline.
-        Whatever happens, the handle settles before the task ends."""
-        context = run.context
-        job_id = run.job_id
-        _current.set(context)
-        self._running[job_id] = run
-        run.task = trio.lowlevel.current_task()
-        context.try_transition(_SCHEDULED)
-        try:
-            # A list: mypy does not see the nursery keep the Cancelled of its own scope.
-            answered: list[Verdict] = []
+            if isinstance(source, Lane):
+                run = source.take()
+                if run is None:
+                    return
+                if self._life.stopping:
+                    # A job still queued at shutdown is settled as cancelled, never started
+                    # into a closed admission.
+                    self._finish(run, cancelled(run, "Cancelled by shutdown"))
+                    return
+            else:
+                run = source
+            context = run.context
+            job_id = run.job_id
+            _current.set(context)
+            self._running[job_id] = run
+            run.task = trio.lowlevel.current_task()
+            context.try_transition(_SCHEDULED)
             try:
-                async with trio.open_nursery() as job_nursery:
-                    run.nursery = job_nursery
-                    if run.interrupted:
-                        job_nursery.cancel_scope.cancel()
-                    answered.append(await run.execute())
-            except BaseException as exc:  # noqa: BLE001 - what the job's nursery let through
-                fatal = _fatal_in(exc)
-                if fatal is None and is_cancellation(exc) and not run.interrupted:
-                    raise
-                answered.append(self._escaped(run, exc, fatal))
-            self._finish(run, answered[0] if answered else self._cut_short(run))
-        finally:
-            self._running.pop(job_id, None)
-            self._executing.pop(job_id, None)
-            if not run.handle.done:  # a defect in the dispatcher itself: still settle
-                log.error("%s ended without a verdict; settling it as failed", run.job.name)
-                self._finish(
-                    run,
-                    Verdict(
-                        JobState.FAILED,
-                        error=NucleoSystemError(
-                            "dispatcher", f"{run.job.name} ended without a verdict"
+                # A list: mypy does not see the nursery keep the Cancelled of its own scope.
+                answered: list[Verdict] = []
+                try:
+                    async with trio.open_nursery() as job_nursery:
+                        run.nursery = job_nursery
+                        if run.interrupted:
+                            job_nursery.cancel_scope.cancel()
+                        answered.append(await run.execute())
+                except BaseException as exc:  # noqa: BLE001 - what the job's nursery let through
+                    fatal = _fatal_in(exc)
+                    if fatal is None and is_cancellation(exc) and not run.interrupted:
+                        raise
+                    answered.append(self._escaped(run, exc, fatal))
+                self._finish(run, answered[0] if answered else self._cut_short(run))
+            finally:
+                self._running.pop(job_id, None)
+                self._executing.pop(job_id, None)
+                if not run.handle.done:  # a defect in the dispatcher itself: still settle
+                    log.error("%s ended without a verdict; settling it as failed", run.job.name)
+                    self._finish(
+                        run,
+                        Verdict(
+                            JobState.FAILED,
+                            error=NucleoSystemError(
+                                "dispatcher", f"{run.job.name} ended without a verdict"
+                            ),
                         ),
-                    ),
-                )
+                    )
+        finally:
+            self._life.task_ended()
 
     def _escaped(self, run: JobRun, exc: BaseException, fatal: BaseException | None) -> Verdict:
         """The verdict on what the job's nursery let through."""
