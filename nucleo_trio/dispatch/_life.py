@@ -102,9 +102,9 @@ class Life:
     """One dispatcher's life: its phase, the stop asked for, its own tasks and its stop.
 
     ``live`` and ``running`` are the dispatcher's tables of jobs not settled yet and of jobs
-    whose task runs, ``lanes`` its two queues, ``finish`` its settle step and ``on_stop`` what
-    it does the instant a stop is asked for; the life reads them and changes nothing else of
-    the dispatcher's.
+    whose task runs, ``lanes`` its two queues, ``run_job`` the function of a job's task (see
+    :meth:`spawn`), ``finish`` its settle step and ``on_stop`` what it does the instant a stop
+    is asked for; the life reads them and changes nothing else of the dispatcher's.
     """
 
     def __init__(
@@ -115,6 +115,7 @@ class Life:
         live: Mapping[str, JobRun],
         running: Mapping[str, JobRun],
         lanes: Sequence[Lane],
+        run_job: Callable[[Any], Awaitable[None]],
         finish: Callable[[JobRun, Verdict], None],
         on_stop: Callable[[], None],
     ) -> None:
@@ -123,6 +124,10 @@ class Life:
         self._live = live
         self._running = running
         self._lanes = lanes
+        self._run_job = run_job
+        # The name trio would give each job's task, worked out once: trio formats it afresh
+        # for every task it starts unnamed, a string each task then keeps for its life.
+        self._job_task_name = f"{run_job.__module__}.{run_job.__qualname__}"
         self._finish = finish
         self._on_stop = on_stop
         self.state: AsyncValue[DispatcherState] = AsyncValue(DispatcherState.NEW)
@@ -352,16 +357,16 @@ class Life:
             self.request_stop(fast=True)
 
     # -- tasks ----------------------------------------------------------------------------------
-    def spawn(self, fn: Callable[[Any], Awaitable[None]], arg: Any) -> None:
-        """Start a job's task in the jobs' nursery, counted: the stop waits for the count to
-        reach zero. ``fn`` is KI-protected and calls :meth:`task_ended` as its last act,
-        whatever happens (trio runs every task it starts, a cancelled one to its first
-        checkpoint)."""
+    def spawn(self, arg: Any) -> None:
+        """Start a job's task (``run_job(arg)``) in the jobs' nursery, counted: the stop waits
+        for the count to reach zero. ``run_job`` is KI-protected and calls :meth:`task_ended`
+        as its last act, whatever happens (trio runs every task it starts, a cancelled one to
+        its first checkpoint)."""
         assert self.jobs is not None
         self._tasks += 1
         if self._idle.is_set():
             self._idle = trio.Event()
-        self.jobs.start_soon(fn, arg)
+        self.jobs.start_soon(self._run_job, arg, name=self._job_task_name)
 
     def task_ended(self) -> None:
         """A job's task is ending: one fewer for the stop to wait for."""

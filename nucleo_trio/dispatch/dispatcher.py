@@ -299,6 +299,7 @@ class JobDispatcher:
             live=self._live,
             running=self._running,
             lanes=(self._fast, self._standard),
+            run_job=self._run_job,
             finish=self._finish,
             on_stop=self._wake_drain,
         )
@@ -656,7 +657,7 @@ class JobDispatcher:
                 )
             )
         if not requirements.requires_queueing:
-            self._spawn(self._run_job, run)
+            self._spawn(run)
         elif timeout is not None and timeout <= PRIORITY_LANE_MAX_TIMEOUT:
             self._offer(self._fast, run)
         else:
@@ -756,7 +757,7 @@ class JobDispatcher:
     # -- lanes and tasks ------------------------------------------------------------------------
     def _offer(self, lane: Lane, run: JobRun) -> None:
         lane.offer(run)
-        self._spawn(self._run_job, lane)
+        self._spawn(lane)
 
     @trio.lowlevel.enable_ki_protection
     async def _run_job(self, source: JobRun | Lane) -> None:
