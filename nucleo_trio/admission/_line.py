@@ -232,8 +232,10 @@ def _signature(demand: tuple[Any, ...], seq: int) -> Hashable:
 
 
 def request_pass(m: Admission) -> None:
+    """An event calls for a pass: wake the evaluator task, unless a settlement is about to
+    run one in its own task (``_pass.pass_here``), which answers this request too."""
     m._wake_requested = True
-    if m._wake_event is not None:
+    if m._wake_event is not None and not m._pass_follows:
         m._wake_event.set()
 
 

@@ -122,8 +122,28 @@ def evaluate(m: Admission) -> None:
                     reject(m, head, "cancelled", CancellationRequested(CANCELLED_WHILE_PARKED), now)
                 else:
                     attempt(m, head, None, now)
-                if m._given:
-                    _after_the_head(m, head)
+                given = m._given
+                if given:
+                    # The counting gates a settlement gave back to while this head was short
+                    # on them: a follower short on one was short with the head's amounts set
+                    # aside there. Granted, the head took exactly those; if the new head sets
+                    # aside the very permits given back, each follower's question (in use +
+                    # asked + set aside) is what it was before the give, and none is asked
+                    # again. Otherwise (the head held, refused or cancelled, or other
+                    # amounts) the gate is marked as any give marks it.
+                    new_head = m._head if head.grant is not None else None
+                    reserve = new_head.reserve if new_head is not None else None
+                    for account, amounts in given:
+                        if reserve is not None and reserve.get(account) == amounts:
+                            # The same list of None and whole numbers is the same permits;
+                            # any other amount is left to the gate to count.
+                            for amount in amounts:
+                                if amount is not None and type(amount) is not int:
+                                    break
+                            else:
+                                continue
+                        mark_account(m, account)
+                    given.clear()
                 if vias is not None:
                     _carry_on(m, head, vias, True)
             continue
@@ -188,34 +208,6 @@ def _carry_on(m: Admission, w: Waiter, vias: list[Group | None], is_head: bool) 
             # without its grant marks it too, and with it, takes what it set aside).
             continue
         continue_chain(m, via, w.seq)
-
-
-def _after_the_head(m: Admission, head: Waiter) -> None:
-    """The counting gates a settlement gave back to while the head was short on them, now
-    that the head was asked first: mark those whose followers may fit now.
-
-    A follower short on such a gate was short with the head's amounts set aside there. If
-    the head was granted, it took exactly those amounts, and the new head sets aside the very
-    permits that were given back, each follower's question (in use + asked + set aside) is
-    what it was before the give, so none is asked again; otherwise the gate is marked as any
-    give marks it (the head held, refused or cancelled leaves the given permits free)."""
-    given = m._given
-    if head.grant is None:
-        for account, _ in given:
-            mark_account(m, account)
-    elif m._head is not None:
-        reserve = m._head.reserve  # the new head's
-        for account, amounts in given:
-            if reserve.get(account) == amounts:
-                # The same list of None and whole numbers is the same permits on one gate;
-                # any other amount is left to the gate to count (the gate is marked).
-                for amount in amounts:
-                    if amount is not None and type(amount) is not int:
-                        break
-                else:
-                    continue
-            mark_account(m, account)
-    given.clear()
 
 
 def attempt(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:
@@ -445,7 +437,11 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
     waits: dict[str, int] = {}
     for key, since in held.values():
         name = name_of(key)
-        waits[name] = waits.get(name, 0) + whole_ms(now - since)
+        ms = whole_ms(now - since)
+        if name in waits:
+            waits[name] += ms  # two accounts of one name add up
+        else:
+            waits[name] = ms
     wall_wait = now - w.arrival
     if wall_wait < 0.0:
         wall_wait = 0.0
@@ -453,14 +449,8 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
     # An empty grant never reports anything, so it needs no snapshot (DG-10).
     snapshot = w.snapshot if emitting and w.entries else None
     # The waiter's claim on its accounts passes to the grant, until it settles.
-    grant = Grant(
-        w.entries,
-        snapshot,
-        wall_wait,
-        waits,
-        owner=m,
-        tracked=w.accounts,
-    )
+    # (By position: entries, snapshot, wall wait, waits, owner, tracked.)
+    grant = Grant(w.entries, snapshot, wall_wait, waits, m, w.accounts)
     if held or emitting:
         # The held counts come back into balance, and with an emitter each entry reports
         # its grant (with nobody listening and nothing held, nothing is left to do).

@@ -41,45 +41,52 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
         return
     open_ = not m._stopped and m._defect is None
     # The pass runs here, right after: a give to a counting gate the head is short on can
-    # wait until the head was asked (``_pass._after_the_head``).
+    # wait until the head was asked (``_pass.evaluate``).
     here = open_ and not m._in_pass and m._wake_event is not None
     tracked: tuple[Account, ...] = grant._tracked
     first_error: Exception | None = None
-    for index, entry in enumerate(grant.entries):
-        try:
-            if not everything and entry.limiter.replenishment() is not _RELEASE:
-                continue
-            entry.limiter.give(entry.amounts)
-        except Exception as exc:  # noqa: BLE001 - give back the rest, then raise the first
-            first_error = first_error or exc
-            continue
-        tell_others(m, entry.limiter)
-        if m._emit_fn is not None:
-            emit(
-                m,
-                entry.key,
-                grant.snapshot,
-                m._held_counts.get(id(entry.key), 0),
-                LimiterEventType.RELEASED,
-                0.0,
-                None,
-                entry,
-            )
-        if open_ and index < len(tracked):
-            account = tracked[index]
-            if here and account.exact and account in m._head_blockers:
-                m._given.append((account, entry.amounts))
-                m._ask_head = True
-            else:
-                mark_account(m, account)
+    # While the amounts go back, a wake an account runs (memory's completion runs one) asks
+    # for the pass that follows anyway: it does not wake the evaluator task for another.
+    pass_followed = m._pass_follows
+    m._pass_follows = here
     try:
-        # A completion for the memory gate (ADM-47); memory never reports RELEASED.
-        m._memory.give(NOTHING)
-    except Exception as exc:  # noqa: BLE001 - raised below, after the wake
-        first_error = first_error or exc
-    memory = m._memory_account
-    if open_ and (memory.groups or m._suspended or memory in m._head_blockers):
-        mark_account(m, memory)  # (with nobody held on memory there is nothing to mark)
+        for index, entry in enumerate(grant.entries):
+            try:
+                if not everything and entry.limiter.replenishment() is not _RELEASE:
+                    continue
+                entry.limiter.give(entry.amounts)
+            except Exception as exc:  # noqa: BLE001 - give back the rest, then raise the first
+                first_error = first_error or exc
+                continue
+            tell_others(m, entry.limiter)
+            if m._emit_fn is not None:
+                emit(
+                    m,
+                    entry.key,
+                    grant.snapshot,
+                    m._held_counts.get(id(entry.key), 0),
+                    LimiterEventType.RELEASED,
+                    0.0,
+                    None,
+                    entry,
+                )
+            if open_ and index < len(tracked):
+                account = tracked[index]
+                if here and account.exact and account in m._head_blockers:
+                    m._given.append((account, entry.amounts))
+                    m._ask_head = True
+                else:
+                    mark_account(m, account)
+        try:
+            # A completion for the memory gate (ADM-47); memory never reports RELEASED.
+            m._memory.give(NOTHING)
+        except Exception as exc:  # noqa: BLE001 - raised below, after the wake
+            first_error = first_error or exc
+        memory = m._memory_account
+        if open_ and (memory.groups or m._suspended or memory in m._head_blockers):
+            mark_account(m, memory)  # (with nobody held on memory there is nothing to mark)
+    finally:
+        m._pass_follows = pass_followed
     # The grant is settled whatever a give did (ADM-45): its accounts lose this user.
     release_accounts(m, tracked)
     if open_:

@@ -175,7 +175,7 @@ class Admission:
         self._recheck_head = False
         self._ask_head = False  # the head is owed a question at the next pass
         # Counting gates a settlement gave back to while the head was short on them, with the
-        # amounts: marked, or not, once the head was asked (``_pass._after_the_head``).
+        # amounts: marked, or not, once the head was asked (``_pass.evaluate``).
         self._given: list[tuple[Account, tuple[Any, ...]]] = []
 
         self._candidates: list[int] = []
@@ -191,6 +191,7 @@ class Admission:
         self._wake_event: trio.Event | None = None
         self._wake_requested = False
         self._in_pass = False
+        self._pass_follows = False  # a settlement runs a pass in its own task right after
         # The instant the evaluator sleeps until (inf: until an event); -inf while it is awake,
         # when it reads the deadlines itself. A pass run elsewhere (``_pass.pass_here``) that
         # schedules a look before this instant wakes it to re-arm.
