@@ -57,7 +57,12 @@ class JobHandle(Generic[R]):
         """The job this handle is for."""
         self.context = context
         """The job's context: its state, metadata, progress and timing."""
-        self._settled = trio.Event()
+        # Whether the handle has settled, and the event a wait before the settle parks on:
+        # made by the first such wait, since most handles are never waited on before they
+        # settle, and a job parked in admission's line would hold its event (and the event's
+        # set of tasks) for nothing.
+        self._done = False
+        self._event: trio.Event | None = None
         if token is None:
             try:
                 token = trio.lowlevel.current_trio_token()
@@ -88,7 +93,18 @@ class JobHandle(Generic[R]):
     @property
     def done(self) -> bool:
         """True once the handle has settled: :meth:`outcome` then answers without waiting."""
-        return self._settled.is_set()
+        return self._done
+
+    @property
+    def _settled(self) -> trio.Event:
+        """The settle as an event, made on first ask (already set if the handle has settled):
+        what a job that depends on this one waits on, holding nothing."""
+        event = self._event
+        if event is None:
+            event = self._event = trio.Event()
+            if self._done:
+                event.set()
+        return event
 
     @property
     def error(self) -> BaseException | None:
@@ -121,11 +137,17 @@ class JobHandle(Generic[R]):
         caller = current_job()
         if caller is not None and caller.is_executing_job_with_resources:
             raise JobDeadlockError(caller.job_id, self.job_id, _call_site())
-        if timeout is None or self._settled.is_set():
-            await self._settled.wait()  # settled: only a checkpoint, even with a zero wait
+        if self._done:
+            await trio.lowlevel.checkpoint()  # settled: only a checkpoint, even with a zero wait
         else:
-            with trio.fail_after(timeout if timeout >= 0 else 0):
-                await self._settled.wait()
+            event = self._event
+            if event is None:
+                event = self._event = trio.Event()
+            if timeout is None:
+                await event.wait()
+            else:
+                with trio.fail_after(timeout if timeout >= 0 else 0):
+                    await event.wait()
         return self.outcome()
 
     def _check_run(self, call: str) -> None:
@@ -150,7 +172,7 @@ class JobHandle(Generic[R]):
 
     def outcome(self) -> R:
         """The settled outcome without waiting; RuntimeError while the job is still running."""
-        if not self._settled.is_set():
+        if not self._done:
             raise RuntimeError(f"{self.job.name} has not settled yet")
         if self._error is not None:
             raise self._error
@@ -163,7 +185,7 @@ class JobHandle(Generic[R]):
         Call it in the job's trio run; from another thread,
         ``trio.from_thread.run_sync(handle.cancel, trio_token=handle.trio_token)``.
         """
-        if self._settled.is_set() or self._canceller is None:
+        if self._done or self._canceller is None:
             return False
         self._check_run("cancel()")
         return bool(self._canceller(self.job_id, reason))
@@ -172,7 +194,7 @@ class JobHandle(Generic[R]):
         """Subscribe ``observer`` to this handle's workflow only, until the handle settles."""
         bus = self.context.dispatcher.bus
         subscription = bus.subscribe(observer, workflow_id=self.workflow_id)
-        if self._settled.is_set():
+        if self._done:
             subscription.unsubscribe()
         else:
             if self._subscriptions is None:
@@ -182,14 +204,17 @@ class JobHandle(Generic[R]):
 
     # -- the dispatcher's side ---------------------------------------------------------------------
     def _settle(self, result: Any = None, error: BaseException | None = None) -> None:
-        if self._settled.is_set():
+        if self._done:
             return
         self._result = result
         self._error = error
         subscriptions, self._subscriptions = self._subscriptions, None
         for subscription in subscriptions or ():
             subscription.unsubscribe()
-        self._settled.set()
+        self._done = True
+        event = self._event
+        if event is not None:
+            event.set()  # wakes whoever waits on it
 
     def __repr__(self) -> str:
         status = "settled" if self.done else self.context.state.value
