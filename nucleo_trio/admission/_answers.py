@@ -8,7 +8,9 @@ account raising (only that waiter is refused, naming the account and the value).
 
 On the grant path the pass tests a question's answer ``is True`` / ``is False`` inline and
 calls :func:`answer` only for anything else, so an account that keeps the contract costs no
-call there; ``earliest_fit``, asked only of a waiter that is short, always goes through it.
+call there; ``earliest_fit``, asked only of a waiter that is short (and never of a counting
+gate that keeps the gate's own questions, which names no instant), goes through it unless it
+answers ``None``.
 """
 
 from __future__ import annotations
