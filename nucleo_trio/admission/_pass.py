@@ -1,11 +1,14 @@
 """The pass: the walk over the candidates in arrival order, one grant attempt for each, and
 what each outcome does (a grant, a hold, a refusal) and reports.
 
-A pass reads the clock once and never awaits, so it is one critical section. It takes its
-candidates from the index (``_line``): the head, new arrivals, and the first follower of
-each group of an account that may have more to give. Every answer an account gives is checked
-as it arrives (``_answers.answer``); a wrong answer or a raise refuses that waiter alone.
-The functions take the monitor (``m``) and work on its state.
+A pass reads the clock once and never awaits, so it is one critical section wherever it
+runs: in the evaluator task (``Admission.run``), or in the task that settled a grant
+(:func:`pass_here`), so that a grant under contention is one step of the granted task. Passes
+never nest. A pass asks the head first when it is owed a question (``Admission._ask_head``),
+then its candidates from the index (``_line``): new arrivals and the first follower of each
+group of an account that may have more to give. Every answer an account gives is checked as
+it arrives (``_answers.answer``); a wrong answer or a raise refuses that waiter alone. The
+functions take the monitor (``m``) and work on its state.
 """
 
 from __future__ import annotations
