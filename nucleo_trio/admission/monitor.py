@@ -242,7 +242,10 @@ class Admission:
 
     # -- the evaluator ----------------------------------------------------------------------------
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The one evaluator task: re-evaluates on every event and at every deadline.
+        """The one evaluator task: re-evaluates at every deadline and on every event that has
+        no pass of its own (an arrival, an account's wake from outside, a stop). A release or
+        a roll-back runs its pass in the settling task, so a grant under contention is one
+        step of the granted task; passes never nest.
 
         Wires the memory account (its wake, and the reader of memory's line), then loops until
         :meth:`stop`. A second ``run`` raises ``RuntimeError("Admission already started")``. If
