@@ -92,16 +92,7 @@ class _OnceCallbacks:
             self._callbacks = []
         callbacks = self._callbacks
         callbacks.append(callback)
-
-        def remove() -> None:
-            if self._callbacks is not callbacks:
-                return  # fired since: the firing owns that list now
-            try:
-                callbacks.remove(callback)
-            except ValueError:
-                pass
-
-        return remove
+        return _Unregister(self, callbacks, callback)
 
     def fire(self) -> bool:
         if self.fired:
@@ -118,6 +109,37 @@ class _OnceCallbacks:
 
     def __len__(self) -> int:
         return len(self._callbacks) if self._callbacks else 0
+
+
+class _Unregister:
+    """What :meth:`_OnceCallbacks.add` answers: called, it takes its callback out of the list
+    it was added to, unless that list has fired since (the firing owns it then).
+
+    One small object rather than a closure: a closure over the three is a function, its tuple
+    of cells and three cells, which a job parked in admission's line (its cancel callback
+    registered) would hold for as long as it waits.
+    """
+
+    __slots__ = ("_callback", "_callbacks", "_owner")
+
+    def __init__(
+        self,
+        owner: _OnceCallbacks,
+        callbacks: list[Callable[[], object]],
+        callback: Callable[[], object],
+    ) -> None:
+        self._owner = owner
+        self._callbacks = callbacks
+        self._callback = callback
+
+    def __call__(self) -> None:
+        callbacks = self._callbacks
+        if self._owner._callbacks is not callbacks:
+            return  # fired since: the firing owns that list now
+        try:
+            callbacks.remove(self._callback)
+        except ValueError:
+            pass
 
 
 def _noop() -> None:
