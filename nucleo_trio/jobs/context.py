@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -267,12 +267,17 @@ class JobContext:
         :class:`~nucleo_trio.errors.JobDeadlockError`."""
         self.resources: JobResources | None = None
         """The attempt's grant and database handles while it holds them, else ``None``."""
-        self.llm_responses: list[Any] = []
+        # Both sequences are the empty tuple until their first entry, then a list of the job's
+        # own: most jobs record no model response and own no conversation, and a job parked
+        # in admission's line would hold two empty lists for nothing.
+        self.llm_responses: Sequence[Any] = ()
         """The model responses recorded during the job (:meth:`record_llm_response`), in
-        order; the terminal event carries them, and the list is emptied after the teardown."""
-        self.conversations: list[Any] = []  # TOOL-35
-        """The conversations this job owns, in the order it took them; its teardown releases
-        them."""
+        order; the terminal event carries them, and the list is emptied after the teardown
+        (an empty tuple until the first is recorded)."""
+        self.conversations: Sequence[Any] = ()  # TOOL-35
+        """The conversations this job owns, in the order it took them
+        (:meth:`hold_conversation`); its teardown releases them (an empty tuple until the
+        first is held)."""
         self.handle: JobHandle[Any] | None = None
         """The handle :meth:`JobDispatcher.submit <nucleo_trio.dispatch.JobDispatcher.submit>`
         returned for the job; ``None`` for a context built by hand."""
@@ -629,17 +634,25 @@ class JobContext:
     def record_llm_response(self, response: Any) -> None:
         """Add ``response`` to :attr:`llm_responses`; the observable model clients of
         :mod:`nucleo_trio.llm.clients` call it once per call, failed calls included."""
-        self.llm_responses.append(response)
+        responses = self.llm_responses
+        if isinstance(responses, list):
+            responses.append(response)
+        else:
+            self.llm_responses = [response]
 
     def hold_conversation(self, conversation: Any) -> None:
         """Keep ``conversation`` owned by this job until its teardown releases it."""
-        self.conversations.append(conversation)
+        held = self.conversations
+        if isinstance(held, list):
+            held.append(conversation)
+        else:
+            self.conversations = [conversation]
 
     def release_conversations(self) -> None:
         """Release every conversation this job owns, last taken first (the teardown's call)."""
         if not self.conversations:
             return
-        held, self.conversations = self.conversations, []
+        held, self.conversations = self.conversations, ()
         for conversation in reversed(held):
             try:
                 conversation.release(self)
