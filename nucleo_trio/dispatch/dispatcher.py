@@ -798,20 +798,23 @@ class JobDispatcher:
             run.task = trio.lowlevel.current_task()
             context.try_transition(_SCHEDULED)
             try:
-                # A list: mypy does not see the nursery keep the Cancelled of its own scope.
-                answered: list[Verdict] = []
+                verdict: Verdict | None = None
                 try:
                     async with trio.open_nursery() as job_nursery:
                         run.nursery = job_nursery
                         if run.interrupted:
                             job_nursery.cancel_scope.cancel()
-                        answered.append(await run.execute())
+                        verdict = await run.execute()
                 except BaseException as exc:  # noqa: BLE001 - what the job's nursery let through
                     fatal = _fatal_in(exc)
                     if fatal is None and is_cancellation(exc) and not run.interrupted:
                         raise
-                    answered.append(self._escaped(run, exc, fatal))
-                self._finish(run, answered[0] if answered else self._cut_short(run))
+                    verdict = self._escaped(run, exc, fatal)
+                # mypy does not see the nursery keep the Cancelled of its own scope, which
+                # leaves the verdict unanswered: the job was cut short.
+                if verdict is None:
+                    verdict = self._cut_short(run)  # type: ignore[unreachable]
+                self._finish(run, verdict)
             finally:
                 self._running.pop(job_id, None)
                 self._executing.pop(job_id, None)
