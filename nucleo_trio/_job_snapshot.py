@@ -287,15 +287,19 @@ class _ClassFacts:
         self.description: str | None = getattr(cls, "__nucleo_description__", None)
 
 
-_CLASS_FACTS: dict[type, _ClassFacts] = {}
+class _ClassFactsCache(dict[type, _ClassFacts]):
+    """Each job class's facts, read on the first snapshot of one of its jobs."""
+
+    def __missing__(self, cls: type) -> _ClassFacts:
+        facts = self[cls] = _ClassFacts(cls)
+        return facts
 
 
-def class_facts(cls: type) -> _ClassFacts:
-    """The class-level facts of a snapshot of a ``cls`` job, read once per class."""
-    facts = _CLASS_FACTS.get(cls)
-    if facts is None:
-        facts = _CLASS_FACTS[cls] = _ClassFacts(cls)
-    return facts
+_CLASS_FACTS = _ClassFactsCache()
+
+class_facts: Callable[[type], _ClassFacts] = _CLASS_FACTS.__getitem__
+"""The class-level facts of a snapshot of a ``cls`` job, read once per class. The cache's own
+lookup, so a snapshot's read of known facts is a C call, not a Python function's frame."""
 
 
 def forget_class_facts() -> None:
