@@ -11,7 +11,7 @@ import trio
 import trio.testing
 
 from nucleo_trio.admission import Admission, CountingGate, Demand, MemoryPressureGate
-from nucleo_trio.admission.memory_gate import MemoryClaim
+from nucleo_trio.admission.memory_gate import LEARN_SECONDS, MemoryClaim
 from nucleo_trio.admission.memory_reader import MemoryReading
 from nucleo_trio.dispatch import DispatcherConfig, open_dispatcher
 from nucleo_trio.errors import UncorrectableError
@@ -239,6 +239,43 @@ async def test_a_burst_shares_its_growth_among_its_jobs(
             await handle.result()
     learnt = gate.estimate(name)
     assert learnt is not None and 20 * MIB <= learnt <= 40 * MIB
+
+
+class Spikes(Tool[None]):
+    """Allocates ``nbytes`` at once, holds them a tenth of a second, frees them."""
+
+    def __init__(self, parent: Identifiable, memory: Memory, nbytes: int) -> None:
+        super().__init__(parent)
+        self.memory, self.nbytes = memory, nbytes
+        self.timeout = 600.0
+
+    def requirements(self) -> JobRequirements:
+        return JobRequirements().require_http()
+
+    async def execute(self, context: JobContext) -> None:
+        self.memory.grow(self.nbytes)
+        await trio.sleep(0.1)
+        self.memory.grow(-self.nbytes)
+
+
+async def test_a_class_is_measured_at_most_once_a_second(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """LEARN_SECONDS: a job of a class that starts within a second of the class's last
+    measurement is not measured (its growth leaves the estimate alone); the first one a second
+    later is."""
+    memory = Memory()
+    gate = MemoryPressureGate(memory)
+    name = f"{Spikes.__module__}.{Spikes.__qualname__}"
+    async with open_dispatcher(DispatcherConfig(), memory=gate) as d:
+        root = workflow("alice", "learn")
+        await d.submit(Spikes(root, memory, 64 * MIB)).result()
+        assert gate.estimate(name) == 64 * MIB
+        await d.submit(Spikes(root, memory, 256 * MIB)).result()  # 0.1 s later: not measured
+        assert gate.estimate(name) == 64 * MIB
+        await trio.sleep(LEARN_SECONDS)
+        await d.submit(Spikes(root, memory, 256 * MIB)).result()
+        assert gate.estimate(name) == 256 * MIB
 
 
 def test_an_estimate_is_an_exponentially_weighted_maximum() -> None:

@@ -38,11 +38,12 @@ under the latch: a claim fits while ``used + unseen + claim`` stays below 95 % o
 when the reservations last went from none to some, lowered by any lower reading), in the share
 of running jobs that promised, so bytes a job has allocated are not counted twice and the growth
 of jobs that promised nothing keeps no promise. A job that
-promises nothing is given the estimate learnt for its class, if there is one: the growth from the
-reading at its demand's assembly to the highest reading before its release (readings are taken
-at every look, at release and whenever the scheduler is about to wait, while jobs are in flight),
-shared among the jobs in flight when it started and those assembled since, folded into an
-exponentially weighted maximum per class (:meth:`MemoryPressureGate.estimate`).
+promises nothing is given the estimate learnt for its class, if there is one. A class is
+measured on at most one of its jobs per :data:`LEARN_SECONDS`: the growth from the reading at
+that job's assembly to the highest reading before its release (readings are taken at every
+look, at release and whenever the scheduler is about to wait, while a measured job is in
+flight), shared among the jobs running when it started and those assembled since, folded into
+an exponentially weighted maximum per class (:meth:`MemoryPressureGate.estimate`).
 A job with neither meets only the latch, memory's line, the drain and the penalty, and those
 never see a claim: they are the questions asked with no amounts.
 
@@ -140,9 +141,14 @@ _MIB = 2**20
 ESTIMATE_FLOOR_BYTES = _MIB
 """A learnt estimate under one MiB is noise: the job meets the gate as if it promised nothing."""
 SAMPLE_SECONDS = 0.005
-"""While jobs are in flight, the scheduler's idle moments are sampled at most this often."""
+"""While measured jobs are in flight, the scheduler's idle moments are sampled at most this
+often."""
 ESTIMATE_DECAY = 0.25
 """How far one smaller observation pulls a class's estimate down (a larger one replaces it)."""
+LEARN_SECONDS = 1.0
+"""A job class starts a new measurement at most this often (the gate's clock): the jobs of the
+class assembled meanwhile are counted in the measured one's share, not measured themselves, so
+learning costs a job next to nothing however many of its class run."""
 
 
 def _claim_bytes(claim: MemoryClaim, attribute: attrs.Attribute[int], value: int) -> None:
@@ -235,7 +241,7 @@ class MemoryReservations:
 
 
 class _Peaks:
-    """Readings taken while jobs are in flight, kept as a falling staircase: the highest
+    """Readings taken while measured jobs are in flight, kept as a falling staircase: the highest
     reading since any earlier sample is the first step at or after it (one bisect), and a new
     reading costs what it knocks off the end."""
 
@@ -275,8 +281,10 @@ class _Peaks:
 
 
 class _Sampler(trio.abc.Instrument):
-    """Samples memory for the gate each time the scheduler is about to wait, while jobs are in
-    flight; when its trio run ends, the gate's next run installs a sampler of its own."""
+    """Samples memory for the gate each time the scheduler is about to wait, while measured
+    jobs are in flight: installed when a measurement starts, it removes itself at the first
+    wait that finds none (and is forgotten when its trio run ends), so the scheduler pays
+    nothing for it between measurements."""
 
     def __init__(self, gate: MemoryPressureGate) -> None:
         self._gate = weakref.ref(gate)
@@ -285,6 +293,10 @@ class _Sampler(trio.abc.Instrument):
         gate = self._gate()
         if gate is not None and gate._flights.records:
             gate._sample()
+            return
+        trio.lowlevel.remove_instrument(self)
+        if gate is not None and gate._sampling is self:
+            gate._sampling = None
 
     def after_run(self) -> None:
         gate = self._gate()
@@ -293,7 +305,7 @@ class _Sampler(trio.abc.Instrument):
 
 
 class _Flights:
-    """The attempts in flight, each keyed weakly by the task that runs it (an attempt
+    """The measured attempts in flight, each keyed weakly by the task that runs it (an attempt
     assembles its demand and releases its grant in its job's task): an entry goes at its
     release, or when its task ends first (an attempt refused or cancelled before its grant).
 
@@ -388,15 +400,16 @@ class MemoryPressureGate(AbstractRateLimiter):
         self._base = 0
         # Learning: per class, the estimate in bytes.
         self._estimates: dict[str, float] = {}
-        # Per attempt in flight, keyed by the task that runs it: [class, reading at its start,
-        # jobs before it, sample number].
+        # Per measured attempt in flight, keyed by the task that runs it: [class, reading at
+        # its start, jobs before it, sample number]; per class, when its last measurement began.
         self._flights = _Flights()
+        self._measured_at: dict[str, float] = {}
         self._pending: list[list[Any]] = []  # starts waiting for the next look's reading
         self._class_names: dict[type, str] = {}
         self._sampled_at = -math.inf
         self._assemblies = 0
         self._peaks = _Peaks()
-        self._sampling: _Sampler | None = None  # the sampler of the trio run now, once installed
+        self._sampling: _Sampler | None = None  # the sampler installed now, while measuring
 
     @staticmethod
     def _check_reader(reader: object) -> None:
@@ -646,21 +659,13 @@ class MemoryPressureGate(AbstractRateLimiter):
         """The claim of one attempt about to meet admission (called as its demand is assembled,
         only for a demand that holds anything): ``declared`` bytes, else the estimate of its
         class, else ``None`` (the job then meets only the latch and the paced line). The
-        attempt is also noted for learning: its growth is measured from here to its
+        attempt is also noted for learning: it counts in the shares of the jobs measured while
+        it runs, and when its class is due a measurement its growth is measured from here to its
         release. An estimate under one MiB counts as none; a learnt one is rounded up to whole
         MiB and never more than half of what fits under the latch."""
         job_class = "" if context is None else self._class_of(context)
         if context is not None:
-            if self._sampling is None:
-                self._sample_while_running()
-            records = self._flights.records
-            key = self._flights.key(trio.lowlevel.current_task())
-            records.pop(key, None)  # a re-run starts over
-            # Counted from the jobs already in flight, so a burst's growth is shared among it.
-            record: list[Any] = [job_class, None, self._assemblies - len(records), 0]
-            records[key] = record
-            self._pending.append(record)  # its first reading is the next look's (just after)
-            self._assemblies += 1
+            self._assembled(job_class)
         if declared is not None:
             return MemoryClaim(job_class, declared, True)
         learnt = self._estimates.get(job_class)
@@ -673,6 +678,30 @@ class MemoryPressureGate(AbstractRateLimiter):
         if limit > 0:
             nbytes = max(1, min(nbytes, math.floor(CRITICAL_RATIO * limit / 2)))
         return MemoryClaim(job_class, nbytes, False)
+
+    def _assembled(self, job_class: str) -> None:
+        """An attempt of ``job_class`` assembles its demand: it counts in the shares, and it is
+        measured from here to its release unless a job of its class started a measurement less
+        than :data:`LEARN_SECONDS` ago."""
+        flights = self._flights
+        records = flights.records
+        key = None
+        if records:
+            key = flights.key(trio.lowlevel.current_task())
+            records.pop(key, None)  # a re-run starts over
+        now = self._clock()
+        last = self._measured_at.get(job_class)
+        if last is None or now - last >= LEARN_SECONDS:
+            self._measured_at[job_class] = now
+            if self._sampling is None:
+                self._sample_while_running()
+            if key is None:
+                key = flights.key(trio.lowlevel.current_task())
+            # Counted from the jobs already running, so a burst's growth is shared among it.
+            record: list[Any] = [job_class, None, self._assemblies - self._running, 0]
+            records[key] = record
+            self._pending.append(record)  # its first reading is the next look's (just after)
+        self._assemblies += 1
 
     def _class_of(self, context: JobContext) -> str:
         cls = type(context.job)
@@ -712,13 +741,13 @@ class MemoryPressureGate(AbstractRateLimiter):
         peak = self._peaks.since(seq)
         if not records:
             self._peaks.clear()
-        # The growth to the highest reading in the job's time, shared with the jobs in flight
+        # The growth to the highest reading in the job's time, shared with the jobs running
         # when it started and those assembled since (a burst's growth is all of theirs).
         self.observe(job_class, (peak - used) // max(1, self._assemblies - assemblies))
 
     def _sample(self) -> None:
-        """One reading for the jobs in flight (the sampler asks only while there are any), at
-        most one per :data:`SAMPLE_SECONDS`."""
+        """One reading for the measured jobs in flight (the sampler asks only while there are
+        any), at most one per :data:`SAMPLE_SECONDS`."""
         now = self._clock()
         if now - self._sampled_at < SAMPLE_SECONDS:
             return
@@ -730,9 +759,9 @@ class MemoryPressureGate(AbstractRateLimiter):
 
     def _sample_while_running(self) -> None:
         """Jobs free what they allocated before they release, so a reading at release alone
-        misses their peak: sample whenever the scheduler is about to sleep (one read, about a
-        microsecond, and nothing at all while no job is in flight). Installed once per trio
-        run, at its first attempt; the gate serves one run at a time."""
+        misses their peak: sample whenever the scheduler is about to sleep while a measured
+        job is in flight (one read, about a microsecond). The gate serves one trio run at a
+        time."""
         try:
             sampler = _Sampler(self)
             trio.lowlevel.add_instrument(sampler)
