@@ -64,11 +64,8 @@ class Fetch(Tool[str]):
         return JobRequirements().require_rate_limiter(API)
 
     async def execute(self, context: JobContext) -> str:
-        cut_short = self.flaky and context.attempt == 1
-        # A stand-in for the network. The reply cut short comes last, so the permits change
-        # hands in one order: intro's goes to faq, and the re-run finds its own one free.
-        await trio.sleep(0.3 if cut_short else 0.2)
-        if cut_short:
+        await trio.sleep(0.3 if self.flaky else 0.2)  # the network; the flaky one ends last
+        if self.flaky and context.attempt == 1:
             raise ResponseCorrectionRetry("the reply was cut short")
         return f"<{self.page}>"
 
