@@ -35,6 +35,7 @@ from .._clock import whole_ms
 from ..admission import Grant, Ticket
 from ..admission.limiter import RateLimiter
 from ..bus import events as ev
+from ..bus._lifecycle import job_started
 from ..errors import (
     JobTimeoutError,
     OutputTruncationRetry,
@@ -421,7 +422,7 @@ class JobRun:
         self.runtime.executing[self.job_id] = self
         bus = self.runtime.dispatcher.bus
         if bus.has_listeners(self.workflow_id):
-            bus.publish(ev.JobStartedEvent(snapshot=context.snapshot(), attempt=context.attempt))
+            bus.publish(job_started(context.snapshot(), context.attempt))
         resources.executed = True
 
     async def _commit(self, resources: JobResources, timed: bool) -> None:

@@ -39,6 +39,7 @@ from ..admission.memory_gate import MemoryPressureGate
 from ..admission.memory_reader import memory_reader_from
 from ..admission.registry import RateLimiterRegistry
 from ..bus import events as ev
+from ..bus._lifecycle import job_scheduled
 from ..bus.bus import MessageBus
 from ..errors import (
     ConfigError,
@@ -646,14 +647,11 @@ class JobDispatcher:
             self._graph.track(job_id, deps)
         if self.bus.has_listeners(run.workflow_id):
             self.bus.publish(
-                ev.JobScheduled(
-                    snapshot=context.snapshot(),
-                    state=ev.ScheduledState.QUEUED,
+                job_scheduled(
+                    context.snapshot(),
                     # the shared empty capture is the runtime's own: an event gets a copy
-                    requirements=JobRequirements()
-                    if requirements is NONE_REQUIRED
-                    else requirements,
-                    priority=job.priority,
+                    JobRequirements() if requirements is NONE_REQUIRED else requirements,
+                    job.priority,
                 )
             )
         if not requirements.requires_queueing:
