@@ -160,8 +160,12 @@ def install_wake(m: Admission, limiter: RateLimiter) -> None:
         hook = Wake(m, limiter, listener=True)
         listened.add_wake_listener(hook)
         hook.shared = True
+        m._shares_limiters = True
         for other in others:
             other.shared = True
+            other_monitor = other.monitor
+            if other_monitor is not None:
+                other_monitor._shares_limiters = True
     else:
         hook = Wake(m, limiter, listener=False)
         limiter.on_capacity_change(hook)
@@ -175,6 +179,8 @@ def install_wake(m: Admission, limiter: RateLimiter) -> None:
 
 def tell_others(m: Admission, limiter: RateLimiter) -> None:
     """Another monitor serving ``limiter`` hears that this one gave back to it."""
+    if not m._shares_limiters:
+        return  # no limiter of this monitor was ever seen serving another
     ref = m._hooks.get(id(limiter))
     hook = ref() if ref is not None else None
     if hook is not None and hook.shared and isinstance(limiter, AbstractRateLimiter):

@@ -551,7 +551,11 @@ class MemoryPressureGate(AbstractRateLimiter):
         reading = self._look()
         if self._latched or not self._releasable(reading):
             return False
-        self._committed = self._penalty()
+        before, floor = self._points_before_last, self._floor_points
+        if before is not None and floor is not None and floor != before:
+            # The floor moved over the last two releases: the penalty moves with it. (Else a
+            # release commits the penalty committed before.)
+            self._committed = self._penalty()
         self._points_before_last = self._points_at_last
         self._points_at_last = self._floor_points
         self._would_commit = None
@@ -663,8 +667,11 @@ class MemoryPressureGate(AbstractRateLimiter):
         it runs, and when its class is due a measurement its growth is measured from here to its
         release. An estimate under one MiB counts as none; a learnt one is rounded up to whole
         MiB and never more than half of what fits under the latch."""
-        job_class = "" if context is None else self._class_of(context)
-        if context is not None:
+        if context is None:
+            job_class = ""
+        else:
+            cls = type(context.job)
+            job_class = self._class_names.get(cls) or self._class_of(cls)
             self._assembled(job_class)
         if declared is not None:
             return MemoryClaim(job_class, declared, True)
@@ -703,11 +710,9 @@ class MemoryPressureGate(AbstractRateLimiter):
             self._pending.append(record)  # its first reading is the next look's (just after)
         self._assemblies += 1
 
-    def _class_of(self, context: JobContext) -> str:
-        cls = type(context.job)
-        name = self._class_names.get(cls)
-        if name is None:
-            name = self._class_names[cls] = _qualified(cls)
+    def _class_of(self, cls: type) -> str:
+        """A job class's name as estimates are keyed, noted the first time it is met."""
+        name = self._class_names[cls] = _qualified(cls)
         return name
 
     def observe(self, job_class: str, grown_bytes: int) -> None:

@@ -165,6 +165,9 @@ class Admission:
         # Accounts whose shape passed (_check_shape), and those whose event failed to build.
         self._sound = Seen()
         self._unreported = Seen()
+        # Set once a limiter this monitor wired was seen serving another monitor too: only
+        # then does a settlement tell the others (_accounts.tell_others).
+        self._shares_limiters = False
 
         self._head_blockers: set[Account] = set()
         self._head_memory_short = False
@@ -312,6 +315,10 @@ class Admission:
                 self.stop()
 
     def _limiter_woke(self, limiter_id: int) -> None:
+        if not self._line:
+            # Nobody waits (a stopped monitor's line is empty too): nothing to ask again. A
+            # job settling with nobody parked has its memory gate's completion land here.
+            return
         if self.is_stopped:
             return
         if self._thread is not None and threading.get_ident() != self._thread:
@@ -319,10 +326,8 @@ class Admission:
             if self._token is not None:
                 self._token.run_sync_soon(self._limiter_woke, limiter_id)
             return
-        if not self._line or limiter_id not in self._wired:
-            # Nobody waits, or nobody uses the limiter now: nothing to ask again. (A job
-            # settling with nobody parked has its memory gate's completion land here.)
-            return
+        if limiter_id not in self._wired:
+            return  # nobody uses the limiter now: nothing to look at
         self._woken.add(limiter_id)
         request_pass(self)
 
