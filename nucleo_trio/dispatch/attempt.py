@@ -85,6 +85,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_CORRECTION_RETRIES",
     "MAX_TRUNCATION_RETRIES",
+    "Admitting",
     "Hooks",
     "JobRun",
     "Runtime",
@@ -106,6 +107,10 @@ MAX_TRUNCATION_RETRIES = 1
 """A truncated answer is re-run once at the escalated budget (or on the failover model)."""
 
 _sequence = itertools.count()
+
+Admitting = tuple["JobRequirements", tuple[DBResourceProvider, ...], Grant | Ticket]
+"""An attempt being admitted: its requirements, their databases, and what admission answered
+(the grant, or the place in the line to wait in)."""
 
 
 class Runtime:
@@ -214,7 +219,11 @@ class JobRun:
         return (-self.job.priority, self.seq)
 
     def interrupt(self) -> None:
-        """Cancel the job's own nursery: what shutdown does to a job that outlived its wait."""
+        """Cancel the job's own nursery: what shutdown does to a job that outlived its wait.
+
+        A job parked before its nursery opened (:meth:`admit_first`) has nothing to cancel
+        yet, and needs nothing: the stop refuses every parked job before it interrupts any, and
+        a nursery that opens on an interrupted job is cancelled at once."""
         self.interrupted = True
         if self.nursery is not None:
             self.nursery.cancel_scope.cancel()
@@ -235,9 +244,44 @@ class JobRun:
             deadline.phase_one(self)
 
     # -- the execution --------------------------------------------------------------------------
-    async def execute(self) -> Verdict:
+    def admit_first(self) -> Admitting | Exception | None:
+        """The first attempt's admission, asked before the job's nursery opens when nothing
+        that comes before it could wait: no dependencies, and an input side the standard
+        enforcer answers at once (no input guard). ``None`` otherwise: :meth:`execute` then
+        admits the first attempt inside the nursery, as it admits every re-run.
+
+        The answer is what :meth:`execute` is handed: the attempt being admitted, or the
+        exception its steps raised (the cancel check, ``requirements()``, the demand, a
+        refusal), which the execution raises where the admission would have been, so it is
+        judged (re-run or verdict) exactly as there. The task parks on a place in the line
+        before it opens the nursery: a job waiting in admission's line then holds neither its
+        nursery nor a frame of its execution.
+        """
+        if self.dependencies:
+            return None
+        dispatcher, job, context = self.runtime.dispatcher, self.job, self.context
+        guardrails = dispatcher.guardrails
+        if type(guardrails) is not StandardGuardrailEnforcer or not guardrails.input_settled_now(
+            job, context
+        ):
+            return None  # execute runs the input guards, and asks input_settled_now again
+        try:
+            context.check_cancellation()
+            # The door's capture served routing; every attempt captures afresh (SUB-10).
+            requirements = requirements_of(job)
+            providers = providers_of(dispatcher.databases, requirements)
+            return (requirements, providers, self._admit(requirements, providers))
+        except Exception as failure:  # noqa: BLE001 - raised by execute, where it is judged
+            return failure
+
+    async def execute(self, first: Admitting | Exception | None = None) -> Verdict:
         """The job's execution, inside its own nursery: the dependencies, the input guards, the
-        attempts, the output guards and ``post_execute``; every failure becomes the verdict."""
+        attempts, the output guards and ``post_execute``; every failure becomes the verdict.
+
+        ``first`` is :meth:`admit_first`'s answer when it was asked before the nursery opened
+        (the dependencies and the input guards then had nothing to do): the first attempt
+        goes on from there, granted or still to be waited for, or raises what its admission
+        raised."""
         job, context = self.job, self.context
         hooks = hooks_of(type(job))
         dispatcher = self.runtime.dispatcher
@@ -248,25 +292,34 @@ class JobRun:
         # Exactly the standard enforcer answers at once: a subclass may override the seats.
         standard = guardrails if type(guardrails) is StandardGuardrailEnforcer else None
         try:
-            if self.dependencies:
-                await await_dependencies(self.runtime.graph, self)
-            if standard is None or not standard.input_settled_now(job, context):
-                await guardrails.before_resources(job, context)
+            if first is None:
+                if self.dependencies:
+                    await await_dependencies(self.runtime.graph, self)
+                if standard is None or not standard.input_settled_now(job, context):
+                    await guardrails.before_resources(job, context)
             # Attempts until one answers, re-running on the three signals within their budgets.
             # A group of signals raised at once arrives as the one that decides (see
             # :meth:`_attempt`), so it is one re-run on one budget.
             reruns: Reruns | None = None
             while True:
-                context.check_cancellation()
                 try:
-                    # The door's capture served routing; every attempt captures afresh (SUB-10).
-                    requirements = requirements_of(job)
-                    providers = providers_of(dispatcher.databases, requirements)
-                    # Admit, the attempt's first step, here rather than in _attempt: a job
-                    # parked in admission's line then holds no attempt frame while it waits.
-                    # The synchronous half first: a grant at once costs no scheduler step, and
-                    # a job that must wait joins the line and parks holding nothing.
-                    entered = self._admit(requirements, providers)
+                    if first is None:
+                        context.check_cancellation()
+                        # The door's capture served routing; every attempt captures afresh
+                        # (SUB-10).
+                        requirements = requirements_of(job)
+                        providers = providers_of(dispatcher.databases, requirements)
+                        # Admit, the attempt's first step, here rather than in _attempt: a job
+                        # parked in admission's line then holds no attempt frame while it
+                        # waits. The synchronous half first: a grant at once costs no scheduler
+                        # step, and a job that must wait joins the line and parks holding
+                        # nothing.
+                        entered = self._admit(requirements, providers)
+                    else:  # the first attempt, admitted before the nursery opened
+                        admitted, first = first, None
+                        if isinstance(admitted, Exception):
+                            raise admitted
+                        requirements, providers, entered = admitted
                     if isinstance(entered, Grant):
                         grant = entered
                     else:

@@ -33,7 +33,7 @@ import pluggy
 import trio
 
 from .._watch import AsyncValue
-from ..admission import Admission, HttpConnectionGate
+from ..admission import Admission, Grant, HttpConnectionGate
 from ..admission.limiter import LimiterEventType, LimiterIdentity, RateLimiter
 from ..admission.memory_gate import MemoryPressureGate
 from ..admission.memory_reader import memory_reader_from
@@ -773,6 +773,8 @@ class JobDispatcher:
         interrupt it and phase two of a timeout cancels at its deadline. Whatever happens, the
         handle settles before the task ends. One coroutine from the lane to the settle: every
         frame a job's task holds, it holds for as long as the job waits in admission's line.
+        A job with nothing to wait for before its first admission waits there before its
+        nursery opens (:meth:`JobRun.admit_first`), holding no nursery either.
         """
         # KI-protected, as every job's task is: a Ctrl-C is delivered to the program's main
         # task (which stops the dispatcher in order), never half-way through a job's
@@ -798,11 +800,23 @@ class JobDispatcher:
             try:
                 verdict: Verdict | None = None
                 try:
+                    first = run.admit_first()
+                    if isinstance(first, tuple):
+                        entered = first[2]
+                        if not isinstance(entered, Grant):
+                            # Parked in admission's line before the nursery opens. What the
+                            # wait raises (a refusal, a cancel) is raised by the execution,
+                            # where the admission would have been; a trio.Cancelled leaves as
+                            # below.
+                            try:
+                                first = (first[0], first[1], await self.admission.wait(entered))
+                            except Exception as failure:  # noqa: BLE001 - judged by execute
+                                first = failure
                     async with trio.open_nursery() as job_nursery:
                         run.nursery = job_nursery
                         if run.interrupted:
                             job_nursery.cancel_scope.cancel()
-                        verdict = await run.execute()
+                        verdict = await run.execute(first)
                 except BaseException as exc:  # noqa: BLE001 - what the job's nursery let through
                     fatal = _fatal_in(exc)
                     if fatal is None and is_cancellation(exc) and not run.interrupted:
