@@ -163,13 +163,14 @@ class Demand:
         before the limiter sees it (:func:`check_amount`); the limiter's ``account_for`` may
         refuse what it does not understand (a token bucket takes only token counts).
         """
-        if limiter is None or not callable(getattr(limiter, "account_for", None)):
+        account_for = getattr(limiter, "account_for", None)
+        if limiter is None or not callable(account_for):
             raise TypeError(
                 f"Demand.add: limiter must be a RateLimiter, got {type(limiter).__name__}"
             )
         if amount is not None and not (type(amount) is int and amount >= 0):
             check_amount(limiter, amount, where="Demand.add")
-        key = limiter.account_for(amount)
+        key = account_for(amount)
         if key is None:
             raise TypeError(
                 f"Demand.add: {limiter!r}.account_for({amount!r}) returned None; an account "

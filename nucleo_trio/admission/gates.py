@@ -201,6 +201,8 @@ class CountingGate(AbstractRateLimiter):
         a permit count (see :func:`permit_count`), and refused with a :class:`ValueError` when
         it is more than the gate has ("gpu-memory: asks for 96 permits but the gate has only
         80"), since such a job could never run."""
+        if amount is None:
+            return 1  # one permit (a capacity is at least 1)
         asked = permit_count(self._name, amount, where)
         if asked > self._capacity:
             raise ValueError(

@@ -575,8 +575,10 @@ class MemoryPressureGate(AbstractRateLimiter):
             self._capacity_changed()
             return
         self._completed = True
-        self._running = max(0, self._running - 1)
-        self._learn_from_release()
+        if self._running > 0:
+            self._running -= 1
+        if self._flights.records:  # a measured job may be among those in flight
+            self._learn_from_release()
         self._capacity_changed()
 
     def earliest_fit(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> float | None:
