@@ -791,12 +791,11 @@ class JobDispatcher:
                     return
             else:
                 run = source
-            context = run.context
-            job_id = run.job_id
-            _current.set(context)
-            self._running[job_id] = run
+            # (Few locals: this frame, and trio's copy of it, is a parked job's largest.)
+            _current.set(run.context)
+            self._running[run.job_id] = run
             run.task = trio.lowlevel.current_task()
-            context.try_transition(_SCHEDULED)
+            run.context.try_transition(_SCHEDULED)
             try:
                 verdict: Verdict | None = None
                 try:
@@ -809,9 +808,11 @@ class JobDispatcher:
                             # where the admission would have been; a trio.Cancelled leaves as
                             # below.
                             try:
-                                first = (first[0], first[1], await self.admission.wait(entered))
+                                entered = await self.admission.wait(entered)
                             except Exception as failure:  # noqa: BLE001 - judged by execute
                                 first = failure
+                            else:
+                                first = (first[0], first[1], entered)
                     async with trio.open_nursery() as job_nursery:
                         run.nursery = job_nursery
                         if run.interrupted:
@@ -828,21 +829,19 @@ class JobDispatcher:
                     verdict = self._cut_short(run)  # type: ignore[unreachable]
                 self._finish(run, verdict)
             finally:
-                self._running.pop(job_id, None)
-                self._executing.pop(job_id, None)
+                self._running.pop(run.job_id, None)
+                self._executing.pop(run.job_id, None)
                 if not run.handle.done:  # a defect in the dispatcher itself: still settle
-                    log.error("%s ended without a verdict; settling it as failed", run.job.name)
-                    self._finish(
-                        run,
-                        Verdict(
-                            JobState.FAILED,
-                            error=NucleoSystemError(
-                                "dispatcher", f"{run.job.name} ended without a verdict"
-                            ),
-                        ),
-                    )
+                    self._ended_without_verdict(run)
         finally:
             self._life.task_ended()
+
+    def _ended_without_verdict(self, run: JobRun) -> None:
+        """Settle a job whose task is ending without a verdict (a defect in the dispatcher
+        itself) as failed, saying so."""
+        log.error("%s ended without a verdict; settling it as failed", run.job.name)
+        error = NucleoSystemError("dispatcher", f"{run.job.name} ended without a verdict")
+        self._finish(run, Verdict(JobState.FAILED, error=error))
 
     def _escaped(self, run: JobRun, exc: BaseException, fatal: BaseException | None) -> Verdict:
         """The verdict on what the job's nursery let through."""
