@@ -283,7 +283,7 @@ class JobRun:
         goes on from there, granted or still to be waited for, or raises what its admission
         raised."""
         job, context = self.job, self.context
-        hooks = hooks_of(type(job))
+        hooks = _HOOKS.get(type(job)) or hooks_of(type(job))
         dispatcher = self.runtime.dispatcher
         guardrails = dispatcher.guardrails
         # Steps that have nothing to do are answered synchronously rather than awaited: no
@@ -426,7 +426,7 @@ class JobRun:
             raise stopped_after_commit(context, resources, failure)
         if failure is not None:
             raise failure
-        if context.timed_out:
+        if context._timed_out:  # the flag behind timed_out: a property read is a call
             raise JobTimeoutError(budget_of(job))
         return outcome
 
@@ -502,7 +502,8 @@ class JobRun:
         if not limiters:
             return
         context = self.context
-        if failure is None and not context.timed_out and not context.is_cancelled:
+        # The flags behind timed_out and is_cancelled (a property read is a call).
+        if failure is None and not context._timed_out and not context._cancelled:
             for limiter in limiters:
                 signal_limiter(limiter.on_success, limiter)
         elif reading is not None and not context.is_cancelled:

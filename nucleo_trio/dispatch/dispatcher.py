@@ -831,7 +831,7 @@ class JobDispatcher:
             finally:
                 self._running.pop(run.job_id, None)
                 self._executing.pop(run.job_id, None)
-                if not run.handle.done:  # a defect in the dispatcher itself: still settle
+                if not run.handle._done:  # a defect in the dispatcher itself: still settle
                     self._ended_without_verdict(run)
         finally:
             self._life.task_ended()
@@ -867,9 +867,11 @@ class JobDispatcher:
         """Terminal event, workflow event, teardown, and last the handle; once per job (a job
         the stop settled before its task ended is not settled again)."""
         job, context, handle = run.job, run.context, run.handle
-        if handle.done:
+        # The handle's and the context's own fields rather than their properties (done,
+        # state): on CPython 3.11 a property read is a call, and these run on every job.
+        if handle._done:
             return
-        state = context.state
+        state = context._state
         if state.is_terminal and state is not verdict.state:
             if state is _CANCELLED:
                 verdict = cancelled(run, verdict.cancel_message)
@@ -890,9 +892,11 @@ class JobDispatcher:
             self._wake_drain()
         if run.dependencies:
             self._graph.untrack(run.job_id)
-        context.release_conversations()
-        context.clear_completion_data()
-        handle._settle(result=verdict.result, error=verdict.error)
+        if context.conversations:
+            context.release_conversations()
+        if context.llm_responses:
+            context.clear_completion_data()
+        handle._settle(verdict.result, verdict.error)
 
     # -- cancelling -----------------------------------------------------------------------------
     def cancel(self, job_id: str, reason: str = "Job cancelled") -> bool:

@@ -230,7 +230,7 @@ class JobContext:
         # None only for a context built outside any dispatcher (tests, tools run by hand).
         self.dispatcher: JobDispatcher = dispatcher  # type: ignore[assignment]
         """The dispatcher that runs the job; ``None`` for a context built outside any."""
-        self.metadata: dict[str, Any] = dict(metadata or {})
+        self.metadata: dict[str, Any] = dict(metadata) if metadata else {}
         """The job's metadata, a dict of its own: what the submitter passed, plus the keys the
         runtime adds (:data:`META_WAIT_TIMES`, :data:`META_ADMISSION_WAIT_MS`, ...). Snapshots
         copy it."""
