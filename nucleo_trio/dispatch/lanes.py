@@ -35,7 +35,7 @@ def grace_period(timeout: float) -> float:
 
 class Lane:
     """One queue; each job offered starts a task that takes the lane's next one (see
-    :meth:`JobDispatcher._take`)."""
+    :meth:`JobDispatcher._run_job`)."""
 
     def __init__(self, name: str, *, prioritized: bool) -> None:
         self.name = name
