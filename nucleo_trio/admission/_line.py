@@ -101,6 +101,9 @@ class Unset:
 UNSET = Unset()
 
 
+_NO_RESERVE: dict[Any, tuple[Any, ...]] = {}
+
+
 class Waiter:
     """One admit call: its demand, what it was held on and since when, and how it ended."""
 
@@ -145,20 +148,13 @@ class Waiter:
         self.asks: tuple[tuple[Account, DemandEntry], ...] = tuple(
             zip(accounts, entries, strict=True)
         )
-        # What the head sets aside for a follower on each account (ADM-36).
-        self.reserve: dict[Account, tuple[Any, ...]] = {
-            account: entry.amounts for account, entry in self.asks
-        }
-        # One signature for the whole demand (every entry's limiter, identity and amounts),
-        # used for this waiter's group on every account: followers with equal signatures ask
-        # every account, memory included, the same question, so when one is held anywhere, so
-        # is each of them behind it.
-        self.signature: Hashable = _signature(
-            tuple((id(entry.limiter), id(entry.key), entry.amounts) for entry in entries), seq
-        )
+        # What the head sets aside for a follower on each account (ADM-36), and the demand's
+        # signature: worked out when the waiter joins the line (a grant at once needs neither).
+        self.reserve: dict[Account, tuple[Any, ...]] = _NO_RESERVE
+        self.signature: Hashable = None
         # Groups whose chain stopped at this waiter because it was held on another account:
         # they go on from here when it leaves the line.
-        self.chained: list[Group] = []
+        self.chained: list[Group] | None = None
         # key id -> (identity, instant first held): ordered, so REJECTED follows marking order.
         self.held: dict[int, tuple[LimiterIdentity, float]] = {}
         self.groups: list[Group] = []
@@ -179,6 +175,25 @@ class Waiter:
             assert self.context is not None
             snapshot = self._snapshot = self.context.snapshot()
         return snapshot
+
+    @property
+    def snapshot_pending(self) -> bool:
+        """Whether the snapshot is still to be taken (nobody heard about the job at its admit
+        call); a waiter without a context has none to take."""
+        return self.context is not None and isinstance(self._snapshot, Unset)
+
+    def join_line(self) -> None:
+        """Work out what only a waiter in the line needs: what it sets aside as the head, and
+        its signature. One signature for the whole demand (every entry's limiter, identity and
+        amounts) is used for this waiter's group on every account: followers with equal
+        signatures ask every account, memory included, the same question, so when one is held
+        anywhere, so is each of them behind it."""
+        entries, accounts = self.entries, self.accounts
+        self.reserve = {accounts[index]: entry.amounts for index, entry in enumerate(entries)}
+        self.signature = _signature(
+            tuple((id(entry.limiter), id(entry.key), entry.amounts) for entry in entries),
+            self.seq,
+        )
 
     @property
     def resourceful(self) -> bool:
@@ -255,7 +270,7 @@ def leave_line(m: Admission, w: Waiter) -> None:
     if w.groups:
         leave_groups(m, w)
     if w.chained:
-        chained, w.chained = w.chained, []
+        chained, w.chained = w.chained, None
         for group in chained:
             continue_chain(m, group, w.seq)
         if not m._in_pass:
@@ -307,6 +322,9 @@ def join(m: Admission, group: Group, w: Waiter) -> None:
     heapq.heappush(heap, (w.seq, w.stamp))
     group.live += 1
     w.groups.append(group)
+    # The group's signature equals the waiter's: keep one object for all its members (a parked
+    # waiter then holds no tuple of its own).
+    w.signature = group.signature
     if len(heap) > 2 * group.live + 32:
         # Drop the entries of waiters that left or were asked again since they joined.
         line = m._line

@@ -41,7 +41,6 @@ from .demand import DemandEntry, Grant
 from .limiter import LimiterEventType, LimiterIdentity, name_of
 
 if TYPE_CHECKING:
-    from ..jobs.snapshot import JobSnapshot
     from .monitor import Admission
 
 log = logging.getLogger("nucleo_trio.admission")
@@ -201,7 +200,11 @@ def _carry_on(m: Admission, w: Waiter, vias: list[Group | None], is_head: bool) 
                 if via.account is not m._memory_account:
                     m._suspended.add(via)  # goes on when memory is marked
             elif via not in w.groups:
-                w.chained.append(via)  # held elsewhere: goes on when it leaves the line
+                # Held elsewhere: goes on when it leaves the line.
+                if w.chained is None:
+                    w.chained = [via]
+                else:
+                    w.chained.append(via)
             continue
         if w.in_line and via.account.exact and via.account in m._head_blockers:
             # The head, asked with nothing set aside, is short on the group's account. Everyone
@@ -449,11 +452,18 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
     if wall_wait < 0.0:
         wall_wait = 0.0
     emitting = m._emit_fn is not None
-    # An empty grant never reports anything, so it needs no snapshot (DG-10).
-    snapshot = w.snapshot if emitting and w.entries else None
+    # An empty grant never reports anything, so it needs no snapshot (DG-10); one whose
+    # snapshot was not taken at the admit call takes it when an event first needs it.
+    snapshot = None
+    later = None
+    if emitting and w.entries:
+        if w.snapshot_pending:
+            later = w.context
+        else:
+            snapshot = w.snapshot
     # The waiter's claim on its accounts passes to the grant, until it settles.
     # (By position: entries, snapshot, wall wait, waits, owner, tracked.)
-    grant = Grant(w.entries, snapshot, wall_wait, waits, m, w.accounts)
+    grant = Grant(w.entries, snapshot, wall_wait, waits, m, w.accounts, later)
     if held or emitting:
         # The held counts come back into balance, and with an emitter each entry reports
         # its grant (with nobody listening and nothing held, nothing is left to do).
@@ -582,7 +592,7 @@ def _mark_held(
 def emit(
     m: Admission,
     account: LimiterIdentity,
-    owner: Waiter | JobSnapshot | None,
+    owner: Waiter | Grant,
     waiters: int,
     type: LimiterEventType,
     wait: float,
@@ -594,8 +604,13 @@ def emit(
     emitter = m._emit_fn
     if emitter is None:
         return
+    if owner.snapshot_pending and account is not m._memory_account.key:
+        # Nobody heard about the job at its admit call: ask again now, and build nothing for
+        # an event nobody hears. (Memory's own transitions always reach the emitter.)
+        if not m.heard(owner.context if isinstance(owner, Waiter) else owner._context):
+            return
     try:
-        snapshot = owner.snapshot if isinstance(owner, Waiter) else owner
+        snapshot = owner.snapshot
         units = amount.units if isinstance(amount, DemandEntry) else amount
         emitter(account, snapshot, waiters, type, wait, reject_reason, units)
     except Exception as exc:  # noqa: BLE001 - emission is best effort (EVT-14)

@@ -39,7 +39,8 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
         if not m.is_stopped and m._line:
             pass_here(m)
         return
-    open_ = not m._stopped and m._defect is None
+    # With nobody parked, nothing is marked and no pass follows: it would find nobody.
+    open_ = not m._stopped and m._defect is None and bool(m._line)
     # The pass runs here, right after: a give to a counting gate the head is short on can
     # wait until the head was asked (``_pass.evaluate``).
     here = open_ and not m._in_pass and m._wake_event is not None
@@ -63,7 +64,7 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
                 emit(
                     m,
                     entry.key,
-                    grant.snapshot,
+                    grant,
                     m._held_counts.get(id(entry.key), 0),
                     LimiterEventType.RELEASED,
                     0.0,

@@ -38,6 +38,7 @@ from .limiter import LimiterIdentity, RateLimiter, name_of
 
 if TYPE_CHECKING:
     from ..jobs.snapshot import JobSnapshot
+    from .monitor import AdmissionWaiter
 
 __all__ = ["Demand", "DemandEntry", "Grant", "amount_problem", "check_amount", "units_of"]
 
@@ -231,7 +232,9 @@ def _frozen_waits(value: Mapping[str, int]) -> Mapping[str, int]:
     return MappingProxyType(dict(value))
 
 
-@attrs.define(eq=False)
+# No setattr hooks: attrs would otherwise run the converter on every later write, and its
+# __init__ would write each field through object.__setattr__ (a call per field, per grant).
+@attrs.define(eq=False, on_setattr=attrs.setters.NO_OP)
 class Grant:
     """What admission granted one job; built by :class:`~nucleo_trio.admission.Admission`.
 
@@ -244,9 +247,7 @@ class Grant:
     entries: tuple[DemandEntry, ...]
     """The accounts granted, in the demand's order, with the amounts taken on each; empty for
     an empty demand."""
-    snapshot: JobSnapshot | None = attrs.field(default=None, repr=False)
-    """The job as it stood at the admit call, which the grant's events carry; ``None`` when no
-    events are reported or the demand was empty."""
+    _snapshot: JobSnapshot | None = attrs.field(default=None, repr=False, alias="snapshot")
     wall_wait: float = 0.0
     """Seconds from the admit call to the grant; 0 when it was granted at once."""
     wait_times_ms: Mapping[str, int] = attrs.field(
@@ -258,7 +259,27 @@ class Grant:
     _owner: object = attrs.field(default=None, repr=False)
     # The owner's bookkeeping for each entry, handed back at settlement (private to it).
     _tracked: tuple[Any, ...] = attrs.field(default=(), repr=False)
+    # The job, while its snapshot is still to be taken: nobody heard its events at the admit
+    # call, so none was taken then (the first read of ``snapshot`` takes it).
+    _context: AdmissionWaiter | None = attrs.field(default=None, repr=False, alias="context")
     _settled: bool = attrs.field(default=False, init=False)
+
+    @property
+    def snapshot(self) -> JobSnapshot | None:
+        """The job as it stood at the admit call, which the grant's events carry; ``None`` when
+        no events are reported or the demand was empty. When nobody heard the job's events at
+        the admit call, none was taken then: it is the job as it stands when first read (a
+        listener that arrived since hears of the release)."""
+        context = self._context
+        if context is not None:
+            self._snapshot = context.snapshot()
+            self._context = None
+        return self._snapshot
+
+    @property
+    def snapshot_pending(self) -> bool:
+        """Whether the snapshot is still to be taken (see :attr:`snapshot`)."""
+        return self._context is not None
 
     @property
     def is_empty(self) -> bool:

@@ -126,8 +126,13 @@ class Admission:
 
     ``memory`` is the memory account (``None``: :class:`UnboundedMemory`); its identity is read
     once, as ``memory.account_for(None)``. ``emit`` receives every transition (``None``: no
-    events are built). ``clock`` reads instants; it must agree with :func:`trio.current_time`,
-    the clock every account's ``earliest_fit`` answers in.
+    events are built). ``hears``, when given, answers whether an event about a waiter (what
+    :meth:`admit` was given) could reach anyone right now: it may say yes for an event nobody
+    then receives, never no for one that would be delivered. An event it says nobody hears is
+    not built (no snapshot, no units, no call to ``emit``), except the memory account's own
+    transitions, which always reach ``emit``; what it raises counts as a yes. ``clock`` reads
+    instants; it must agree with :func:`trio.current_time`, the clock every account's
+    ``earliest_fit`` answers in.
 
     Start the evaluator with ``await nursery.start(admission.run)``; :meth:`stop` refuses every
     parked waiter and ends it.
@@ -138,17 +143,21 @@ class Admission:
         memory: RateLimiter | None = None,
         *,
         emit: LimiterEmitter | None = None,
+        hears: Callable[[AdmissionWaiter | None], bool] | None = None,
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
         if memory is not None and not callable(getattr(memory, "account_for", None)):
             raise TypeError(f"Admission: memory must be a RateLimiter, got {type(memory).__name__}")
         if emit is not None and not callable(emit):
             raise TypeError(f"Admission: emit must be callable, got {type(emit).__name__}")
+        if hears is not None and not callable(hears):
+            raise TypeError(f"Admission: hears must be callable, got {type(hears).__name__}")
         if not callable(clock):
             raise TypeError(f"Admission: clock must be callable, got {type(clock).__name__}")
         self._memory: RateLimiter = memory if memory is not None else UnboundedMemory()
         self._memory_account = Account(self._memory, self._memory.account_for(None))
         self._emit_fn = emit
+        self._hears = hears
         self._clock = clock
 
         self._line: OrderedDict[int, Waiter] = OrderedDict()
@@ -351,7 +360,7 @@ class Admission:
         if isinstance(entered, Grant):
             await trio.lowlevel.cancel_shielded_checkpoint()
             return entered
-        return await self._park(entered)
+        return await self.wait(entered)
 
     def enter(self, demand: Demand, waiter: AdmissionWaiter | None = None) -> Grant | Ticket:
         """The synchronous half of :meth:`admit`: the grant at once, or a place in the line.
@@ -374,10 +383,13 @@ class Admission:
             return Grant((), None, 0.0, _NO_WAITS, owner=self)
         arrival = self._clock()
         # ADM-09: the snapshot is the job as it stands at the admit call. It is only read when
-        # something will report it: an emitter is wired and the demand holds anything.
+        # something will report it: an emitter is wired, someone hears about the job and the
+        # demand holds anything. Otherwise it is read when (if ever) an event needs it.
         snapshot: JobSnapshot | None | Unset = None
         if waiter is not None:
-            snapshot = waiter.snapshot() if entries and self._emit_fn is not None else UNSET
+            snapshot = UNSET
+            if entries and self._emit_fn is not None and self.heard(waiter):
+                snapshot = waiter.snapshot()
         w = self._new_waiter(entries, snapshot, waiter, arrival)
         if not self._line:
             # The fast path (ADM-11): nobody to overtake, so try at once, as the head.
@@ -396,9 +408,16 @@ class Admission:
         self._enqueue(w)
         return w
 
-    async def wait(self, ticket: Ticket) -> Grant:
-        """Park until ``ticket`` is granted or refused; see :meth:`admit` for what it raises."""
-        return await self._park(ticket)
+    def heard(self, waiter: AdmissionWaiter | None) -> bool:
+        """Whether an event about ``waiter`` could reach anyone now, as ``hears`` answers (yes
+        without one, and when it raises)."""
+        hears = self._hears
+        if hears is None:
+            return True
+        try:
+            return bool(hears(waiter))
+        except Exception:  # noqa: BLE001 - unsure: the event is built, as without hears
+            return True
 
     def _check_open(self) -> None:
         if self._defect is not None:
@@ -423,6 +442,7 @@ class Admission:
         return Waiter(next(self._seqs), entries, tuple(accounts), snapshot, context, arrival)
 
     def _enqueue(self, w: Waiter) -> None:
+        w.join_line()
         if not self._line:
             self._head = w
         self._line[w.seq] = w
@@ -432,7 +452,10 @@ class Admission:
         push(self, w.seq, None)
         request_pass(self)
 
-    async def _park(self, w: Waiter) -> Grant:
+    async def wait(self, w: Ticket) -> Grant:
+        """Park until the ticket ``w`` is granted or refused; see :meth:`admit` for what it
+        raises. The park itself, with no coroutine around it: a parked job's frames are part of
+        what it holds."""
         unregister: Callable[[], None] | None = None
         if w.context is not None:
             unregister = w.context.on_cancel(w.unpark)

@@ -257,7 +257,9 @@ class JobDispatcher:
         in or ``config.memory`` switched it off. Its reader is chosen by the plugins at start."""
         if memory is None and self.config.memory.enabled:
             memory = self.memory_gate = MemoryPressureGate()
-        self.admission = Admission(memory, emit=self._emit_limiter_event)
+        self.admission = Admission(
+            memory, emit=self._emit_limiter_event, hears=self._hears_limiter_events
+        )
         """Admission: grants each attempt's whole demand at once, or parks the job in its line
         holding nothing until it fits. Its memory account is :attr:`memory_gate` (or the
         ``memory`` passed in, or none when both are off)."""
@@ -979,6 +981,11 @@ class JobDispatcher:
         )
 
     # -- events ---------------------------------------------------------------------------------
+    def _hears_limiter_events(self, context: Any) -> bool:
+        """Whether a limiter event about ``context``'s job could reach a subscriber now:
+        admission builds none that nobody hears (no snapshot, no event)."""
+        return self.bus.has_listeners(context.workflow_id if context is not None else None)
+
     def _emit_limiter_event(
         self,
         account: LimiterIdentity,
