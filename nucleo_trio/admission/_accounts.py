@@ -239,12 +239,14 @@ def _check_shape(m: Admission, limiter: RateLimiter, key: LimiterIdentity) -> No
 
 def unuse(m: Admission, w: Waiter) -> None:
     """``w`` left without a grant: its accounts lose a user (once per waiter)."""
-    accounts, w.accounts = w.accounts, ()
-    release_accounts(m, accounts)
+    asks, w.asks = w.asks, ()
+    release_accounts(m, asks)
 
 
-def release_accounts(m: Admission, accounts: Sequence[Account]) -> None:
-    for account in accounts:
+def release_accounts(m: Admission, asks: Sequence[tuple[Account, Any]]) -> None:
+    """Each account of ``asks`` (pairs of an account and what was asked of it: a waiter's
+    or a grant's) loses a user; one that has none left is forgotten."""
+    for account, _ in asks:
         account.users -= 1
         if account.users <= 0:
             _forget(m, account)

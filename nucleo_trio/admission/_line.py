@@ -102,13 +102,16 @@ UNSET = Unset()
 
 
 _NO_RESERVE: dict[Any, tuple[Any, ...]] = {}
+"""A waiter's reservation until it becomes the head (never written)."""
+NOT_HELD: dict[int, tuple[LimiterIdentity, float]] = {}
+"""A waiter's holds until it is first held (never written: ``_pass._mark_held`` replaces it)."""
+_ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED  # read once: an Enum member read is slow
 
 
 class Waiter:
     """One admit call: its demand, what it was held on and since when, and how it ended."""
 
     __slots__ = (
-        "accounts",
         "arrival",
         "asks",
         "context",
@@ -132,38 +135,41 @@ class Waiter:
         self,
         seq: int,
         entries: tuple[DemandEntry, ...],
-        accounts: tuple[Account, ...],
+        asks: tuple[tuple[Account, DemandEntry], ...],
         snapshot: JobSnapshot | None | Unset,
         context: AdmissionWaiter | None,
         arrival: float,
     ) -> None:
         self.seq = seq
         self.entries = entries
-        self.accounts = accounts
+        # Each entry with the account it debits, in the demand's order: what the attempt and
+        # the grant walk, and the waiter's claim on those accounts (one user each) until it
+        # passes to the grant or the waiter leaves without one (then ``()``).
+        self.asks = asks
         self._snapshot = snapshot
         self.context = context
         self.arrival = arrival
-        # Each entry with the account it debits, as the attempt and the grant walk them (one
-        # tuple of pairs: cheaper to walk than the two tuples side by side).
-        self.asks: tuple[tuple[Account, DemandEntry], ...] = tuple(
-            zip(accounts, entries, strict=True)
-        )
-        # What the head sets aside for a follower on each account (ADM-36), and the demand's
-        # signature: worked out when the waiter joins the line (a grant at once needs neither).
+        # What this waiter sets aside for a follower on each account while it is the head
+        # (ADM-36), worked out when it becomes the head (only the head's is ever read), and the
+        # demand's signature, worked out when it joins the line (a grant at once needs neither).
         self.reserve: dict[Account, tuple[Any, ...]] = _NO_RESERVE
         self.signature: Hashable = None
         # Groups whose chain stopped at this waiter because it was held on another account:
         # they go on from here when it leaves the line.
         self.chained: list[Group] | None = None
         # key id -> (identity, instant first held): ordered, so REJECTED follows marking order.
-        self.held: dict[int, tuple[LimiterIdentity, float]] = {}
-        self.groups: list[Group] = []
+        # Shared and empty until the waiter is first held (``_pass._mark_held`` gives it its
+        # own): a grant at once is never held, and a parked waiter holds one map, not two.
+        self.held: dict[int, tuple[LimiterIdentity, float]] = NOT_HELD
+        # The groups the waiter is in, one per account it is short on (a tuple: a parked
+        # waiter is usually in one, and rarely changes groups).
+        self.groups: tuple[Group, ...] = ()
         self.stamp = 0
         self.on_memory = False
         self.in_line = False
         self.grant: Grant | None = None
         self.failure: BaseException | None = None
-        # The parked task while it waits to be woken (``Admission._park``), else None.
+        # The parked task while it waits to be woken (``Admission.wait``), else None.
         self.task: trio.lowlevel.Task | None = None
 
     @property
@@ -183,27 +189,32 @@ class Waiter:
         return self.context is not None and isinstance(self._snapshot, Unset)
 
     def join_line(self) -> None:
-        """Work out what only a waiter in the line needs: what it sets aside as the head, and
-        its signature. One signature for the whole demand (every entry's limiter, identity and
-        amounts) is used for this waiter's group on every account: followers with equal
-        signatures ask every account, memory included, the same question, so when one is held
-        anywhere, so is each of them behind it."""
-        entries, accounts = self.entries, self.accounts
-        self.reserve = {accounts[index]: entry.amounts for index, entry in enumerate(entries)}
+        """Work out what only a waiter in the line needs: its signature. One signature for the
+        whole demand (every entry's limiter, identity and amounts) is used for this waiter's
+        group on every account: followers with equal signatures ask every account, memory
+        included, the same question, so when one is held anywhere, so is each of them behind
+        it."""
         self.signature = _signature(
-            tuple((id(entry.limiter), id(entry.key), entry.amounts) for entry in entries),
+            tuple((id(entry.limiter), id(entry.key), entry.amounts) for entry in self.entries),
             self.seq,
         )
+
+    def take_the_head(self) -> None:
+        """Work out what the head sets aside: its amounts on each of its accounts. Only the
+        head's reservation is ever read, so a follower keeps no map of its own."""
+        if self.reserve is _NO_RESERVE:
+            self.reserve = {account: entry.amounts for account, entry in self.asks}
 
     @property
     def resourceful(self) -> bool:
         return bool(self.entries)
 
-    def abort_park(self, _: object) -> trio.lowlevel.Abort:
-        """The parked task was cancelled while it waited (trio's ``abort_fn``): nothing may
-        reschedule it now."""
+    def __call__(self, _: object) -> trio.lowlevel.Abort:
+        """The parked task was cancelled while it waited: the waiter is itself the ``abort_fn``
+        it parks with (``wait_task_rescheduled(waiter)``), so a park makes no bound method.
+        Nothing may reschedule the task now."""
         self.task = None
-        return trio.lowlevel.Abort.SUCCEEDED
+        return _ABORT_SUCCEEDED
 
     def unpark(self) -> None:
         """Wake the parked task, if it is parked (any number of calls wake it once)."""
@@ -265,7 +276,9 @@ def leave_line(m: Admission, w: Waiter) -> None:
     w.in_line = False
     was_head = m._head is w
     if was_head:
-        m._head = line[next(iter(line))] if line else None
+        head = m._head = line[next(iter(line))] if line else None
+        if head is not None:
+            head.take_the_head()
     m._off_memory.pop(w.seq, None)
     if w.groups:
         leave_groups(m, w)
@@ -288,7 +301,7 @@ def leave_line(m: Admission, w: Waiter) -> None:
             leave_groups(m, new_head)
         m._ask_head = True
     granted = w.grant is not None
-    for account in w.accounts:
+    for account, _ in w.asks:
         if granted and account.exact:
             # The head took exactly what it had set aside there: no follower fits on this
             # account now that did not fit before, so none is asked again for it.
@@ -314,14 +327,14 @@ def leave_groups(m: Admission, w: Waiter) -> None:
             if groups.get(group.signature) is group:
                 del groups[group.signature]
             m._suspended.discard(group)
-    w.groups.clear()
+    w.groups = ()
 
 
 def join(m: Admission, group: Group, w: Waiter) -> None:
     heap = group.heap
     heapq.heappush(heap, (w.seq, w.stamp))
     group.live += 1
-    w.groups.append(group)
+    w.groups = (*w.groups, group)
     # The group's signature equals the waiter's: keep one object for all its members (a parked
     # waiter then holds no tuple of its own).
     w.signature = group.signature

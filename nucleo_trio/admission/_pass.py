@@ -23,6 +23,7 @@ from ..errors import CancellationRequested, LLMReadableError, UncorrectableError
 from ._accounts import unuse
 from ._answers import answer
 from ._line import (
+    NOT_HELD,
     NOTHING,
     Account,
     Group,
@@ -463,7 +464,7 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
             snapshot = w.snapshot
     # The waiter's claim on its accounts passes to the grant, until it settles.
     # (By position: entries, snapshot, wall wait, waits, owner, tracked.)
-    grant = Grant(w.entries, snapshot, wall_wait, waits, m, w.accounts, later)
+    grant = Grant(w.entries, snapshot, wall_wait, waits, m, w.asks, later)
     if held or emitting:
         # The held counts come back into balance, and with an emitter each entry reports
         # its grant (with nobody listening and nothing held, nothing is left to do).
@@ -513,7 +514,7 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
         held.clear()
     w.grant = grant
     leave_line(m, w)
-    w.accounts = ()
+    w.asks = ()  # the claim on the accounts is the grant's now
     w.unpark()
 
 
@@ -574,9 +575,12 @@ def _mark_held(
 ) -> None:
     """HELD at most once per waiter per account (EVT-04), with the post-increment count."""
     key_id = account.key_id
-    if key_id in w.held:
+    held = w.held
+    if key_id in held:
         return
-    w.held[key_id] = (account.key, now)
+    if held is NOT_HELD:
+        held = w.held = {}  # the waiter's own, from its first hold
+    held[key_id] = (account.key, now)
     count = m._held_counts[key_id] = m._held_counts.get(key_id, 0) + 1
     if account is m._memory_account:
         m._off_memory.pop(w.seq, None)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ._accounts import release_accounts, tell_others
 from ._line import NOTHING, Account, mark_account
 from ._pass import emit, pass_here
-from .demand import Grant
+from .demand import DemandEntry, Grant
 from .limiter import LimiterEventType, Replenishment
 
 if TYPE_CHECKING:
@@ -44,7 +44,8 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
     # The pass runs here, right after: a give to a counting gate the head is short on can
     # wait until the head was asked (``_pass.evaluate``).
     here = open_ and not m._in_pass and m._wake_event is not None
-    tracked: tuple[Account, ...] = grant._tracked
+    # The grant's claim on its accounts: (account, entry) pairs in the entries' order.
+    tracked: tuple[tuple[Account, DemandEntry], ...] = grant._tracked
     first_error: Exception | None = None
     # While the amounts go back, a wake an account runs (memory's completion runs one) asks
     # for the pass that follows anyway: it does not wake the evaluator task for another.
@@ -72,7 +73,7 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
                     entry,
                 )
             if open_ and index < len(tracked):
-                account = tracked[index]
+                account = tracked[index][0]
                 if here and account.exact and account in m._head_blockers:
                     m._given.append((account, entry.amounts))
                     m._ask_head = True

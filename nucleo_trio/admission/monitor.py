@@ -182,8 +182,10 @@ class Admission:
         self._head_memory_short = False
         self._head_deadline: tuple[int, float] | None = None  # (head seq, instant) scheduled
         self._suspended: set[Group] = set()
-        # Resourceful waiters in the line not yet held on memory, oldest first.
-        self._off_memory: OrderedDict[int, Waiter] = OrderedDict()
+        # Resourceful waiters in the line not yet held on memory, oldest first (a plain dict:
+        # it is only walked whole and popped by key, and an entry costs less than an
+        # OrderedDict's).
+        self._off_memory: dict[int, Waiter] = {}
         self._recheck_head = False
         self._ask_head = False  # the head is owed a question at the next pass
         # Counting gates a settlement gave back to while the head was short on them, with the
@@ -432,19 +434,20 @@ class Admission:
         context: AdmissionWaiter | None,
         arrival: float,
     ) -> Waiter:
-        accounts: list[Account] = []
+        asks: list[tuple[Account, DemandEntry]] = []
         try:
             for entry in entries:
-                accounts.append(account_of(self, entry))
+                asks.append((account_of(self, entry), entry))
         except BaseException:
-            release_accounts(self, accounts)
+            release_accounts(self, asks)
             raise
-        return Waiter(next(self._seqs), entries, tuple(accounts), snapshot, context, arrival)
+        return Waiter(next(self._seqs), entries, tuple(asks), snapshot, context, arrival)
 
     def _enqueue(self, w: Waiter) -> None:
         w.join_line()
         if not self._line:
             self._head = w
+            w.take_the_head()
         self._line[w.seq] = w
         w.in_line = True
         if w.resourceful and self._memory_account.key_id not in w.held:
@@ -474,7 +477,7 @@ class Admission:
                     # Parked on trio's own primitive, as trio.CapacityLimiter's waiters are:
                     # a wake is one reschedule (Waiter.unpark), no event object per wait.
                     w.task = current_task()
-                    await wait_task_rescheduled(w.abort_park)
+                    await wait_task_rescheduled(w)  # the waiter is its own abort_fn
                     if w.grant is not None:
                         # ADM-17: a cancellation that reached this task after its grant
                         # landed, before it ran, still wins: the grant goes back.
