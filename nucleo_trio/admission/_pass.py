@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from .._clock import whole_ms
@@ -25,8 +26,10 @@ from ._answers import answer
 from ._line import (
     NOT_HELD,
     NOTHING,
+    UNSET,
     Account,
     Group,
+    Unset,
     Waiter,
     continue_chain,
     join,
@@ -42,6 +45,7 @@ from .demand import DemandEntry, Grant
 from .limiter import LimiterEventType, LimiterIdentity, name_of
 
 if TYPE_CHECKING:
+    from ..jobs.snapshot import JobSnapshot
     from .monitor import Admission
 
 log = logging.getLogger("nucleo_trio.admission")
@@ -50,6 +54,9 @@ GRANTED, REFUSED, HELD = 0, 1, 2
 """What one attempt came to."""
 
 CANCELLED_WHILE_PARKED = "Job cancelled while waiting for admission"
+
+NO_WAITS: Mapping[str, int] = MappingProxyType({})
+"""The per-account waits of a grant that was held nowhere (shared: it is read-only)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -441,27 +448,36 @@ def _hold_head(
 
 def _grant(m: Admission, w: Waiter, now: float) -> None:
     held = w.held
-    waits: dict[str, int] = {}
-    for key, since in held.values():
-        name = name_of(key)
-        ms = whole_ms(now - since)
-        if name in waits:
-            waits[name] += ms  # two accounts of one name add up
-        else:
-            waits[name] = ms
+    waits: Mapping[str, int] = NO_WAITS  # a waiter never held waited on no account
+    if held:
+        waits = {}
+        for key, since in held.values():
+            name = name_of(key)
+            ms = whole_ms(now - since)
+            if name in waits:
+                waits[name] += ms  # two accounts of one name add up
+            else:
+                waits[name] = ms
+        waits = MappingProxyType(waits)
     wall_wait = now - w.arrival
     if wall_wait < 0.0:
         wall_wait = 0.0
     emitting = m._emit_fn is not None
     # An empty grant never reports anything, so it needs no snapshot (DG-10); one whose
     # snapshot was not taken at the admit call takes it when an event first needs it.
-    snapshot = None
+    snapshot: JobSnapshot | None = None
     later = None
     if emitting and w.entries:
-        if w.snapshot_pending:
-            later = w.context
+        taken = w._snapshot
+        if not isinstance(taken, Unset):
+            snapshot = taken
         else:
-            snapshot = w.snapshot
+            later = w.context
+            if not w.in_line:
+                # The grant at the admit call (ADM-11), in the same step as the admit call
+                # that found nobody to hear about the job: its events would reach nobody
+                # either, so none is built (and it was held nowhere: nothing to count back).
+                emitting = False
     # The waiter's claim on its accounts passes to the grant, until it settles.
     # (By position: entries, snapshot, wall wait, waits, owner, tracked.)
     grant = Grant(w.entries, snapshot, wall_wait, waits, m, w.asks, later)
@@ -608,10 +624,16 @@ def emit(
     emitter = m._emit_fn
     if emitter is None:
         return
-    if owner.snapshot_pending and account is not m._memory_account.key:
-        # Nobody heard about the job at its admit call: ask again now, and build nothing for
-        # an event nobody hears. (Memory's own transitions always reach the emitter.)
-        if not m.heard(owner.context if isinstance(owner, Waiter) else owner._context):
+    # The job whose snapshot is still to be taken, if it is (nobody heard about it at its
+    # admit call); the fields are read directly (a property read is a call).
+    if isinstance(owner, Waiter):
+        pending = owner.context if owner._snapshot is UNSET else None
+    else:
+        pending = owner._context
+    if pending is not None and account is not m._memory_account.key:
+        # Ask again now, and build nothing for an event nobody hears. (Memory's own
+        # transitions always reach the emitter.)
+        if not m.heard(pending):
             return
     try:
         snapshot = owner.snapshot

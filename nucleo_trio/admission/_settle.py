@@ -30,8 +30,9 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
         raise TypeError(f"Admission: expected a Grant, got {type(grant).__name__}")
     if grant._owner is not m:
         raise ValueError("Admission: this grant was issued by another Admission")
-    if not grant._claim():
-        return
+    if grant._settled:
+        return  # settled already (ADM-49): a second settlement does nothing
+    grant._settled = True  # (Grant has no setattr hooks: a plain write)
     if not grant.entries:
         # Nothing to give back and no completion for memory; a pass still follows every
         # settlement (ADM-20), which costs an empty pass at most. With nobody in the line
@@ -60,7 +61,8 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
             except Exception as exc:  # noqa: BLE001 - give back the rest, then raise the first
                 first_error = first_error or exc
                 continue
-            tell_others(m, entry.limiter)
+            if m._shares_limiters:  # only then can another monitor serve this limiter
+                tell_others(m, entry.limiter)
             if m._emit_fn is not None:
                 emit(
                     m,

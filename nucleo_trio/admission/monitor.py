@@ -22,8 +22,7 @@ import math
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from types import MappingProxyType
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import trio
@@ -35,6 +34,7 @@ from ._line import DEADLINE_SLACK, UNSET, Account, Group, Unset, Waiter, push, r
 from ._pass import (
     CANCELLED_WHILE_PARKED,
     GRANTED,
+    NO_WAITS,
     REFUSED,
     attempt,
     evaluate,
@@ -109,8 +109,6 @@ ParkedWaiter: TypeAlias = tuple["AdmissionWaiter | None", float, tuple[str, ...]
 Ticket: TypeAlias = Waiter
 """A parked demand's place in the line, as :meth:`Admission.enter` answers it (opaque)."""
 
-_NO_WAITS: Mapping[str, int] = MappingProxyType({})
-
 _CONTRADICTION_RETRY = 0.01
 """Seconds before the evaluator looks again when an account keeps naming a past instant for a
 waiter it says is short (a correct account never does: its instant is when ``fits`` turns)."""
@@ -130,7 +128,9 @@ class Admission:
     :meth:`admit` was given) could reach anyone right now: it may say yes for an event nobody
     then receives, never no for one that would be delivered. An event it says nobody hears is
     not built (no snapshot, no units, no call to ``emit``), except the memory account's own
-    transitions, which always reach ``emit``; what it raises counts as a yes. ``clock`` reads
+    transitions, which always reach ``emit``; what it raises counts as a yes. It is asked once
+    at the admit call, and that answer also covers a grant made there and then (the same
+    step); a later event asks again. ``clock`` reads
     instants; it must agree with :func:`trio.current_time`, the clock every account's
     ``earliest_fit`` answers in.
 
@@ -382,7 +382,7 @@ class Admission:
         if not entries and not self._line:
             # ADM-11's inline attempt of an empty demand grants it at once, touching nothing and
             # reporting nothing (DG-10); it needs no waiter to get there.
-            return Grant((), None, 0.0, _NO_WAITS, owner=self)
+            return Grant((), None, 0.0, NO_WAITS, owner=self)
         arrival = self._clock()
         # ADM-09: the snapshot is the job as it stands at the admit call. It is only read when
         # something will report it: an emitter is wired, someone hears about the job and the
