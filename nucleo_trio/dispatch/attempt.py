@@ -85,7 +85,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_CORRECTION_RETRIES",
     "MAX_TRUNCATION_RETRIES",
-    "Admitting",
+    "FirstAdmission",
     "Hooks",
     "JobRun",
     "Runtime",
@@ -108,9 +108,38 @@ MAX_TRUNCATION_RETRIES = 1
 
 _sequence = itertools.count()
 
-Admitting = tuple["JobRequirements", tuple[DBResourceProvider, ...], Grant | Ticket]
-"""An attempt being admitted: its requirements, their databases, and what admission answered
-(the grant, or the place in the line to wait in)."""
+
+class FirstAdmission:
+    """The first attempt's admission when the job's task asks it before the job's nursery
+    opens (:meth:`JobRun.admit_first`), and what it came to.
+
+    Admitted: the ``requirements`` captured for the attempt (SUB-10), their ``providers``
+    (databases), and the ``grant``; while the task still waits in admission's line for it,
+    ``ticket`` is its place there (the task waits before it opens the nursery, so a parked job
+    holds neither its nursery nor a frame of its execution). Or not: ``failure`` is what the
+    admission or the wait raised (the cancel check, ``requirements()``, the demand, a refusal),
+    which :meth:`JobRun.execute` raises where the admission would have been, so it is judged
+    (re-run or verdict) exactly as an admission inside the nursery is.
+    """
+
+    __slots__ = ("failure", "grant", "providers", "requirements", "ticket")
+
+    def __init__(
+        self,
+        requirements: JobRequirements | None = None,
+        providers: tuple[DBResourceProvider, ...] = (),
+        entered: Grant | Ticket | None = None,
+        failure: Exception | None = None,
+    ) -> None:
+        self.requirements = requirements
+        self.providers = providers
+        self.grant: Grant | None = None
+        self.ticket: Ticket | None = None
+        if isinstance(entered, Grant):
+            self.grant = entered
+        else:
+            self.ticket = entered
+        self.failure = failure
 
 
 class Runtime:
@@ -244,18 +273,16 @@ class JobRun:
             deadline.phase_one(self)
 
     # -- the execution --------------------------------------------------------------------------
-    def admit_first(self) -> Admitting | Exception | None:
+    def admit_first(self) -> FirstAdmission | None:
         """The first attempt's admission, asked before the job's nursery opens when nothing
         that comes before it could wait: no dependencies, and an input side the standard
         enforcer answers at once (no input guard). ``None`` otherwise: :meth:`execute` then
         admits the first attempt inside the nursery, as it admits every re-run.
 
-        The answer is what :meth:`execute` is handed: the attempt being admitted, or the
-        exception its steps raised (the cancel check, ``requirements()``, the demand, a
-        refusal), which the execution raises where the admission would have been, so it is
-        judged (re-run or verdict) exactly as there. The task parks on a place in the line
-        before it opens the nursery: a job waiting in admission's line then holds neither its
-        nursery nor a frame of its execution.
+        The answer is the :class:`FirstAdmission`: granted, or a place in admission's line the
+        job's task waits in before it opens the nursery, or what the admission raised. It
+        never raises an :class:`Exception` itself: :meth:`execute` raises the failure where
+        the admission would have been, so it is judged (re-run or verdict) exactly as there.
         """
         if self.dependencies:
             return None
@@ -270,18 +297,18 @@ class JobRun:
             # The door's capture served routing; every attempt captures afresh (SUB-10).
             requirements = requirements_of(job)
             providers = providers_of(dispatcher.databases, requirements)
-            return (requirements, providers, self._admit(requirements, providers))
+            entered = self._admit(requirements, providers)
         except Exception as failure:  # noqa: BLE001 - raised by execute, where it is judged
-            return failure
+            return FirstAdmission(failure=failure)
+        return FirstAdmission(requirements, providers, entered)
 
-    async def execute(self, first: Admitting | Exception | None = None) -> Verdict:
+    async def execute(self, first: FirstAdmission | None = None) -> Verdict:
         """The job's execution, inside its own nursery: the dependencies, the input guards, the
         attempts, the output guards and ``post_execute``; every failure becomes the verdict.
 
         ``first`` is :meth:`admit_first`'s answer when it was asked before the nursery opened
-        (the dependencies and the input guards then had nothing to do): the first attempt
-        goes on from there, granted or still to be waited for, or raises what its admission
-        raised."""
+        (the dependencies and the input guards then had nothing to do), its grant waited for:
+        the first attempt goes on from its grant, or raises what its admission raised."""
         job, context = self.job, self.context
         hooks = _HOOKS.get(type(job)) or hooks_of(type(job))
         dispatcher = self.runtime.dispatcher
@@ -315,15 +342,17 @@ class JobRun:
                         # step, and a job that must wait joins the line and parks holding
                         # nothing.
                         entered = self._admit(requirements, providers)
+                        if isinstance(entered, Grant):
+                            grant = entered
+                        else:
+                            grant = await dispatcher.admission.wait(entered)
                     else:  # the first attempt, admitted before the nursery opened
                         admitted, first = first, None
-                        if isinstance(admitted, Exception):
-                            raise admitted
-                        requirements, providers, entered = admitted
-                    if isinstance(entered, Grant):
-                        grant = entered
-                    else:
-                        grant = await dispatcher.admission.wait(entered)
+                        if admitted.failure is not None:
+                            raise admitted.failure  # judged as the admission's own, below
+                        assert admitted.requirements is not None and admitted.grant is not None
+                        requirements, providers = admitted.requirements, admitted.providers
+                        grant = admitted.grant
                     # Nothing awaits between the grant and _attempt's first step, which holds it.
                     result = await self._attempt(grant, requirements, providers, hooks)
                     break
@@ -532,7 +561,7 @@ async def pace(context: JobContext, delay: float) -> None:
     """The pacing sleep between re-runs, holding nothing; a cancel ends it."""
     done = trio.Event()
     with trio.move_on_after(delay):
-        await wait_holding_nothing(context, done)
+        await wait_holding_nothing(context, done.wait)
 
 
 def publish_retry(

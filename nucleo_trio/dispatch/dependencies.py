@@ -9,7 +9,7 @@ dependent in admission; a cancel of the waiting job ends the wait at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -121,7 +121,7 @@ class DependencyGraph:
             if self.on_awaiting is not None:
                 self.on_awaiting()
             try:
-                await wait_holding_nothing(context, submitted)
+                await wait_holding_nothing(context, submitted.wait)
             finally:
                 del self.awaiting_submission[context.job_id]
                 if not submitted.is_set():  # cancelled: forget this waiter
@@ -133,12 +133,13 @@ class DependencyGraph:
         return handle
 
 
-async def wait_holding_nothing(context: JobContext, event: trio.Event) -> None:
-    """Wait for ``event``; a cancel of the job ends the wait with CancellationRequested."""
+async def wait_holding_nothing(context: JobContext, wait: Callable[[], Awaitable[object]]) -> None:
+    """Await ``wait()`` (an event's ``wait``, a handle's settle); a cancel of the job ends the
+    wait with CancellationRequested."""
     with trio.CancelScope() as scope:
         unregister = context.on_cancel(scope.cancel)
         try:
-            await event.wait()
+            await wait()
         finally:
             unregister()
     if scope.cancelled_caught:
@@ -153,7 +154,7 @@ async def await_dependencies(graph: DependencyGraph, run: JobRun) -> None:
     errors: dict[JobSnapshot, BaseException] = {}
     for dep in run.dependencies:
         dep_handle = dep if isinstance(dep, JobHandle) else await graph.handle_of(context, dep)
-        await wait_holding_nothing(context, dep_handle._settled)
+        await wait_holding_nothing(context, dep_handle._wait_settled)
         snapshot = dep_handle.context.snapshot()
         if dep_handle.error is None:
             results[snapshot] = dep_handle._result

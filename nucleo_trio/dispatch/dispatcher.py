@@ -33,7 +33,7 @@ import pluggy
 import trio
 
 from .._watch import AsyncValue
-from ..admission import Admission, Grant, HttpConnectionGate
+from ..admission import Admission, HttpConnectionGate
 from ..admission.limiter import LimiterEventType, LimiterIdentity, RateLimiter
 from ..admission.memory_gate import MemoryPressureGate
 from ..admission.memory_reader import memory_reader_from
@@ -802,19 +802,15 @@ class JobDispatcher:
                 verdict: Verdict | None = None
                 try:
                     first = run.admit_first()
-                    if isinstance(first, tuple):
-                        entered = first[2]
-                        if not isinstance(entered, Grant):
-                            # Parked in admission's line before the nursery opens. What the
-                            # wait raises (a refusal, a cancel) is raised by the execution,
-                            # where the admission would have been; a trio.Cancelled leaves as
-                            # below.
-                            try:
-                                entered = await self.admission.wait(entered)
-                            except Exception as failure:  # noqa: BLE001 - judged by execute
-                                first = failure
-                            else:
-                                first = (first[0], first[1], entered)
+                    if first is not None and first.ticket is not None:
+                        # Parked in admission's line before the nursery opens. What the wait
+                        # raises (a refusal, a cancel) is the admission's failure, raised by
+                        # the execution where the admission would have been; a trio.Cancelled
+                        # leaves as below.
+                        try:
+                            first.grant = await self.admission.wait(first.ticket)
+                        except Exception as failure:  # noqa: BLE001 - judged by execute
+                            first.failure = failure
                     async with trio.open_nursery() as job_nursery:
                         run.nursery = job_nursery
                         if run.interrupted:

@@ -95,16 +95,17 @@ class JobHandle(Generic[R]):
         """True once the handle has settled: :meth:`outcome` then answers without waiting."""
         return self._done
 
-    @property
-    def _settled(self) -> trio.Event:
-        """The settle as an event, made on first ask (already set if the handle has settled):
-        what a job that depends on this one waits on, holding nothing."""
+    async def _wait_settled(self) -> None:
+        """Wait until the handle settles (a checkpoint if it has), without reading its
+        outcome: what a job that depends on this one waits on, holding nothing. The event is
+        made by the first wait before the settle, as for :meth:`result`."""
+        if self._done:
+            await trio.lowlevel.checkpoint()
+            return
         event = self._event
         if event is None:
             event = self._event = trio.Event()
-            if self._done:
-                event.set()
-        return event
+        await event.wait()
 
     @property
     def error(self) -> BaseException | None:
