@@ -53,6 +53,12 @@ log = logging.getLogger("nucleo_trio.admission")
 GRANTED, REFUSED, HELD = 0, 1, 2
 """What one attempt came to."""
 
+# The event types, read once: an Enum class's attributes cost a slow lookup.
+_HELD = LimiterEventType.HELD
+_GRANTED_IMMEDIATE = LimiterEventType.GRANTED_IMMEDIATE
+_GRANTED_FROM_HOLD = LimiterEventType.GRANTED_FROM_HOLD
+_REJECTED = LimiterEventType.REJECTED
+
 CANCELLED_WHILE_PARKED = "Job cancelled while waiting for admission"
 
 NO_WAITS: Mapping[str, int] = MappingProxyType({})
@@ -495,7 +501,7 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
                         entry.key,
                         w,
                         counts.get(key_id, 0),
-                        LimiterEventType.GRANTED_IMMEDIATE,
+                        _GRANTED_IMMEDIATE,
                         0.0,
                         None,
                         entry,
@@ -508,7 +514,7 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
                     entry.key,
                     w,
                     counts[key_id],
-                    LimiterEventType.GRANTED_FROM_HOLD,
+                    _GRANTED_FROM_HOLD,
                     max(0.0, now - was_held[1]),
                     None,
                     entry,
@@ -522,7 +528,7 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
                     key,
                     w,
                     counts[key_id],
-                    LimiterEventType.GRANTED_FROM_HOLD,
+                    _GRANTED_FROM_HOLD,
                     max(0.0, now - since),
                     None,
                     1,
@@ -566,7 +572,7 @@ def reject(
             refusing.key,
             w,
             m._held_counts.get(refusing.key_id, 0),
-            LimiterEventType.REJECTED,
+            _REJECTED,
             0.0,
             reason,
             1,
@@ -582,7 +588,7 @@ def reject_held(m: Admission, w: Waiter, reason: str, now: float | None) -> None
     for key_id, (key, since) in w.held.items():
         counts[key_id] -= 1
         wait = 0.0 if now is None else max(0.0, now - since)
-        emit(m, key, w, counts[key_id], LimiterEventType.REJECTED, wait, reason, 1)
+        emit(m, key, w, counts[key_id], _REJECTED, wait, reason, 1)
     w.held.clear()
 
 
@@ -601,7 +607,7 @@ def _mark_held(
     if account is m._memory_account:
         m._off_memory.pop(w.seq, None)
     # The entry's amount; memory's HELD counts 1 (EVT-04).
-    emit(m, account.key, w, count, LimiterEventType.HELD, 0.0, None, entry or 1)
+    emit(m, account.key, w, count, _HELD, 0.0, None, entry or 1)
 
 
 # --------------------------------------------------------------------------------------------

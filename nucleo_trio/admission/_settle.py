@@ -20,7 +20,9 @@ from .limiter import LimiterEventType, Replenishment
 if TYPE_CHECKING:
     from .monitor import Admission
 
-_RELEASE = Replenishment.RELEASE  # read once: an Enum class's attributes cost a slow lookup
+# Read once: an Enum class's attributes cost a slow lookup.
+_RELEASE = Replenishment.RELEASE
+_RELEASED = LimiterEventType.RELEASED
 
 
 def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
@@ -52,6 +54,11 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
     # for the pass that follows anyway: it does not wake the evaluator task for another.
     pass_followed = m._pass_follows
     m._pass_follows = here
+    emitting = m._emit_fn is not None
+    if emitting and grant._context is not None and not m.heard(grant._context):
+        # Nobody heard about the job at its admit call, nor does now: its RELEASED events
+        # are not built (asked once for the settlement; memory reports no RELEASED).
+        emitting = False
     try:
         for index, entry in enumerate(grant.entries):
             try:
@@ -63,13 +70,13 @@ def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
                 continue
             if m._shares_limiters:  # only then can another monitor serve this limiter
                 tell_others(m, entry.limiter)
-            if m._emit_fn is not None:
+            if emitting:
                 emit(
                     m,
                     entry.key,
                     grant,
                     m._held_counts.get(id(entry.key), 0),
-                    LimiterEventType.RELEASED,
+                    _RELEASED,
                     0.0,
                     None,
                     entry,
