@@ -144,8 +144,13 @@ def install_wake(m: Admission, limiter: RateLimiter) -> None:
     limiter_id = id(limiter)
     hooks = m._hooks
     installed = hooks.get(limiter_id)
-    if installed is not None and _in_place(limiter, installed()):
-        return
+    if installed is not None:
+        current: Wake | None = installed()
+        if current is not None:
+            if current._limiter() is limiter and getattr(limiter, "_wake", None) is current:
+                return  # still in the limiter's slot (the usual case, read without a call)
+            if _in_place(limiter, current):
+                return
     others: list[Wake] = []
     listened = limiter if isinstance(limiter, AbstractRateLimiter) else None
     if listened is not None:
@@ -221,6 +226,11 @@ def _check_shape(m: Admission, limiter: RateLimiter, key: LimiterIdentity) -> No
     can break events and health. An account that passed is not checked again while it lives:
     accounts are forgotten when idle and met again at the next use."""
     sound = m._sound
+    if key is limiter:
+        # The usual account, its own identity, met before: one look-up, no call.
+        ref = sound._refs.get(id(limiter))
+        if ref is not None and ref() is limiter:
+            return
     limiter_sound = limiter in sound
     key_sound = limiter_sound if key is limiter else key in sound
     if limiter_sound and key_sound:
@@ -256,15 +266,20 @@ def _forget(m: Admission, account: Account) -> None:
     """Nobody holds or waits on ``account``: drop its bookkeeping. Its limiter keeps the
     installed wake, which does nothing until the limiter is used again."""
     ident = account.ident
-    if m._accounts.get(ident) is account:
-        del m._accounts[ident]
+    accounts = m._accounts
+    if accounts.get(ident) is account:
+        del accounts[ident]
     peers = account.peers
-    if account in peers:
-        peers.remove(account)
-        if not peers and m._wired.get(ident[0], _NO_WIRING)[1] is peers:
+    if len(peers) == 1 and peers[0] is account:
+        # The limiter's only account in use (the usual case): its wiring goes with it.
+        peers.clear()
+        if m._wired.get(ident[0], _NO_WIRING)[1] is peers:
             del m._wired[ident[0]]
-    if m._held_counts.get(account.key_id) == 0:
-        del m._held_counts[account.key_id]
+    elif account in peers:
+        peers.remove(account)
+    counts = m._held_counts
+    if counts and counts.get(account.key_id) == 0:
+        del counts[account.key_id]
 
 
 def unwire(m: Admission) -> None:

@@ -58,7 +58,8 @@ class Account:
         self.users = 0
         # The accounts in use on the same limiter, this one included (the monitor's list).
         self.peers: list[Account] = []
-        self.exact = takes_what_it_set_aside(limiter)
+        exact = _SET_ASIDE_IS_TAKEN.get(type(limiter))  # known for the class: no call
+        self.exact = takes_what_it_set_aside(limiter) if exact is None else exact
 
     def group(self, signature: Hashable) -> Group:
         group = self.groups.get(signature)
