@@ -27,6 +27,8 @@ import numbers
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+import trio
+
 from .._clock import trio_now_or_none
 from .._watch import AsyncValue
 from ..errors import UncorrectableError
@@ -35,6 +37,8 @@ from .limiter import AbstractRateLimiter
 from .status import SemaphoreLimiterStatus
 
 __all__ = ["CountingGate", "check_permits", "permit_count"]
+
+_current_time = trio.current_time
 
 
 def check_permits(name: str, amounts: Sequence[Any], where: str) -> None:
@@ -249,7 +253,10 @@ class CountingGate(AbstractRateLimiter):
                 return False
             asked = ask
         self._in_use += asked
-        self._last_activity = trio_now_or_none()
+        try:  # trio_now_or_none, without the call around it (a take is on the grant path)
+            self._last_activity = _current_time()
+        except RuntimeError:  # outside a trio run
+            self._last_activity = None
         if self._use is not None:
             self._use.value = self._in_use
         return True
@@ -269,7 +276,10 @@ class CountingGate(AbstractRateLimiter):
                 f"{self._name}: give of {returned} permits exceeds the {self._in_use} in use"
             )
         self._in_use -= returned
-        self._last_activity = trio_now_or_none()
+        try:  # as in try_take
+            self._last_activity = _current_time()
+        except RuntimeError:
+            self._last_activity = None
         if self._use is not None:
             self._use.value = self._in_use
 

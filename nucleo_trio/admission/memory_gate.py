@@ -532,7 +532,9 @@ class MemoryPressureGate(AbstractRateLimiter):
         if self._stopping:
             return True
         reading = self._look()
-        return not self._latched and self._releasable(reading)
+        # A completion since the last release lets the next job go (MEM-11, MEM-14): the
+        # usual answer, without the call that works out the rest.
+        return not self._latched and (self._completed or self._releasable(reading))
 
     def try_take(self, mine: Sequence[Any], reserved_ahead: Sequence[Any]) -> bool:
         """The same check, and a release: stamp it, use up the completion, commit the penalty
@@ -549,8 +551,8 @@ class MemoryPressureGate(AbstractRateLimiter):
             self._running += 1
             return True
         reading = self._look()
-        if self._latched or not self._releasable(reading):
-            return False
+        if self._latched or not (self._completed or self._releasable(reading)):
+            return False  # (a completion since the last release releases, as in fits)
         before, floor = self._points_before_last, self._floor_points
         if before is not None and floor is not None and floor != before:
             # The floor moved over the last two releases: the penalty moves with it. (Else a
