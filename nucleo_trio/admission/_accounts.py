@@ -204,20 +204,32 @@ def account_of(m: Admission, entry: DemandEntry) -> Account:
         account = Account(limiter, entry.key)
         wired = m._wired.get(ident[0])
         if wired is None:
-            try:
-                install_wake(m, limiter)
-            except Exception as exc:  # noqa: BLE001 - the account's fault: refuse this admit
-                name = name_of(entry.key)
-                raise UncorrectableError(
-                    f"{name} failed during admission: on_capacity_change raised {exc!r}",
-                    cause=exc,
-                ) from exc
+            _wire(m, limiter, entry.key)
             wired = m._wired[ident[0]] = (limiter, [])
         account.peers = wired[1]
         account.peers.append(account)
         m._accounts[ident] = account
+    elif account.users <= 0:
+        # The idle account (``m._idle``), used again: listed as met now, and its wake put
+        # back if it was cleared or taken while the account was idle.
+        m._idle = None
+        accounts = m._accounts
+        del accounts[ident]
+        accounts[ident] = account
+        _wire(m, limiter, entry.key)
     account.users += 1
     return account
+
+
+def _wire(m: Admission, limiter: RateLimiter, key: LimiterIdentity) -> None:
+    """Install the wake on ``limiter`` (unless it is in place); a raise refuses the admit."""
+    try:
+        install_wake(m, limiter)
+    except Exception as exc:  # noqa: BLE001 - the account's fault: refuse this admit
+        raise UncorrectableError(
+            f"{name_of(key)} failed during admission: on_capacity_change raised {exc!r}",
+            cause=exc,
+        ) from exc
 
 
 def _check_shape(m: Admission, limiter: RateLimiter, key: LimiterIdentity) -> None:
@@ -255,11 +267,30 @@ def unuse(m: Admission, w: Waiter) -> None:
 
 def release_accounts(m: Admission, asks: Sequence[tuple[Account, Any]]) -> None:
     """Each account of ``asks`` (pairs of an account and what was asked of it: a waiter's
-    or a grant's) loses a user; one that has none left is forgotten."""
+    or a grant's) loses a user. One that has none left becomes the idle account
+    (``m._idle``), and the idle one before it is forgotten: a limiter used by one job after
+    another (each settled before the next is admitted) keeps its bookkeeping instead of
+    being forgotten and met afresh every time, while the maps stay as large as what is in
+    use plus that one account. A stopped monitor forgets it at once."""
     for account, _ in asks:
         account.users -= 1
         if account.users <= 0:
-            _forget(m, account)
+            idle = m._idle
+            if idle is account:
+                continue
+            if m._stopped or m._defect is not None:
+                _forget(m, account)
+                continue
+            m._idle = account
+            if idle is not None:
+                _forget(m, idle)
+
+
+def forget_idle(m: Admission) -> None:
+    """Forget the idle account, if there is one (admission stops)."""
+    idle, m._idle = m._idle, None
+    if idle is not None and idle.users <= 0:
+        _forget(m, idle)
 
 
 def _forget(m: Admission, account: Account) -> None:

@@ -29,7 +29,16 @@ import trio
 from trio.lowlevel import checkpoint_if_cancelled, current_task, wait_task_rescheduled
 
 from ..errors import CancellationRequested, UncorrectableError
-from ._accounts import Seen, Wake, account_of, install_wake, release_accounts, unuse, unwire
+from ._accounts import (
+    Seen,
+    Wake,
+    account_of,
+    forget_idle,
+    install_wake,
+    release_accounts,
+    unuse,
+    unwire,
+)
 from ._line import DEADLINE_SLACK, UNSET, Account, Group, Unset, Waiter, push, request_pass
 from ._pass import (
     CANCELLED_WHILE_PARKED,
@@ -165,6 +174,9 @@ class Admission:
         self._seqs = itertools.count()
         # (limiter id, identity id) -> the account: only accounts in use right now.
         self._accounts: dict[tuple[int, int], Account] = {}
+        # The one account in _accounts that nobody uses now: the last to go idle, kept until
+        # another goes idle, it is used again, or admission stops (_accounts.release_accounts).
+        self._idle: Account | None = None
         # limiter id -> (limiter, its accounts in use): the limiters whose wake counts now.
         self._wired: dict[int, tuple[RateLimiter, list[Account]]] = {}
         # limiter id -> the wake installed on it, while the limiter holds it (weakly: an entry
@@ -224,7 +236,7 @@ class Admission:
         """Every account in use right now (a parked waiter or an unsettled grant names it), in
         the order first met since it was last idle. An account nobody holds or waits on is
         forgotten. The memory account, which no demand names, is :attr:`memory`."""
-        return tuple(account.key for account in self._accounts.values())
+        return tuple(account.key for account in self._accounts.values() if account.users > 0)
 
     @property
     def is_stopped(self) -> bool:
@@ -551,6 +563,7 @@ class Admission:
     def _drain(self, reason: str, failure: Callable[[], BaseException]) -> None:
         """Refuse every parked waiter and forget every wired account (ADM-06, ADM-44)."""
         unwire(self)
+        forget_idle(self)
         try:
             now: float | None = self._clock()
         except RuntimeError:
