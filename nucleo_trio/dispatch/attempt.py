@@ -257,6 +257,20 @@ class JobRun:
         if self.nursery is not None:
             self.nursery.cancel_scope.cancel()
 
+    def nursery_cancelled(self) -> bool:
+        """Whether the job's nursery was cancelled: by the stop (:meth:`interrupt`), or by
+        phase two, the deadline phase one set on it (:func:`.deadline.phase_one`, which also
+        sets :attr:`grace_call`); nothing else cancels it. trio's ``cancel_called`` reads the
+        clock (it checks the deadline), so it is asked only once phase one ran."""
+        if self.interrupted:
+            return True
+        nursery = self.nursery
+        return (
+            self.grace_call is not None
+            and nursery is not None
+            and nursery.cancel_scope.cancel_called
+        )
+
     def cancel_for_stop(self) -> None:
         """The stop's cancel of the job, the first phase (the flag and its callbacks), with the
         stop's message unless the job already has one."""
@@ -396,8 +410,6 @@ class JobRun:
         outcome: Any = None
         failure: BaseException | None = None
         reading: Reading | None = None
-        assert self.nursery is not None
-        scope = self.nursery.cancel_scope
         budget = job.timeout
         timed = budget is not None
         try:
@@ -440,7 +452,7 @@ class JobRun:
                 deadline.disarm(self)
             # Close.
             try:
-                if scope.cancel_called:
+                if self.nursery_cancelled():
                     # Phase two or shutdown: no checkpoint may replace the job's own verdict,
                     # so what is still open is aborted, and closed in the background before
                     # its permits go back.
@@ -451,7 +463,7 @@ class JobRun:
                 failure = _closed_with(close_failure, failure)
             finally:
                 context.resources = None
-        if sent and (scope.cancel_called or context.is_cancelled) and not context.timed_out:
+        if sent and (self.nursery_cancelled() or context.is_cancelled) and not context.timed_out:
             raise stopped_after_commit(context, resources, failure)
         if failure is not None:
             raise failure
