@@ -216,7 +216,10 @@ def account_of(m: Admission, entry: DemandEntry) -> Account:
         accounts = m._accounts
         del accounts[ident]
         accounts[ident] = account
-        _wire(m, limiter, entry.key)
+        ref = m._hooks.get(ident[0])
+        hook = ref() if ref is not None else None
+        if hook is None or getattr(limiter, "_wake", None) is not hook:
+            _wire(m, limiter, entry.key)  # (a wake still in its slot is in place: no call)
     account.users += 1
     return account
 

@@ -87,6 +87,9 @@ class Replenishment(enum.Enum):
     so throughput does not depend on how long jobs take. A roll-back still returns it."""
 
 
+_RELEASE = Replenishment.RELEASE  # read once: an Enum class's attributes cost a slow lookup
+
+
 class LimiterEventType(enum.Enum):
     """The five transitions admission reports per account; accounts never report their own."""
 
@@ -462,7 +465,7 @@ class AbstractRateLimiter(abc.ABC):
         The base class answers :attr:`Replenishment.RELEASE`; a clocked account overrides
         it with TIME.
         """
-        return Replenishment.RELEASE
+        return _RELEASE
 
     def on_capacity_change(self, wake: Callable[[], None] | None) -> None:
         """Install ``wake``, the one callable the account runs after a change of its own
