@@ -624,8 +624,10 @@ class JobDispatcher:
         job_id = job.job_id
         self._graph.submitted(job_id)
 
+        timeout: float | None = None
         try:
-            check_job_settings(job)  # a knob set past its setter: refused before anything else
+            # A knob set past its setter: refused before anything else.
+            timeout = check_job_settings(job)
         except (TypeError, ValueError) as bad:
             refusal: BaseException | None = bad
         else:
@@ -638,7 +640,6 @@ class JobDispatcher:
         except Exception as exc:  # noqa: BLE001 - a job that breaks its contract is born failed
             self._born_failed(context, handle, _requirements_failure(job, exc))
             return handle
-        timeout = job.timeout
         if timeout is None and requirements is not NONE_REQUIRED and requirements.has_resources:
             self._born_failed(context, handle, _no_timeout(job))
             return handle
@@ -873,10 +874,10 @@ class JobDispatcher:
         if state.is_terminal and state is not verdict.state:
             if state is _CANCELLED:
                 verdict = cancelled(run, verdict.cancel_message)
-        else:
+        elif verdict.state is not _COMPLETED:
             context.try_transition(verdict.state)
         if verdict.state is _COMPLETED:
-            context.complete(verdict.result)
+            context.complete(verdict.result)  # the result, and the turn to COMPLETED
         if verdict.error is not None and verdict.state is not _CANCELLED:
             log_failure(log, verdict.error, job=job.name)
         if self.bus.has_listeners(run.workflow_id):

@@ -152,9 +152,10 @@ def _tolerance_of(job: object, value: object) -> bool:
     return value
 
 
-def check_job_settings(job: AbstractJob[Any]) -> None:
+def check_job_settings(job: AbstractJob[Any]) -> float | None:
     """The door's check of a job's knobs as they read now; raises TypeError or ValueError
-    naming the job, the setting and the value.
+    naming the job, the setting and the value. Answers the timeout it checked, so the door
+    reads it once.
 
     Assignment and class definition already refuse a bad value; this catches what bypassed
     both: a property override, a class attribute replaced after the class was made, a value
@@ -173,7 +174,10 @@ def check_job_settings(job: AbstractJob[Any]) -> None:
     retries = job.upstream_retries
     if type(retries) is not int or retries < 0:
         _retries_of(job, retries)
-    _tolerance_of(job, job.tolerates_dependency_failures)
+    tolerates: object = job.tolerates_dependency_failures
+    if type(tolerates) is not bool:
+        _tolerance_of(job, tolerates)
+    return timeout
 
 
 _ABSENT = object()
