@@ -74,6 +74,9 @@ class Timekeeper:
         self._counter = itertools.count()
         self._dropped = 0
         self._sleep: trio.CancelScope | None = None
+        # The sleep's deadline, kept beside its scope: only the keeper sets it, and reading it
+        # back from the scope is a property call on every call_at.
+        self._wake_at = math.inf
 
     def __len__(self) -> int:
         return len(self._heap) - self._dropped
@@ -90,8 +93,8 @@ class Timekeeper:
             when = _checked_when(when)
         handle = TimerHandle(self, when, callback)
         heapq.heappush(self._heap, (when, next(self._counter), handle))
-        if self._sleep is not None and when < self._sleep.deadline:
-            self._sleep.deadline = when
+        if self._sleep is not None and when < self._wake_at:
+            self._sleep.deadline = self._wake_at = when
         if self._dropped > 64 and self._dropped * 2 > len(self._heap):
             self._compact()
         return handle
@@ -107,7 +110,7 @@ class Timekeeper:
             while self._heap and self._heap[0][2].cancelled:
                 heapq.heappop(self._heap)
                 self._dropped -= 1
-            earliest = self._heap[0][0] if self._heap else math.inf
+            earliest = self._wake_at = self._heap[0][0] if self._heap else math.inf
             with trio.CancelScope(deadline=earliest) as self._sleep:
                 await trio.sleep_forever()
             self._sleep = None
