@@ -390,7 +390,7 @@ class Admission:
                 f"Admission.enter: demand must be a Demand, got {type(demand).__name__}"
             )
         self._check_open()
-        entries = demand.entries
+        entries = tuple(demand._entries)  # Demand.entries, without the property's call
         if not entries and not self._line:
             # ADM-11's inline attempt of an empty demand grants it at once, touching nothing and
             # reporting nothing (DG-10); it needs no waiter to get there.
