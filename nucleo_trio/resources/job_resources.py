@@ -258,6 +258,34 @@ class JobResources:
     leaves the aborted handles for a later :meth:`aclose`.
     """
 
+    # One per attempt: slots make it one allocation with no instance dict.
+    __slots__ = (
+        "_aborted",
+        "_admission",
+        "_answered",
+        "_closed_handles",
+        "_closer",
+        "_closing",
+        "_closing_handles",
+        "_commit",
+        "_commit_window",
+        "_committed",
+        "_context",
+        "_force_requested",
+        "_handles",
+        "_in_flight",
+        "_materializing",
+        "_on_answer",
+        "_providers",
+        "_read_only",
+        "_settled",
+        "_spawn",
+        "_stop_at",
+        "_stop_requested",
+        "executed",
+        "grant",
+    )
+
     def __init__(
         self,
         admission: Admission,
