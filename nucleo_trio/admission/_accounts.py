@@ -1,8 +1,10 @@
 """The accounts admission tracks: checked when first met, wired so that their capacity changes
 wake the monitor, and forgotten once nobody waits on them or holds them.
 
-An account is tracked only while a parked waiter or an unsettled grant uses it (``users``);
-when the last one leaves, its bookkeeping goes, so every map stays as large as what is in use.
+An account is in use while a parked waiter or an unsettled grant uses it (``users``). When the
+last one leaves it becomes the idle account (``m._idle``), kept until another goes idle, it is
+used again or admission stops (:func:`release_accounts`); then its bookkeeping goes, so every
+map stays as large as what is in use plus that one account.
 The wake installed on a limiter stays installed when it goes idle: it reaches the monitor only
 through weak references and does nothing while the limiter is not in use, and when the limiter
 is used again the same wake serves it (only a limiter whose wake was cleared or taken since

@@ -42,8 +42,8 @@ entries and at least this many."""
 class Account:
     """One account as admission tracks it: a limiter and the identity it debits.
 
-    ``users`` counts the waiters in the monitor and the unsettled grants that name it; at 0 the
-    monitor forgets the account. ``exact`` says whether the head's grant there takes exactly
+    ``users`` counts the waiters in the monitor and the unsettled grants that name it; at 0 it
+    is the monitor's idle account, forgotten when another goes idle. ``exact`` says whether the head's grant there takes exactly
     what it set aside (:func:`takes_what_it_set_aside`).
     """
 
