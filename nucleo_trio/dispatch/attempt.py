@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .._clock import whole_ms
-from ..admission import Grant, Ticket
+from ..admission import Demand, Grant, Ticket
 from ..admission.limiter import RateLimiter
 from ..bus import events as ev
 from ..bus._lifecycle import job_started
@@ -49,9 +49,9 @@ from ..errors import (
 )
 from ..errors._groups import Reading, read_raised
 from ..guardrails import StandardGuardrailEnforcer
-from ..jobs.job import AbstractJob, requirements_of
+from ..jobs.job import NONE_REQUIRED, AbstractJob, requirements_of
 from ..jobs.state import JobState
-from ..models.runtime import binding_accounts
+from ..models.runtime import ModelDemandAssembler, binding_accounts
 from ..resources import (
     DBResourceProvider,
     DBResourceProviders,
@@ -477,9 +477,14 @@ class JobRun:
         """The attempt's whole demand, counted as the next attempt and handed to admission:
         a grant at once, or the place in the line to wait in."""
         dispatcher, context = self.runtime.dispatcher, self.context
-        demand = dispatcher.demand_assembler.assemble(
-            requirements, context, dispatcher.http_gate, providers
-        )
+        assembler = dispatcher.demand_assembler
+        if requirements is NONE_REQUIRED and type(assembler) is ModelDemandAssembler:
+            # The shared default requirements declare nothing (no model binding, no http, no
+            # limiter, no database, no memory promise): the built-in assembler would answer
+            # an empty demand, so it is not asked.
+            demand = Demand()
+        else:
+            demand = assembler.assemble(requirements, context, dispatcher.http_gate, providers)
         context.attempt += 1
         return dispatcher.admission.enter(demand, context)
 
