@@ -387,7 +387,7 @@ class JobRun:
             if is_cancellation(exc) or _fatal_in(exc) is not None:
                 raise
             return verdict_for(self, exc)
-        return settled_verdict(self, Verdict(_COMPLETED, result=result))
+        return settled_verdict(self, Verdict(_COMPLETED, result))  # (state, result)
 
     # -- one attempt ----------------------------------------------------------------------------
     async def _attempt(

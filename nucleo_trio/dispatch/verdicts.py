@@ -100,9 +100,10 @@ def forced(run: JobRun) -> Verdict:
 def settled_verdict(run: JobRun, verdict: Verdict) -> Verdict:
     """A cancel or a timeout that landed while the job ran outranks what it returned."""
     context = run.context
-    if context.timed_out:
+    # The flags behind timed_out and is_cancelled: on every job, and a property read is a call.
+    if context._timed_out:
         return timed_out(run.job, None)
-    if context.is_cancelled:
+    if context._cancelled:
         return cancelled(run, None, commit_cause(run))
     return verdict
 
