@@ -104,8 +104,6 @@ UNSET = Unset()
 
 _NO_RESERVE: dict[Any, tuple[Any, ...]] = {}
 """A waiter's reservation until it becomes the head (never written)."""
-NOT_HELD: dict[int, tuple[LimiterIdentity, float]] = {}
-"""A waiter's holds until it is first held (never written: ``_pass._mark_held`` replaces it)."""
 _ABORT_SUCCEEDED = trio.lowlevel.Abort.SUCCEEDED  # read once: an Enum member read is slow
 
 
@@ -158,10 +156,11 @@ class Waiter:
         # Groups whose chain stopped at this waiter because it was held on another account:
         # they go on from here when it leaves the line.
         self.chained: list[Group] | None = None
-        # key id -> (identity, instant first held): ordered, so REJECTED follows marking order.
-        # Shared and empty until the waiter is first held (``_pass._mark_held`` gives it its
-        # own): a grant at once is never held, and a parked waiter holds one map, not two.
-        self.held: dict[int, tuple[LimiterIdentity, float]] = NOT_HELD
+        # Each account the waiter is held on, as (key id, identity, instant first held), in
+        # the order it was first held (so REJECTED follows marking order). A tuple, not a map:
+        # a waiter is held on one or two accounts, and a parked one then holds two small
+        # tuples, not a dict and its table.
+        self.held: tuple[tuple[int, LimiterIdentity, float], ...] = ()
         # The groups the waiter is in, one per account it is short on (a tuple: a parked
         # waiter is usually in one, and rarely changes groups).
         self.groups: tuple[Group, ...] = ()
@@ -241,6 +240,14 @@ def takes_what_it_set_aside(limiter: RateLimiter) -> bool:
             for name in ("fits", "try_take", "earliest_fit", "give", "_ask", "_permits")
         )
     return answer
+
+
+def is_held(w: Waiter, key_id: int) -> bool:
+    """Whether ``w`` is held on the account whose identity has id ``key_id``."""
+    for hold in w.held:
+        if hold[0] == key_id:
+            return True
+    return False
 
 
 def _signature(demand: tuple[Any, ...], seq: int) -> Hashable:

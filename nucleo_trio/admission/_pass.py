@@ -24,7 +24,6 @@ from ..errors import CancellationRequested, LLMReadableError, UncorrectableError
 from ._accounts import unuse
 from ._answers import answer
 from ._line import (
-    NOT_HELD,
     NOTHING,
     UNSET,
     Account,
@@ -32,6 +31,7 @@ from ._line import (
     Unset,
     Waiter,
     continue_chain,
+    is_held,
     join,
     leave_groups,
     leave_line,
@@ -268,8 +268,7 @@ def attempt(m: Admission, w: Waiter, head: Waiter | None, now: float) -> int:
                 continue
             if fits is not False:
                 fits = answer("fits", fits)  # not a bool: raises
-            if account.key_id not in w.held:
-                _mark_held(m, w, account, entry, now)
+            _mark_held(m, w, account, entry, now)  # (once per account: EVT-04)
             if account.exact:
                 # A counting gate that keeps the gate's own questions names no instant: only
                 # a give frees a permit (its earliest_fit answers None, and fits has already
@@ -457,7 +456,7 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
     waits: Mapping[str, int] = NO_WAITS  # a waiter never held waited on no account
     if held:
         waits = {}
-        for key, since in held.values():
+        for _, key, since in held:
             name = name_of(key)
             ms = whole_ms(now - since)
             if name in waits:
@@ -491,9 +490,16 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
         # The held counts come back into balance, and with an emitter each entry reports
         # its grant (with nobody listening and nothing held, nothing is left to do).
         counts = m._held_counts
+        # The holds not yet answered by an entry's grant: what is left is memory's (and
+        # anything else the waiter was held on).
+        unanswered = list(held)
         for account, entry in w.asks:
             key_id = account.key_id
-            was_held = held.pop(key_id, None)
+            was_held = None
+            for index, hold in enumerate(unanswered):
+                if hold[0] == key_id:
+                    was_held = unanswered.pop(index)
+                    break
             if was_held is None:
                 if emitting:
                     emit(
@@ -515,11 +521,11 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
                     w,
                     counts[key_id],
                     _GRANTED_FROM_HOLD,
-                    max(0.0, now - was_held[1]),
+                    max(0.0, now - was_held[2]),
                     None,
                     entry,
                 )
-        for key_id, (key, since) in held.items():
+        for key_id, key, since in unanswered:
             # Memory (EVT-05), and anything else the waiter was held on.
             counts[key_id] -= 1
             if emitting:
@@ -533,7 +539,7 @@ def _grant(m: Admission, w: Waiter, now: float) -> None:
                     None,
                     1,
                 )
-        held.clear()
+        w.held = ()
     w.grant = grant
     leave_line(m, w)
     w.asks = ()  # the claim on the accounts is the grant's now
@@ -563,7 +569,7 @@ def reject(
     *,
     refusing: Account | None = None,
 ) -> None:
-    was_held = refusing is not None and refusing.key_id in w.held
+    was_held = refusing is not None and is_held(w, refusing.key_id)
     reject_held(m, w, reason, now)
     if refusing is not None and not was_held:
         # EVT-07: the refusing account had not held the job; it reports the refusal too.
@@ -585,11 +591,11 @@ def reject(
 
 def reject_held(m: Admission, w: Waiter, reason: str, now: float | None) -> None:
     counts = m._held_counts
-    for key_id, (key, since) in w.held.items():
+    held, w.held = w.held, ()
+    for key_id, key, since in held:
         counts[key_id] -= 1
         wait = 0.0 if now is None else max(0.0, now - since)
         emit(m, key, w, counts[key_id], _REJECTED, wait, reason, 1)
-    w.held.clear()
 
 
 def _mark_held(
@@ -597,12 +603,9 @@ def _mark_held(
 ) -> None:
     """HELD at most once per waiter per account (EVT-04), with the post-increment count."""
     key_id = account.key_id
-    held = w.held
-    if key_id in held:
+    if is_held(w, key_id):
         return
-    if held is NOT_HELD:
-        held = w.held = {}  # the waiter's own, from its first hold
-    held[key_id] = (account.key, now)
+    w.held = (*w.held, (key_id, account.key, now))
     count = m._held_counts[key_id] = m._held_counts.get(key_id, 0) + 1
     if account is m._memory_account:
         m._off_memory.pop(w.seq, None)

@@ -39,7 +39,17 @@ from ._accounts import (
     unuse,
     unwire,
 )
-from ._line import DEADLINE_SLACK, UNSET, Account, Group, Unset, Waiter, push, request_pass
+from ._line import (
+    DEADLINE_SLACK,
+    UNSET,
+    Account,
+    Group,
+    Unset,
+    Waiter,
+    is_held,
+    push,
+    request_pass,
+)
 from ._pass import (
     CANCELLED_WHILE_PARKED,
     GRANTED,
@@ -262,7 +272,7 @@ class Admission:
         held on, in the order it was first held on each.
         """
         return tuple(
-            (w.context, w.arrival, tuple(name_of(key) for key, _ in w.held.values()))
+            (w.context, w.arrival, tuple(name_of(key) for _, key, _ in w.held))
             for w in itertools.islice(self._line.values(), limit)
         )
 
@@ -462,7 +472,7 @@ class Admission:
             w.take_the_head()
         self._line[w.seq] = w
         w.in_line = True
-        if w.resourceful and self._memory_account.key_id not in w.held:
+        if w.resourceful and not is_held(w, self._memory_account.key_id):
             self._off_memory[w.seq] = w
         push(self, w.seq, None)
         request_pass(self)
