@@ -364,7 +364,7 @@ class Life:
         its first checkpoint)."""
         assert self.jobs is not None
         self._tasks += 1
-        if self._idle.is_set():
+        if self._tasks == 1:  # the idle event is set exactly while no job's task runs
             self._idle = trio.Event()
         self.jobs.start_soon(self._run_job, arg, name=self._job_task_name)
 
