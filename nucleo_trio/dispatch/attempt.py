@@ -445,7 +445,8 @@ class JobRun:
             self.failure = failure
             if transactional and (failure is not None or context.timed_out or context.is_cancelled):
                 await roll_back_onto(resources, failure)
-            self._tell_limiters(requirements, failure, reading)
+            if requirements is not NONE_REQUIRED:  # the default names no account to tell
+                self._tell_limiters(requirements, failure, reading)
         finally:
             context.is_executing_job_with_resources = False
             if timed:
