@@ -197,27 +197,25 @@ def slot_setters(cls: type) -> tuple[Callable[[Any, Any], None], ...]:
     return tuple(getattr(cls, field.name).__set__ for field in attrs.fields(cls))
 
 
-# Unpacked by name, so a field added to the snapshot without a setter here fails at import.
-(
-    _set_job_id,
-    _set_workflow_id,
-    _set_parent_job_id,
-    _set_user_id,
-    _set_job_class,
-    _set_job_class_qualname,
-    _set_kind,
-    _set_name,
-    _set_action,
-    _set_description,
-    _set_state,
-    _set_attempt_number,
-    _set_priority,
-    _set_timeout,
-    _set_metadata,
-    _set_created_at,
-    _set_started_at,
-    _set_ended_at,
-) = slot_setters(JobSnapshot)
+class _Draft(JobSnapshot):
+    """A snapshot being filled in: :func:`build_snapshot`'s object until its last field is set.
+
+    The snapshot's own layout (no slot of its own, no field of its own) without the frozen
+    class's ``__setattr__`` and ``__delattr__``, so each field is a plain slot store, which
+    CPython 3.11 specialises (about 80 instructions, against about 670 for a call of the slot's
+    setter and more for ``object.__setattr__``). Once every field is set, the object is given
+    its real class (``__class__ = JobSnapshot``): from then on it is a frozen snapshot like any
+    other, equal to and hashed like the constructor's. No draft ever leaves
+    :func:`build_snapshot`.
+    """
+
+    __slots__ = ()
+    # Both, so the class's attribute store is object's own (it is one type slot for the two).
+    __setattr__ = object.__setattr__
+    __delattr__ = object.__delattr__
+
+
+_new = object.__new__
 
 
 def build_snapshot(
@@ -245,32 +243,43 @@ def build_snapshot(
 
     The snapshot is the same, ``metadata`` frozen the same way; what is left out is the work
     around it. The constructor is called with eighteen keywords, which CPython matches one by
-    one, and writes each field through ``object.__setattr__``; here each goes straight through
-    its slot (about 16,000 instructions instead of 26,000, callgrind).
+    one, and writes each field through ``object.__setattr__``; here each is a slot store on a
+    :class:`_Draft`, which then becomes the snapshot (about 4,200 instructions instead of
+    26,000, callgrind; 14,300 when each field went through its slot's setter).
     """
-    snapshot: JobSnapshot = _new(JobSnapshot)
-    _set_job_id(snapshot, job_id)
-    _set_workflow_id(snapshot, workflow_id)
-    _set_parent_job_id(snapshot, parent_job_id)
-    _set_user_id(snapshot, user_id)
-    _set_job_class(snapshot, job_class)
-    _set_job_class_qualname(snapshot, job_class_qualname)
-    _set_kind(snapshot, kind)
-    _set_name(snapshot, name)
-    _set_action(snapshot, action)
-    _set_description(snapshot, description)
-    _set_state(snapshot, state)
-    _set_attempt_number(snapshot, attempt_number)
-    _set_priority(snapshot, priority)
-    _set_timeout(snapshot, timeout)
-    _set_metadata(snapshot, _freeze(metadata))
-    _set_created_at(snapshot, created_at)
-    _set_started_at(snapshot, started_at)
-    _set_ended_at(snapshot, ended_at)
-    return snapshot
+    # Any: to a type checker the draft's fields are the frozen snapshot's.
+    snapshot: Any = _new(_Draft)
+    snapshot.job_id = job_id
+    snapshot.workflow_id = workflow_id
+    snapshot.parent_job_id = parent_job_id
+    snapshot.user_id = user_id
+    snapshot.job_class = job_class
+    snapshot.job_class_qualname = job_class_qualname
+    snapshot.kind = kind
+    snapshot.name = name
+    snapshot.action = action
+    snapshot.description = description
+    snapshot.state = state
+    snapshot.attempt_number = attempt_number
+    snapshot.priority = priority
+    snapshot.timeout = timeout
+    snapshot.metadata = _freeze(metadata)
+    snapshot.created_at = created_at
+    snapshot.started_at = started_at
+    snapshot.ended_at = ended_at
+    snapshot.__class__ = JobSnapshot
+    built: JobSnapshot = snapshot
+    return built
 
 
-_new = object.__new__
+# A field added to the snapshot and not written by build_snapshot fails here, at import (the
+# names a function's code stores to are among its co_names), rather than in a listener's read.
+_unwritten = {field.name for field in attrs.fields(JobSnapshot)} - set(
+    build_snapshot.__code__.co_names
+)
+if _unwritten:
+    raise RuntimeError(f"build_snapshot does not write {sorted(_unwritten)}")
+del _unwritten
 
 
 class _ClassFacts:
