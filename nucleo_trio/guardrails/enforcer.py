@@ -93,8 +93,8 @@ class StandardGuardrailEnforcer:
     ) -> BaseException | None:
         """The third wall: the refusal for ``job`` submitted by ``caller``, or ``None``; an
         admitted job's guard is captured (and an orchestrator's sealed) on the way."""
-        if is_guard_under_enforcement(job, caller):
-            assert caller is not None
+        # A root submission (no caller) is never a guard under enforcement: not asked.
+        if caller is not None and is_guard_under_enforcement(job, caller):
             return self._internal_door(job, caller)
         bound = _NO_GUARD if caller is None else caller.scope_guard or _NO_GUARD
         if getattr(job, "input", None) is None and _makes_no_claims(type(job)):
