@@ -26,7 +26,6 @@ __all__ = [
     "build_snapshot",
     "class_facts",
     "forget_class_facts",
-    "slot_setters",
 ]
 
 
@@ -189,12 +188,6 @@ class JobSnapshot:
     def with_metadata(self, metadata: Mapping[str, Any]) -> JobSnapshot:
         """A copy whose metadata is a read-only copy of ``metadata`` (replaced, not merged)."""
         return attrs.evolve(self, metadata=metadata)
-
-
-def slot_setters(cls: type) -> tuple[Callable[[Any, Any], None], ...]:
-    """The setter of each of a slotted attrs class's fields, in field order: the slot's own
-    descriptor, which is what the class's ``__init__`` writes through."""
-    return tuple(getattr(cls, field.name).__set__ for field in attrs.fields(cls))
 
 
 class _Draft(JobSnapshot):
