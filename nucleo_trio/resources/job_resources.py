@@ -258,33 +258,45 @@ class JobResources:
     leaves the aborted handles for a later :meth:`aclose`.
     """
 
-    # One per attempt: slots make it one allocation with no instance dict.
+    # One per attempt: what every attempt reads is a slot, set in __init__. The transaction's
+    # and the close's bookkeeping below is read only once handles are open or a close is
+    # forced, and an attempt with no database never writes it: it starts as these class-level
+    # defaults (immutable, so shared safely; the id sets are frozensets, so a stray ``add``
+    # fails loudly), and an attempt that writes one gets it in its own ``__dict__`` (made then,
+    # not at construction). The plain attempt thus costs a dozen slot stores, not two dozen.
     __slots__ = (
-        "_aborted",
+        "__dict__",
         "_admission",
-        "_answered",
-        "_closed_handles",
-        "_closer",
-        "_closing",
-        "_closing_handles",
         "_commit",
         "_commit_window",
-        "_committed",
         "_context",
-        "_force_requested",
         "_handles",
-        "_in_flight",
         "_materializing",
-        "_on_answer",
         "_providers",
         "_read_only",
         "_settled",
         "_spawn",
-        "_stop_at",
-        "_stop_requested",
         "executed",
         "grant",
     )
+
+    # The transaction: what committed, the answer a close waits on while the commit is in
+    # flight, and the callbacks of that answer. The id sets only fill once handles are open:
+    # materialize gives an attempt with databases sets of its own.
+    _committed: set[int] = _NO_IDS
+    _answered: trio.Event | None = None
+    _on_answer: list[Callable[[bool], object]] | None = None
+    _in_flight: tuple[DBResourceProvider, DBHandle, trio.CancelScope] | None = None
+    # A request to stop (a deadline, a cancel, a shutdown): when the commit window ends.
+    _stop_at: float | None = None
+    _stop_requested: trio.Event | None = None
+    # The close: handles whose close started and returned, handles aborted, who closes.
+    _closing_handles: set[int] = _NO_IDS
+    _closed_handles: set[int] = _NO_IDS
+    _aborted: set[int] = _NO_IDS
+    _closer: _Closer = _NOBODY
+    _closing: trio.Event | None = None
+    _force_requested: bool = False
 
     def __init__(
         self,
@@ -305,28 +317,9 @@ class JobResources:
         self._read_only = read_only
         self._spawn = spawn
         self._commit_window = commit_window
-        # Every attribute is the instance's own from the start: an attribute read that falls
-        # through to the class misses CPython's specialised instance read on every access.
         self._handles: Mapping[DBResourceProvider, DBHandle] = _NO_HANDLES
-        # The transaction: what committed, where the commit is, its answer. The id sets below
-        # only fill once handles are open, so until then every attempt shares one empty
-        # frozenset (materialize gives an attempt with databases sets of its own).
-        self._committed: set[int] = _NO_IDS
-        self._commit = _NOT_SENT
-        self._answered: trio.Event | None = None  # what a close waits on while it is in flight
-        self._on_answer: list[Callable[[bool], object]] | None = None
-        self._in_flight: tuple[DBResourceProvider, DBHandle, trio.CancelScope] | None = None
-        # A request to stop (a deadline, a cancel, a shutdown): when the commit window ends.
-        self._stop_at: float | None = None
-        self._stop_requested: trio.Event | None = None
-        # The close: handles whose close started and returned, handles aborted, who closes.
-        self._closing_handles: set[int] = _NO_IDS
-        self._closed_handles: set[int] = _NO_IDS
-        self._aborted: set[int] = _NO_IDS
-        self._closer = _NOBODY
-        self._closing: trio.Event | None = None
+        self._commit = _NOT_SENT  # where the commit is (commit_sent: read on every attempt)
         self._materializing: trio.Event | None = None
-        self._force_requested = False
         self.executed = False
         """Set when the job's work began: settling then releases (RELEASE accounts only)
         instead of rolling back every account, so a TIME account keeps what the work spent."""
@@ -659,8 +652,11 @@ class JobResources:
         Raises :class:`GrantReleaseError` as :meth:`aclose` does."""
         if self._handles or self._materializing is not None:
             return False
-        self._mark_released()
-        self._settle(rollback=not self.executed)
+        # Every attempt with no database closes here: _mark_released's one store inline, and
+        # _settle's flag passed positionally (a keyword costs the call its kwnames).
+        if self._context is not None:
+            self._context.is_executing_job_with_resources = False
+        self._settle(not self.executed)
         return True
 
     async def aclose(self) -> None:
@@ -844,7 +840,7 @@ class JobResources:
         if self._context is not None:
             self._context.is_executing_job_with_resources = False
 
-    def _settle(self, *, rollback: bool) -> None:
+    def _settle(self, rollback: bool) -> None:
         """Give the grant back, once; an account that raises is a :class:`GrantReleaseError`
         (ADM-45: admission gave every other account back first)."""
         if self._settled:
