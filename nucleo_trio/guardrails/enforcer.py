@@ -86,6 +86,10 @@ class StandardGuardrailEnforcer:
         self._output_guards: weakref.WeakKeyDictionary[JobContext, list[ContentGuardrail]] = (
             weakref.WeakKeyDictionary()
         )
+        # The plain dict behind it (keyed by weak references), read for "any at all?" on every
+        # job: the weak dictionary's own len() is a Python-level call. Empty exactly when no
+        # output guard waits.
+        self._output_refs: dict[Any, Any] = self._output_guards.data  # type: ignore[attr-defined]
 
     # -- the door -------------------------------------------------------------------------------
     def judge_submission(
@@ -97,9 +101,13 @@ class StandardGuardrailEnforcer:
         if caller is not None and is_guard_under_enforcement(job, caller):
             return self._internal_door(job, caller)
         bound = _NO_GUARD if caller is None else caller.scope_guard or _NO_GUARD
-        if getattr(job, "input", None) is None and _makes_no_claims(type(job)):
+        if (
+            getattr(job, "input", None) is None
+            and (_FACTS_BY_CLASS.get(type(job)) or _facts_of(type(job))).no_claims
+        ):
             # The common case: a plain tool with nothing to claim answers to its caller's guard.
-            job.context.seal_scope_guard(bound)
+            # (The field behind job.context, which a submitted job has: a property is a call.)
+            (job._context or job.context).seal_scope_guard(bound)
             return None
         return self.judge(job, bound)
 
@@ -155,24 +163,35 @@ class StandardGuardrailEnforcer:
         has no input or content guard (none declared, none attached), having recorded that none
         applied, or is itself a guard; then :meth:`before_resources` has nothing left to do
         and need not be awaited. ``False``: await :meth:`before_resources`."""
-        guarding = _guarding_of(type(job))
-        if guarding is _GUARD:
-            return True
-        if guarding is _NONE_DECLARED and not _attaches_any(job, context):
+        # The class's facts read inline, and the configuration asked inline whether it attaches
+        # anything (not in the common case): both sides ask both of every job, and each call
+        # avoided counts.
+        guarding = (_FACTS_BY_CLASS.get(type(job)) or _facts_of(type(job))).guarding
+        if guarding is _NONE_DECLARED:
+            dispatcher = context.dispatcher
+            # Attached guards are only built when the configuration attaches some.
+            if dispatcher is not None and dispatcher.config.guardrails:
+                if attached_guardrails(job, context):
+                    return False
             context.metadata[OBS_GUARDS_INPUT] = 0  # none applied (GRD-15)
             return True
-        return False
+        return guarding is _GUARD
 
     def output_settled_now(self, job: AbstractJob[Any], context: JobContext) -> bool:
         """The output side of the common case, as :meth:`input_settled_now`: ``True`` when no
         output guard waits for ``job`` (none applied is recorded); ``False``: await
         :meth:`after_release`."""
-        guarding = _guarding_of(type(job))
+        guarding = (_FACTS_BY_CLASS.get(type(job)) or _facts_of(type(job))).guarding
         if guarding is _GUARD:
             return True
-        if self._output_guards and context in self._output_guards:  # empty: no weak ref made
+        if self._output_refs and context in self._output_guards:  # empty: no weak ref made
             return False
-        if guarding is _NONE_DECLARED and not _attaches_any(job, context):
+        if guarding is _NONE_DECLARED:
+            dispatcher = context.dispatcher
+            # Attached guards are only built when the configuration attaches some.
+            if dispatcher is not None and dispatcher.config.guardrails:
+                if attached_guardrails(job, context):
+                    return False
             context.metadata[OBS_GUARDS_OUTPUT] = 0  # none applied (GRD-15)
             return True
         return False
@@ -317,21 +336,14 @@ def _declared(job: AbstractJob[Any], guards: Iterable[Any], kind: type, what: st
     return declared
 
 
-_NO_CLAIMS_BY_CLASS: dict[type, bool] = {}
-
-
 def _makes_no_claims(cls: type) -> bool:
     """True when jobs of ``cls`` can claim no scope whatever their instance holds besides an
     ``input``: not :class:`Scoped`, not a :class:`ScopeAuthority` (whose guard is composed at
-    its dispatch), not a guard, and the default guarded input target. Remembered per class."""
-    known = _NO_CLAIMS_BY_CLASS.get(cls)
-    if known is None:
-        known = (
-            not issubclass(cls, Scoped | ScopeAuthority | Guardrail)
-            and getattr(cls, "guarded_input_target", None) is GuardedExecution.guarded_input_target
-        )
-        _NO_CLAIMS_BY_CLASS[cls] = known
-    return known
+    its dispatch), not a guard, and the default guarded input target (see :class:`_Facts`)."""
+    return (
+        not issubclass(cls, Scoped | ScopeAuthority | Guardrail)
+        and getattr(cls, "guarded_input_target", None) is GuardedExecution.guarded_input_target
+    )
 
 
 _GUARD_DECLARATIONS = (
@@ -340,17 +352,6 @@ _GUARD_DECLARATIONS = (
     "admission_guardrails",
 )
 _NO_GUARDS_BY_CLASS: dict[type, bool] = {}
-
-
-_GUARD_CLASSES: dict[type, bool] = {}
-
-
-def _is_guard_class(cls: type) -> bool:
-    """``issubclass(cls, Guardrail)``, remembered per class (the dispatch path asks per job)."""
-    known = _GUARD_CLASSES.get(cls)
-    if known is None:
-        known = _GUARD_CLASSES[cls] = issubclass(cls, Guardrail)
-    return known
 
 
 def _declares_no_guards(cls: type) -> bool:
@@ -376,34 +377,42 @@ class _Guarding(enum.Enum):
     """Declares guards of its own (or may: it overrides a declaration)."""
 
 
-_GUARDING_BY_CLASS: dict[type, _Guarding] = {}
 # Read on every job: on CPython 3.11 a module global is found much faster than an enum
 # class's member (an attribute read on a class is never specialised there).
 _GUARD, _NONE_DECLARED = _Guarding.GUARD, _Guarding.NONE_DECLARED
 
 
 def _guarding_of(cls: type) -> _Guarding:
-    """:func:`_is_guard_class` and :func:`_declares_no_guards` in one answer, remembered per
-    class: the two the attempt asks of every job, on each side."""
-    known = _GUARDING_BY_CLASS.get(cls)
-    if known is None:
-        if _is_guard_class(cls):
-            known = _Guarding.GUARD
-        elif _declares_no_guards(cls):
-            known = _Guarding.NONE_DECLARED
-        else:
-            known = _Guarding.DECLARED
-        _GUARDING_BY_CLASS[cls] = known
-    return known
+    """Whether ``cls`` is a guard, and else :func:`_declares_no_guards`, in one answer."""
+    if issubclass(cls, Guardrail):
+        return _Guarding.GUARD
+    if _declares_no_guards(cls):
+        return _Guarding.NONE_DECLARED
+    return _Guarding.DECLARED
 
 
-def _attaches_any(job: AbstractJob[Any], context: JobContext) -> bool:
-    """Whether the configuration attaches any guard to ``job``: :func:`attached_guardrails`
-    is only built (and its guards made) when it has some to attach."""
-    dispatcher: JobDispatcher | None = context.dispatcher
-    if dispatcher is None or not dispatcher.config.guardrails:
-        return False
-    return bool(attached_guardrails(job, context))
+class _Facts:
+    """What a job class's own declarations settle for every job of it, remembered per class
+    (:func:`_facts_of`): the door asks whether it can claim a scope, each side of the attempt
+    what it makes of the guard steps. Only the class is read, never an instance: a guard is
+    attached by the configuration to a class (the dispatcher's, asked per job) and a claim on
+    an instance rides its ``input``, which the door reads per job."""
+
+    __slots__ = ("guarding", "no_claims")
+
+    def __init__(self, cls: type) -> None:
+        self.no_claims = _makes_no_claims(cls)
+        self.guarding = _guarding_of(cls)
+
+
+_FACTS_BY_CLASS: dict[type, _Facts] = {}
+"""Read inline on the dispatch path (``_FACTS_BY_CLASS.get(cls) or _facts_of(cls)``): three
+questions a job, one dictionary look-up each and no call."""
+
+
+def _facts_of(cls: type) -> _Facts:
+    facts = _FACTS_BY_CLASS[cls] = _Facts(cls)
+    return facts
 
 
 def _of_kind(guards: Iterable[Guardrail], kind: type) -> list[Any]:
