@@ -166,14 +166,22 @@ def demand_of(
     demand = Demand() if into is None else into
     if requirements is None:
         return demand
+    # Asked of every attempt, so read plainly: whether the demand holds anything is followed
+    # here (Demand.is_empty is a property, a call), and the limiters are the requirements'
+    # own list (JobRequirements.limiters copies it into a tuple, behind a property).
+    holds = into is not None and not into.is_empty
     if requirements.needs_http:
         demand.add(http_gate, None)
-    for need in requirements.limiters:
+        holds = True
+    for need in requirements.rate_limiters:
         demand.add(need.limiter, need.amount)
+        holds = True
     for provider in providers:
         demand.add(provider.admission(), None)
-    if requirements.memory_bytes is not None or not demand.is_empty:
-        _add_memory_claim(demand, requirements.memory_bytes)
+        holds = True
+    declared = requirements.memory_bytes
+    if holds or declared is not None:
+        _add_memory_claim(demand, declared)
     return demand
 
 
@@ -182,8 +190,10 @@ def _add_memory_claim(demand: Demand, declared: int | None) -> None:
     the estimate learnt for its class (none yet: nothing is added and the gate paces the job by
     its line alone). Outside a job, or with no memory pressure gate, nothing is added."""
     context = current_job()
-    admission = getattr(getattr(context, "dispatcher", None), "admission", None)
-    gate = getattr(admission, "memory", None)
+    if context is None or context.dispatcher is None:  # outside a job, or any dispatcher
+        return
+    # The field behind Admission.memory (a property read is a call).
+    gate = context.dispatcher.admission._memory
     if not isinstance(gate, MemoryPressureGate):
         return
     claim = gate.claim_for(context, declared)
