@@ -211,6 +211,10 @@ class JobContext:
     description: str | None = None
     """What this one job does, for people; when set, snapshots carry it in place of the
     class's ``@tool_description``. ``None`` by default."""
+    progress_percent: int | None = None
+    """The last percentage (0 to 100) given to :meth:`publish`; ``None`` until one is."""
+    progress_message: str | None = None
+    """The last progress :meth:`publish` reported, as a string; ``None`` until then."""
 
     def __init__(
         self,
@@ -255,10 +259,6 @@ class JobContext:
         """When the job first turned ``RUNNING``, in wall-clock seconds; ``None`` until then."""
         self.completed_at: float | None = None
         """When the job reached a terminal state, in wall-clock seconds; ``None`` until then."""
-        self.progress_percent: int | None = None
-        """The last percentage (0 to 100) given to :meth:`publish`; ``None`` until one is."""
-        self.progress_message: str | None = None
-        """The last progress :meth:`publish` reported, as a string; ``None`` until then."""
         self._result: Any = None
         self._has_result = False
         self.is_executing_job_with_resources = False
@@ -340,39 +340,32 @@ class JobContext:
             raise RuntimeError(
                 f"illegal state transition for {self.job.name}: {self._state.value} -> {state.value}"
             )
-        self._enter(state)
+        self.try_transition(state)
 
     def try_transition(self, state: JobState) -> bool:
         """Move to ``state`` unless the job is already terminal; answers whether it moved."""
         if self._state.is_terminal:
             return False
-        self._enter(state)
-        return True
-
-    def _enter(self, state: JobState) -> None:
+        # Every move of the state is made here, in one call (three on every job): a terminal
+        # state is only ever entered here, so the first entry finds completed_at unset and
+        # does the terminal bookkeeping once.
         self._state = state
-        if state is _RUNNING and self.started_at is None:
-            self.started_at = time.time()
         if state.is_terminal:
             self._completed = True
             if self._timeout_callbacks is not None:
                 self._timeout_callbacks.drop()
-            if self.completed_at is None:
-                self.completed_at = time.time()
+            self.completed_at = time.time()
+        elif state is _RUNNING and self.started_at is None:
+            self.started_at = time.time()
+        return True
 
     def complete(self, result: Any) -> bool:
         """Record the result and turn ``COMPLETED`` unless a terminal state won first;
         answers whether it moved."""
-        # ST-03: the first terminal state wins.
+        # ST-03: the first terminal state wins (and did the terminal bookkeeping).
         self._result = result
         self._has_result = True
-        moved = self.try_transition(_COMPLETED)
-        self._completed = True
-        if self._timeout_callbacks is not None:
-            self._timeout_callbacks.drop()
-        if self.completed_at is None:
-            self.completed_at = time.time()
-        return moved
+        return self.try_transition(_COMPLETED)
 
     def set_result(self, result: Any) -> None:
         """Hold the result before the job turns ``COMPLETED``, so ``post_execute`` can read it
@@ -542,7 +535,7 @@ class JobContext:
         if self._state.is_terminal:
             return
         if self._state in (JobState.QUEUED, JobState.SCHEDULED):
-            self._enter(JobState.RUNNING)
+            self.try_transition(JobState.RUNNING)
         self._record_progress(data, percent)
 
     def publish_user_progress(self, title: str, message: str, percent: int | None = None) -> None:
@@ -592,8 +585,10 @@ class JobContext:
         dispatcher calls it after each grant."""
         if ms < 0:
             raise ValueError(f"record_admission_wait: a wait cannot be negative, got {ms!r} ms")
-        self.metadata[META_ADMISSION_WAIT_MS] = self.metadata.get(META_ADMISSION_WAIT_MS, 0) + int(
-            ms
+        # Once per attempt: int() only for what is not an int already (a call each time).
+        metadata = self.metadata
+        metadata[META_ADMISSION_WAIT_MS] = metadata.get(META_ADMISSION_WAIT_MS, 0) + (
+            ms if type(ms) is int else int(ms)
         )
 
     # -- dependencies ---------------------------------------------------------------------------

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import traceback
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
 
 from ..errors import JobDeadlockError
-from .context import current_job
+from .context import _current
 
 if TYPE_CHECKING:
     from ..bus.bus import Subscription
@@ -132,10 +132,18 @@ class JobHandle(Generic[R]):
         trio_token=handle.trio_token)`` waits in the right run; :meth:`outcome` answers from
         anywhere once :attr:`done`.
         """
-        self._check_run("result()")
+        # Every caller awaits this once per job: the run check's common answer (the job's own
+        # run) and current_job() are inline, and the outcome is read in place (the handle has
+        # settled once the wait is over). _check_run is the whole check.
+        try:
+            token: trio.lowlevel.TrioToken | None = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            token = None
+        if token is not self._token or token is None:
+            self._check_run("result()")
         if timeout is not None and (type(timeout) is not float or timeout != timeout):
             _check_wait(self.job.name, timeout)
-        caller = current_job()
+        caller = _current.get()
         if caller is not None and caller.is_executing_job_with_resources:
             raise JobDeadlockError(caller.job_id, self.job_id, _call_site())
         if self._done:
@@ -149,7 +157,10 @@ class JobHandle(Generic[R]):
             else:
                 with trio.fail_after(timeout if timeout >= 0 else 0):
                     await event.wait()
-        return self.outcome()
+        if self._error is not None:
+            raise self._error
+        result: R = self._result
+        return result
 
     def _check_run(self, call: str) -> None:
         """Refuse a call from outside the job's trio run, before it touches anything of it."""
@@ -177,7 +188,8 @@ class JobHandle(Generic[R]):
             raise RuntimeError(f"{self.job.name} has not settled yet")
         if self._error is not None:
             raise self._error
-        return cast(R, self._result)
+        result: R = self._result  # (typing.cast would be a call)
+        return result
 
     def cancel(self, reason: str = "Job cancelled") -> bool:
         """The cooperative cancel of ``dispatcher.cancel(job_id, reason)``: answers whether the
@@ -209,9 +221,11 @@ class JobHandle(Generic[R]):
             return
         self._result = result
         self._error = error
-        subscriptions, self._subscriptions = self._subscriptions, None
-        for subscription in subscriptions or ():
-            subscription.unsubscribe()
+        subscriptions = self._subscriptions
+        if subscriptions is not None:  # most handles never had a workflow observer
+            self._subscriptions = None
+            for subscription in subscriptions:
+                subscription.unsubscribe()
         self._done = True
         event = self._event
         if event is not None:
