@@ -25,7 +25,7 @@ _RELEASE = Replenishment.RELEASE
 _RELEASED = LimiterEventType.RELEASED
 
 
-def settle(m: Admission, grant: Grant, *, everything: bool) -> None:
+def settle(m: Admission, grant: Grant, everything: bool) -> None:
     """Settle ``grant`` once: its RELEASE accounts, or with ``everything`` all of them, get
     their amounts back, and a completion goes to memory (ADM-45..47)."""
     if not isinstance(grant, Grant):

@@ -399,7 +399,8 @@ class Admission:
             raise TypeError(
                 f"Admission.enter: demand must be a Demand, got {type(demand).__name__}"
             )
-        self._check_open()
+        if self._stopped or self._defect is not None:
+            self._check_open()  # raises
         entries = tuple(demand._entries)  # Demand.entries, without the property's call
         if not entries and not self._line:
             # ADM-11's inline attempt of an empty demand grants it at once, touching nothing and
@@ -536,12 +537,12 @@ class Admission:
         Raises :class:`TypeError` for something other than a :class:`Grant`, and
         :class:`ValueError` for a grant another :class:`Admission` issued.
         """
-        settle(self, grant, everything=False)
+        settle(self, grant, False)
 
     def rollback(self, grant: Grant) -> None:
         """Give back every account, TIME ones included: the work never happened. Otherwise as
         :meth:`release`."""
-        settle(self, grant, everything=True)
+        settle(self, grant, True)
 
     # -- stop and defects -------------------------------------------------------------------------
     def stop(self) -> None:

@@ -620,7 +620,10 @@ class MessageBus:
             return False
         if self._unscoped_hears_jobs:
             return True
-        return workflow_id is not None and bool(self._by_workflow.get(workflow_id))
+        by_workflow = self._by_workflow  # (a workflow's entry goes with its last subscription)
+        if not by_workflow:
+            return False
+        return workflow_id in by_workflow
 
     # -- subscribing --------------------------------------------------------------------------
 

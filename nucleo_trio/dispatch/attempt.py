@@ -27,7 +27,7 @@ import itertools
 import logging
 import random
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import trio
 
@@ -49,6 +49,7 @@ from ..errors import (
 )
 from ..errors._groups import Reading, read_raised
 from ..guardrails import StandardGuardrailEnforcer
+from ..jobs.context import META_ADMISSION_WAIT_MS
 from ..jobs.job import NONE_REQUIRED, AbstractJob, requirements_of
 from ..jobs.state import JobState
 from ..models.runtime import ModelDemandAssembler, binding_accounts
@@ -109,37 +110,20 @@ MAX_TRUNCATION_RETRIES = 1
 _sequence = itertools.count()
 
 
-class FirstAdmission:
-    """The first attempt's admission when the job's task asks it before the job's nursery
-    opens (:meth:`JobRun.admit_first`), and what it came to.
+FirstAdmission: TypeAlias = "Grant | Ticket | Exception"
+"""The first attempt's admission when the job's task asks it before the job's nursery opens
+(:meth:`JobRun.admit_first`), and what it came to: the grant; or, while the task still waits in
+admission's line for it, the :data:`~nucleo_trio.admission.Ticket` that is its place there (the
+task waits before it opens the nursery, so a parked job holds neither its nursery nor a frame of
+its execution); or what the admission or the wait raised (the cancel check,
+``requirements()``, the demand, a refusal), which :meth:`JobRun.execute` raises where the
+admission would have been, so it is judged (re-run or verdict) exactly as an admission inside
+the nursery is. The requirements that attempt captured (SUB-10) and their providers are the
+record's :attr:`JobRun.first_requirements` and :attr:`JobRun.first_providers`."""
 
-    Admitted: the ``requirements`` captured for the attempt (SUB-10), their ``providers``
-    (databases), and the ``grant``; while the task still waits in admission's line for it,
-    ``ticket`` is its place there (the task waits before it opens the nursery, so a parked job
-    holds neither its nursery nor a frame of its execution). Or not: ``failure`` is what the
-    admission or the wait raised (the cancel check, ``requirements()``, the demand, a refusal),
-    which :meth:`JobRun.execute` raises where the admission would have been, so it is judged
-    (re-run or verdict) exactly as an admission inside the nursery is.
-    """
-
-    __slots__ = ("failure", "grant", "providers", "requirements", "ticket")
-
-    def __init__(
-        self,
-        requirements: JobRequirements | None = None,
-        providers: tuple[DBResourceProvider, ...] = (),
-        entered: Grant | Ticket | None = None,
-        failure: Exception | None = None,
-    ) -> None:
-        self.requirements = requirements
-        self.providers = providers
-        self.grant: Grant | None = None
-        self.ticket: Ticket | None = None
-        if isinstance(entered, Grant):
-            self.grant = entered
-        else:
-            self.ticket = entered
-        self.failure = failure
+_NO_DEMAND = Demand()
+"""The demand of the shared default requirements under the built-in assembler: nothing.
+Admission only reads it (its entries, none), so every such attempt hands it the same one."""
 
 
 class Runtime:
@@ -187,6 +171,8 @@ class JobRun:
         "deadline_call",
         "dependencies",
         "failure",
+        "first_providers",
+        "first_requirements",
         "grace_call",
         "handle",
         "held",
@@ -240,6 +226,8 @@ class JobRun:
         self.budget = 0.0
         self.deadline_call: TimerHandle | None = None
         self.grace_call: TimerHandle | None = None
+        # first_requirements and first_providers, the first attempt's capture when it is
+        # admitted before the nursery opens, are written by admit_first and read only after.
 
     # -- the lanes and the stop -----------------------------------------------------------------
     def sort_key(self) -> tuple[int, int]:
@@ -293,7 +281,7 @@ class JobRun:
         enforcer answers at once (no input guard). ``None`` otherwise: :meth:`execute` then
         admits the first attempt inside the nursery, as it admits every re-run.
 
-        The answer is the :class:`FirstAdmission`: granted, or a place in admission's line the
+        The answer is the :data:`FirstAdmission`: the grant, or a place in admission's line the
         job's task waits in before it opens the nursery, or what the admission raised. It
         never raises an :class:`Exception` itself: :meth:`execute` raises the failure where
         the admission would have been, so it is judged (re-run or verdict) exactly as there.
@@ -307,14 +295,16 @@ class JobRun:
         ):
             return None  # execute runs the input guards, and asks input_settled_now again
         try:
-            context.check_cancellation()
+            if context._cancelled:  # the flag behind is_cancelled: a call only when it raises
+                context.check_cancellation()
             # The door's capture served routing; every attempt captures afresh (SUB-10).
-            requirements = requirements_of(job)
-            providers = providers_of(dispatcher.databases, requirements)
-            entered = self._admit(requirements, providers)
+            self.first_requirements = requirements = requirements_of(job)
+            self.first_providers = providers = (
+                providers_of(dispatcher.databases, requirements) if requirements.databases else ()
+            )
+            return self._admit(requirements, providers)
         except Exception as failure:  # noqa: BLE001 - raised by execute, where it is judged
-            return FirstAdmission(failure=failure)
-        return FirstAdmission(requirements, providers, entered)
+            return failure
 
     async def execute(self, first: FirstAdmission | None = None) -> Verdict:
         """The job's execution, inside its own nursery: the dependencies, the input guards, the
@@ -362,11 +352,11 @@ class JobRun:
                             grant = await dispatcher.admission.wait(entered)
                     else:  # the first attempt, admitted before the nursery opened
                         admitted, first = first, None
-                        if admitted.failure is not None:
-                            raise admitted.failure  # judged as the admission's own, below
-                        assert admitted.requirements is not None and admitted.grant is not None
-                        requirements, providers = admitted.requirements, admitted.providers
-                        grant = admitted.grant
+                        if isinstance(admitted, Exception):
+                            raise admitted  # judged as the admission's own, below
+                        assert type(admitted) is Grant  # the task waited for a ticket's grant
+                        grant = admitted
+                        requirements, providers = self.first_requirements, self.first_providers
                     # Nothing awaits between the grant and _attempt's first step, which holds it.
                     result = await self._attempt(grant, requirements, providers, hooks)
                     break
@@ -378,7 +368,7 @@ class JobRun:
                     delay = reruns.count(signal)
                     if delay is not None:
                         await pace(context, delay)
-            context.set_result(result)
+            context._result, context._has_result = result, True  # context.set_result, inline
             if standard is None or not standard.output_settled_now(job, context):
                 await guardrails.after_release(job, context, result)
             if hooks.post_execute:
@@ -387,7 +377,11 @@ class JobRun:
             if is_cancellation(exc) or _fatal_in(exc) is not None:
                 raise
             return verdict_for(self, exc)
-        return settled_verdict(self, Verdict(_COMPLETED, result))  # (state, result)
+        verdict = Verdict(_COMPLETED, result)  # (state, result)
+        # The flags behind timed_out and is_cancelled: settled_verdict only when one is up.
+        return (
+            settled_verdict(self, verdict) if context._timed_out or context._cancelled else verdict
+        )
 
     # -- one attempt ----------------------------------------------------------------------------
     async def _attempt(
@@ -453,7 +447,8 @@ class JobRun:
                 deadline.disarm(self)
             # Close.
             try:
-                if self.nursery_cancelled():
+                # (nursery_cancelled() is asked only when it may answer yes.)
+                if (self.interrupted or self.grace_call is not None) and self.nursery_cancelled():
                     # Phase two or shutdown: no checkpoint may replace the job's own verdict,
                     # so what is still open is aborted, and closed in the background before
                     # its permits go back.
@@ -483,7 +478,7 @@ class JobRun:
             # The shared default requirements declare nothing (no model binding, no http, no
             # limiter, no database, no memory promise): the built-in assembler would answer
             # an empty demand, so it is not asked.
-            demand = Demand()
+            demand = _NO_DEMAND
         else:
             demand = assembler.assemble(requirements, context, dispatcher.http_gate, providers)
         context.attempt += 1
@@ -498,16 +493,22 @@ class JobRun:
         """What the grant holds, as the attempt's resources; its waits are recorded."""
         context = self.context
         wall_wait = grant.wall_wait
-        context.record_admission_wait(whole_ms(wall_wait) if wall_wait else 0)
-        for account, ms in grant.wait_times_ms.items():
-            context.record_resource_wait(account, ms)
-        resources = JobResources(
-            self.runtime.dispatcher.admission,
+        if wall_wait:
+            context.record_admission_wait(whole_ms(wall_wait))
+        else:  # granted at once: the wait recorded is the one so far (record_admission_wait(0))
+            context.metadata.setdefault(META_ADMISSION_WAIT_MS, 0)
+        waits = grant.wait_times_ms
+        if waits:  # (an account may have held the job for no time: its 0 ms is recorded)
+            for account, ms in waits.items():
+                context.record_resource_wait(account, ms)
+        runtime = self.runtime
+        resources = JobResources(  # by position: keywords cost a call more here
+            runtime.dispatcher.admission,
             grant,
             providers,
-            context=context,
-            read_only=requirements.read_only,
-            spawn=self.runtime.spawn_system,
+            context,
+            requirements.read_only,
+            runtime.spawn_system,
         )
         if grant.entries:
             context.is_executing_job_with_resources = True

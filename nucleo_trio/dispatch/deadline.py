@@ -43,15 +43,12 @@ log = logging.getLogger("nucleo_trio.dispatcher")
 def arm(run: JobRun, resources: JobResources, budget: float) -> None:
     """Arm the attempt's two-phase timeout: phase one ``budget`` seconds from now, on
     ``resources``. The timers live on the job's record (no object of their own)."""
-    context = run.context
-    context.arm_deadline(budget)
+    # context.arm_deadline(budget), inline: the deadline is read back for the timekeeper
+    run.context.deadline = when = trio.current_time() + budget
     run.held = resources
     run.budget = budget
     run.grace_call = None
-    run.deadline_call = run.runtime.timekeeper.call_at(
-        context.deadline,  # type: ignore[arg-type] # a budget arms a deadline
-        run.at_deadline,
-    )
+    run.deadline_call = run.runtime.timekeeper.call_at(when, run.at_deadline)
 
 
 def phase_one(run: JobRun) -> None:

@@ -34,7 +34,9 @@ class DependencyGraph:
         self._waited_on: dict[str, int] = {}
         """How many live jobs name each job id as a dependency: only such an id can close a
         cycle when it is submitted."""
-        self._submitted_waiters: dict[str, list[trio.Event]] = {}
+        self.submission_waiters: dict[str, list[trio.Event]] = {}
+        """For each job id named before it was submitted: the waits on it (read on every
+        submission, so it is asked of the dict before :meth:`submitted` is called)."""
         self.awaiting_submission: dict[str, str] = {}
         """For each job parked until a dependency is submitted: that dependency's name."""
         self.on_awaiting: Callable[[], object] | None = None
@@ -94,12 +96,12 @@ class DependencyGraph:
 
     def submitted(self, job_id: str) -> None:
         """``job_id`` was just submitted: wake the jobs that named it before it was."""
-        for waiter in self._submitted_waiters.pop(job_id, ()):
+        for waiter in self.submission_waiters.pop(job_id, ()):
             waiter.set()
 
     def awaits_submission(self, job_id: str) -> bool:
         """Whether a job waits for ``job_id`` to be submitted."""
-        return job_id in self._submitted_waiters
+        return job_id in self.submission_waiters
 
     def held(self) -> dict[str, int]:
         """How many entries each table holds (all zero once every job settled): for the soak's
@@ -107,7 +109,7 @@ class DependencyGraph:
         return {
             "edges": len(self._edges),
             "waited_on": len(self._waited_on),
-            "submitted_waiters": len(self._submitted_waiters),
+            "submitted_waiters": len(self.submission_waiters),
             "awaiting_submission": len(self.awaiting_submission),
         }
 
@@ -115,7 +117,7 @@ class DependencyGraph:
         """A dependency named by its job: wait until it is submitted, then use its handle."""
         while job._context is None or job._context.handle is None:
             submitted = trio.Event()
-            waiters = self._submitted_waiters.setdefault(job.job_id, [])
+            waiters = self.submission_waiters.setdefault(job.job_id, [])
             waiters.append(submitted)
             self.awaiting_submission[context.job_id] = job.name
             if self.on_awaiting is not None:
@@ -126,8 +128,8 @@ class DependencyGraph:
                 del self.awaiting_submission[context.job_id]
                 if not submitted.is_set():  # cancelled: forget this waiter
                     waiters.remove(submitted)
-                    if not waiters and self._submitted_waiters.get(job.job_id) is waiters:
-                        del self._submitted_waiters[job.job_id]
+                    if not waiters and self.submission_waiters.get(job.job_id) is waiters:
+                        del self.submission_waiters[job.job_id]
         handle = job._context.handle
         assert handle is not None
         return handle

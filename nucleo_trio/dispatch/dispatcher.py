@@ -33,7 +33,7 @@ import pluggy
 import trio
 
 from .._watch import AsyncValue
-from ..admission import Admission, HttpConnectionGate
+from ..admission import Admission, HttpConnectionGate, Ticket
 from ..admission.limiter import LimiterEventType, LimiterIdentity, RateLimiter
 from ..admission.memory_gate import MemoryPressureGate
 from ..admission.memory_reader import memory_reader_from
@@ -65,7 +65,7 @@ from ..heartbeat import (
     ScheduleHeartbeat,
     heartbeat_store_from,
 )
-from ..jobs.context import OBS_CALLER_CLASS, JobContext, _current, current_job
+from ..jobs.context import OBS_CALLER_CLASS, JobContext, _current
 from ..jobs.handle import JobHandle
 from ..jobs.job import (
     NONE_REQUIRED,
@@ -583,7 +583,9 @@ class JobDispatcher:
         # SUB-01: refusals at the door are handles born failed; these raises are usage errors.
         if not self._life.is_running:
             raise self._not_running("submit()")
-        if not isinstance(job, AbstractJob):
+        # A job class has AbstractJob in its MRO: found there without ABCMeta's (Python)
+        # __instancecheck__; isinstance still answers for anything else.
+        if AbstractJob not in type(job).__mro__ and not isinstance(job, AbstractJob):
             raise UsageTypeError(
                 "dispatcher",
                 f"JobDispatcher.submit() takes a job, got {type(job).__name__}",
@@ -608,7 +610,7 @@ class JobDispatcher:
         if deps:  # no dependency closes no cycle
             self._graph.refuse_cycle(job, deps)
 
-        caller = current_job()
+        caller = _current.get()  # current_job()
         context = JobContext(
             job, job.user_id, dispatcher=self, metadata=metadata, publish=self._publish_event
         )
@@ -622,7 +624,8 @@ class JobDispatcher:
         handle._canceller = self._cancel_job
         context.handle = handle
         job_id = job.job_id
-        self._graph.submitted(job_id)
+        if self._graph.submission_waiters:  # anybody named a job before it was submitted?
+            self._graph.submitted(job_id)
 
         timeout: float | None = None
         try:
@@ -803,15 +806,15 @@ class JobDispatcher:
                 verdict: Verdict | None = None
                 try:
                     first = run.admit_first()
-                    if first is not None and first.ticket is not None:
+                    if type(first) is Ticket:
                         # Parked in admission's line before the nursery opens. What the wait
                         # raises (a refusal, a cancel) is the admission's failure, raised by
                         # the execution where the admission would have been; a trio.Cancelled
                         # leaves as below.
                         try:
-                            first.grant = await self.admission.wait(first.ticket)
+                            first = await self.admission.wait(first)
                         except Exception as failure:  # noqa: BLE001 - judged by execute
-                            first.failure = failure
+                            first = failure
                     async with trio.open_nursery() as job_nursery:
                         run.nursery = job_nursery
                         if run.interrupted:

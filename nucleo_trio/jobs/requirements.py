@@ -217,9 +217,10 @@ class JobRequirements:
         # JR-03
         if self.requires_http or self.model_bindings:
             return True
-        return bool(self.rate_limiters) and any(
-            bool(getattr(r.limiter, "requires_http_connection", False)) for r in self.rate_limiters
-        )
+        for r in self.rate_limiters:  # a loop, not any() over a generator: read per demand
+            if getattr(r.limiter, "requires_http_connection", False):
+                return True
+        return False
 
     @property
     def has_resources(self) -> bool:

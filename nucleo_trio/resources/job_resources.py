@@ -313,7 +313,6 @@ class JobResources:
         admission: Admission,
         grant: Grant,
         providers: Sequence[DBResourceProvider] = (),
-        *,
         context: JobContext | None = None,
         read_only: bool = False,
         spawn: Spawn | None = None,
