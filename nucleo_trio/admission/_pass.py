@@ -41,7 +41,7 @@ from ._line import (
     request_pass,
     schedule,
 )
-from .demand import DemandEntry, Grant
+from .demand import NO_WAITS, DemandEntry, Grant
 from .limiter import LimiterEventType, LimiterIdentity, name_of
 
 if TYPE_CHECKING:
@@ -61,7 +61,6 @@ _REJECTED = LimiterEventType.REJECTED
 
 CANCELLED_WHILE_PARKED = "Job cancelled while waiting for admission"
 
-NO_WAITS: Mapping[str, int] = MappingProxyType({})
 """The per-account waits of a grant that was held nowhere (shared: it is read-only)."""
 
 

@@ -39,7 +39,7 @@ def settle(m: Admission, grant: Grant, everything: bool) -> None:
         # Nothing to give back and no completion for memory; a pass still follows every
         # settlement (ADM-20), which costs an empty pass at most. With nobody in the line
         # that pass would find nothing, so it is skipped.
-        if not m.is_stopped and m._line:
+        if m._line and not m.is_stopped:  # (is_stopped is a property: asked last)
             pass_here(m)
         return
     # With nobody parked, nothing is marked and no pass follows: it would find nobody.

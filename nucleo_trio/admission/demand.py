@@ -226,10 +226,8 @@ def _limiter_name(limiter: object) -> str:
     return type(limiter).__name__
 
 
-def _frozen_waits(value: Mapping[str, int]) -> Mapping[str, int]:
-    if type(value) is MappingProxyType:
-        return value  # already read-only (the fast path's shared empty map)
-    return MappingProxyType(dict(value))
+NO_WAITS: Mapping[str, int] = MappingProxyType({})
+"""The waits of a grant made at once: none (read-only, shared)."""
 
 
 # No setattr hooks: attrs would otherwise run the converter on every later write, and its
@@ -250,12 +248,11 @@ class Grant:
     _snapshot: JobSnapshot | None = attrs.field(default=None, repr=False, alias="snapshot")
     wall_wait: float = 0.0
     """Seconds from the admit call to the grant; 0 when it was granted at once."""
-    wait_times_ms: Mapping[str, int] = attrs.field(
-        factory=dict, converter=_frozen_waits, repr=False
-    )
+    wait_times_ms: Mapping[str, int] = attrs.field(default=NO_WAITS, repr=False)
     """For every account that held the job at some point (memory included), by its name, the
     whole milliseconds from the first time it held the job to the grant; values for one name
-    add up. Read-only, and empty for a grant made at once."""
+    add up. Read-only (admission hands the grant a read-only view), and empty for a grant made
+    at once."""
     _owner: object = attrs.field(default=None, repr=False)
     # The owner's bookkeeping for each entry, handed back at settlement (private to it).
     _tracked: tuple[Any, ...] = attrs.field(default=(), repr=False)

@@ -53,7 +53,6 @@ from ._line import (
 from ._pass import (
     CANCELLED_WHILE_PARKED,
     GRANTED,
-    NO_WAITS,
     REFUSED,
     attempt,
     evaluate,
@@ -61,7 +60,7 @@ from ._pass import (
     reject_held,
 )
 from ._settle import settle
-from .demand import Demand, DemandEntry, Grant
+from .demand import NO_WAITS, Demand, DemandEntry, Grant
 from .limiter import LimiterEventType, LimiterIdentity, RateLimiter, name_of
 from .memory import UnboundedMemory
 
@@ -401,11 +400,12 @@ class Admission:
             )
         if self._stopped or self._defect is not None:
             self._check_open()  # raises
-        entries = tuple(demand._entries)  # Demand.entries, without the property's call
-        if not entries and not self._line:
+        if not demand._entries and not self._line:  # Demand.entries, without the property
             # ADM-11's inline attempt of an empty demand grants it at once, touching nothing and
-            # reporting nothing (DG-10); it needs no waiter to get there.
-            return Grant((), None, 0.0, NO_WAITS, owner=self)
+            # reporting nothing (DG-10); it needs no waiter to get there. (By position:
+            # entries, snapshot, wall wait, waits, owner.)
+            return Grant((), None, 0.0, NO_WAITS, self)
+        entries = tuple(demand._entries)
         arrival = self._clock()
         # ADM-09: the snapshot is the job as it stands at the admit call. It is only read when
         # something will report it: an emitter is wired, someone hears about the job and the
@@ -543,6 +543,11 @@ class Admission:
         """Give back every account, TIME ones included: the work never happened. Otherwise as
         :meth:`release`."""
         settle(self, grant, True)
+
+    settle = settle
+    """``settle(grant, everything)``: :meth:`rollback` with ``everything`` true, else
+    :meth:`release`, without a call around it (the module function itself, bound: a job's
+    resources settle through it on every attempt)."""
 
     # -- stop and defects -------------------------------------------------------------------------
     def stop(self) -> None:

@@ -443,6 +443,10 @@ class MessageBus:
             raise ValueError(f"queue_capacity must be at least 1, got {queue_capacity}")
         self._queue_capacity = queue_capacity
         self._state = _State.NEW
+        self.audible = False
+        """Whether any event could reach anyone now: the bus runs and some subscription can
+        hear a job's events. A publisher on every job's path reads it before it asks
+        :meth:`has_listeners`, which answers ``False`` whenever this is ``False``."""
         self._nursery: trio.Nursery | None = None
         self._reapable_subscribed: trio.Event | None = None
         """Set when a subscription whose observer can go stale arrives while the sweep waits."""
@@ -500,6 +504,7 @@ class MessageBus:
             task_status.started()
             return
         self._state = _State.RUNNING
+        self._hearing_changed()
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -513,6 +518,7 @@ class MessageBus:
         finally:
             self._nursery = None
             self._state = _State.STOPPED
+            self._hearing_changed()
             self._stopped.set()
 
     async def stop(self) -> None:
@@ -532,6 +538,7 @@ class MessageBus:
                 "(stop() may be called once)"
             )
         self._state = _State.STOPPING
+        self._hearing_changed()
         deadline = trio.current_time() + DRAIN_TIMEOUT
         draining = list(self._consumers)
         for subscription in draining:
@@ -542,6 +549,7 @@ class MessageBus:
         finally:
             # Even a stop() cancelled midway lets run() finish: it cancels what still runs.
             self._state = _State.STOPPED
+            self._hearing_changed()
             self._stopped.set()
 
     @trio.lowlevel.enable_ki_protection
@@ -610,20 +618,24 @@ class MessageBus:
         )
         return routes
 
+    def _hearing_changed(self) -> None:
+        """The state or the subscriptions changed: work out :attr:`audible` again."""
+        self.audible = self._state is _RUNNING and (
+            self._unscoped_hears_jobs or bool(self._by_workflow)
+        )
+
     def has_listeners(self, workflow_id: str | None = None) -> bool:
         """Whether an event of ``workflow_id`` could reach anyone right now.
 
         Publishers use it to skip building events nobody receives; it may answer True for an
         event every subscription then filters out, never False for one that would be delivered.
         """
-        if self._state is not _RUNNING:
+        if not self.audible:  # not running, or nobody can hear a job's events
             return False
         if self._unscoped_hears_jobs:
             return True
-        by_workflow = self._by_workflow  # (a workflow's entry goes with its last subscription)
-        if not by_workflow:
-            return False
-        return workflow_id in by_workflow
+        # (A workflow's entry goes with its last subscription.)
+        return workflow_id in self._by_workflow
 
     # -- subscribing --------------------------------------------------------------------------
 
@@ -770,6 +782,7 @@ class MessageBus:
         else:
             group = self._by_workflow.get(subscription.workflow_id, ())
             self._by_workflow[subscription.workflow_id] = (*group, subscription)
+        self._hearing_changed()
 
     def _remove(self, subscription: _LiveSubscription) -> None:
         if not subscription._active:
@@ -793,6 +806,7 @@ class MessageBus:
                 self._by_workflow[subscription.workflow_id] = group
             else:
                 self._by_workflow.pop(subscription.workflow_id, None)
+        self._hearing_changed()
         # What is queued is still delivered; a consumer that never started has nothing queued.
         subscription.close_queue()
         if subscription not in self._consumers:

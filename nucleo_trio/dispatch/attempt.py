@@ -433,7 +433,9 @@ class JobRun:
                 failure = reading.outcome
                 if reading.unheeded:
                     log_unheeded(job.name, reading)
-            sent = resources.commit_sent  # the close never sends one
+            # The close never sends a commit, and only open handles can (a commit_all of none
+            # sends nothing): an attempt without databases has none to ask about.
+            sent = resources.commit_sent if providers else False
             if sent:
                 self.sent_commit = resources
             self.failure = failure
@@ -522,7 +524,7 @@ class JobRun:
             context.check_cancellation()
         self.runtime.executing[self.job_id] = self
         bus = self.runtime.dispatcher.bus
-        if bus.has_listeners(self.workflow_id):
+        if bus.audible and bus.has_listeners(self.workflow_id):  # no call when nobody hears
             bus.publish(job_started(context.snapshot(), context.attempt))
         resources.executed = True
 

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import trio
+from trio import current_time  # (a trio module attribute costs a slow look-up)
 
 from ..resources import GrantReleaseError, JobResources, ResourceCloseError
 from .lanes import grace_period
@@ -44,7 +45,7 @@ def arm(run: JobRun, resources: JobResources, budget: float) -> None:
     """Arm the attempt's two-phase timeout: phase one ``budget`` seconds from now, on
     ``resources``. The timers live on the job's record (no object of their own)."""
     # context.arm_deadline(budget), inline: the deadline is read back for the timekeeper
-    run.context.deadline = when = trio.current_time() + budget
+    run.context.deadline = when = current_time() + budget
     run.held = resources
     run.budget = budget
     run.grace_call = None

@@ -31,6 +31,10 @@ from typing import Any, TypeVar
 
 import pluggy
 import trio
+from trio import (
+    lowlevel as _lowlevel,
+    open_nursery,  # (on every job: a trio module attribute is a slow look-up)
+)
 
 from .._watch import AsyncValue
 from ..admission import Admission, HttpConnectionGate, Ticket
@@ -651,8 +655,9 @@ class JobDispatcher:
         self._live[job_id] = run
         if deps:
             self._graph.track(job_id, deps)
-        if self.bus.has_listeners(run.workflow_id):
-            self.bus.publish(
+        bus = self.bus
+        if bus.audible and bus.has_listeners(run.workflow_id):  # audible: no call when nobody hears
+            bus.publish(
                 job_scheduled(
                     context.snapshot(),
                     # the shared empty capture is the runtime's own: an event gets a copy
@@ -662,10 +667,14 @@ class JobDispatcher:
             )
         if not requirements.requires_queueing:
             self._spawn(run)
-        elif timeout is not None and timeout <= PRIORITY_LANE_MAX_TIMEOUT:
-            self._offer(self._fast, run)
+            return handle
+        # Offered to its lane, and a task started to take the lane's next job.
+        if timeout is not None and timeout <= PRIORITY_LANE_MAX_TIMEOUT:
+            lane = self._fast
         else:
-            self._offer(self._standard, run)
+            lane = self._standard
+        lane.offer(run)
+        self._spawn(lane)
         return handle
 
     def submit_with_delay(self, job: AbstractJob[Any], delay: float | None) -> DelayedSubmission:
@@ -759,10 +768,6 @@ class JobDispatcher:
         handle._settle(error=error)
 
     # -- lanes and tasks ------------------------------------------------------------------------
-    def _offer(self, lane: Lane, run: JobRun) -> None:
-        lane.offer(run)
-        self._spawn(lane)
-
     @trio.lowlevel.enable_ki_protection
     async def _run_job(self, source: JobRun | Lane) -> None:
         """A job's task, from the start to the settle: ``source`` is the job itself when it
@@ -800,7 +805,7 @@ class JobDispatcher:
             # (Few locals: this frame, and trio's copy of it, is a parked job's largest.)
             _current.set(run.context)
             self._running[run.job_id] = run
-            run.task = trio.lowlevel.current_task()
+            run.task = _lowlevel.current_task()
             run.context.try_transition(_SCHEDULED)
             try:
                 verdict: Verdict | None = None
@@ -815,7 +820,7 @@ class JobDispatcher:
                             first = await self.admission.wait(first)
                         except Exception as failure:  # noqa: BLE001 - judged by execute
                             first = failure
-                    async with trio.open_nursery() as job_nursery:
+                    async with open_nursery() as job_nursery:
                         run.nursery = job_nursery
                         if run.interrupted:
                             job_nursery.cancel_scope.cancel()
@@ -883,11 +888,12 @@ class JobDispatcher:
             context.complete(verdict.result)  # the result, and the turn to COMPLETED
         if verdict.error is not None and verdict.state is not _CANCELLED:
             log_failure(log, verdict.error, job=job.name)
-        if self.bus.has_listeners(run.workflow_id):
+        bus = self.bus
+        if bus.audible and bus.has_listeners(run.workflow_id):  # audible: no call when nobody hears
             snapshot = context.snapshot()
-            self.bus.publish(terminal_event(run, verdict, snapshot))
+            bus.publish(terminal_event(run, verdict, snapshot))
             if snapshot.is_root:
-                self.bus.publish(workflow_event(snapshot, verdict))
+                bus.publish(workflow_event(snapshot, verdict))
         # teardown: out of the live set, conversations released, recorded calls released
         self._live.pop(run.job_id, None)
         if self._drained is not None:

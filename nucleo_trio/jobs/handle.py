@@ -7,6 +7,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import trio
+from trio import lowlevel as _lowlevel  # (trio's own module attributes cost a slow look-up)
 
 from ..errors import JobDeadlockError
 from .context import _current
@@ -136,7 +137,7 @@ class JobHandle(Generic[R]):
         # run) and current_job() are inline, and the outcome is read in place (the handle has
         # settled once the wait is over). _check_run is the whole check.
         try:
-            token: trio.lowlevel.TrioToken | None = trio.lowlevel.current_trio_token()
+            token: trio.lowlevel.TrioToken | None = _lowlevel.current_trio_token()
         except RuntimeError:
             token = None
         if token is not self._token or token is None:
@@ -147,7 +148,7 @@ class JobHandle(Generic[R]):
         if caller is not None and caller.is_executing_job_with_resources:
             raise JobDeadlockError(caller.job_id, self.job_id, _call_site())
         if self._done:
-            await trio.lowlevel.checkpoint()  # settled: only a checkpoint, even with a zero wait
+            await _lowlevel.checkpoint()  # settled: only a checkpoint, even with a zero wait
         else:
             event = self._event
             if event is None:

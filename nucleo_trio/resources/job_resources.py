@@ -856,10 +856,8 @@ class JobResources:
             return
         self._settled = True
         try:
-            if rollback:
-                self._admission.rollback(self.grant)
-            else:
-                self._admission.release(self.grant)
+            # Admission.rollback when rolling back, else Admission.release, in one call.
+            self._admission.settle(self.grant, rollback)
         except Exception as exc:
             account = _account_that_raised(exc, self.grant)
             accounts = account or ", ".join(name_of(e.key) for e in self.grant.entries)
